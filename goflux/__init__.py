@@ -1,0 +1,84 @@
+"""goflux: typed publish/subscribe for asyncio, wire compatible with Go goflux.
+
+Application code is written against ``Publisher[T]``, ``Subscriber[T]``,
+``Requester[Req, Resp]`` and ``Responder[Req, Resp]`` and never sees bytes; transports
+(``goflux.transports.channel``, ``nats``, ``jetstream``, ``spark``) implement them.
+"""
+
+from goflux._version import __version__
+from goflux.chain import chain
+from goflux.codecs import BytesCodec, Codec, JsonCodec, StrCodec
+from goflux.errors import (
+    AlreadySettled,
+    CodecError,
+    DecodeError,
+    EncodeError,
+    GofluxError,
+    InvalidHeader,
+    InvalidSubject,
+    NonRetryable,
+    NoResponders,
+    PublishError,
+    RemoteError,
+    RequestError,
+    RequestTimeout,
+    SettlementError,
+    SubscribeError,
+    TransportError,
+    is_non_retryable,
+)
+from goflux.headers import Headers, HeadersLike
+from goflux.interfaces import (
+    Handler,
+    Middleware,
+    Publisher,
+    Requester,
+    RequestHandler,
+    Responder,
+    Subscriber,
+    Subscription,
+)
+from goflux.message import Acker, Delivery, Message
+from goflux.receipt import PublishReceipt
+from goflux.telemetry import Telemetry
+
+__all__ = (
+    "Acker",
+    "AlreadySettled",
+    "BytesCodec",
+    "Codec",
+    "CodecError",
+    "DecodeError",
+    "Delivery",
+    "EncodeError",
+    "GofluxError",
+    "Handler",
+    "Headers",
+    "HeadersLike",
+    "InvalidHeader",
+    "InvalidSubject",
+    "JsonCodec",
+    "Message",
+    "Middleware",
+    "NoResponders",
+    "NonRetryable",
+    "PublishError",
+    "PublishReceipt",
+    "Publisher",
+    "RemoteError",
+    "RequestError",
+    "RequestHandler",
+    "RequestTimeout",
+    "Requester",
+    "Responder",
+    "SettlementError",
+    "StrCodec",
+    "SubscribeError",
+    "Subscriber",
+    "Subscription",
+    "Telemetry",
+    "TransportError",
+    "__version__",
+    "chain",
+    "is_non_retryable",
+)

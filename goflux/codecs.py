@@ -1,0 +1,277 @@
+"""Codecs turn payload values into bytes and back.
+
+The wire carries the codec's bytes of the bare payload, no envelope, so a Go goflux
+service using ``encoding/json`` on the same subject reads what :class:`JsonCodec`
+writes and vice versa.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast
+
+import pydantic_core
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.errors import PydanticUserError
+from typing_extensions import TypeForm, is_typeddict
+
+from goflux.errors import DecodeError, EncodeError
+
+__all__ = ("BytesCodec", "Codec", "JsonCodec", "StrCodec")
+
+T = TypeVar("T")
+
+_MAX_REPORTED_ERRORS = 5
+
+
+class Codec(Protocol[T]):
+    """Converts payload values of type ``T`` to bytes and back."""
+
+    def encode(self, value: T, /) -> bytes:
+        """Return the wire bytes for ``value``.
+
+        Raises:
+            EncodeError: ``value`` is not a ``T`` or cannot be represented.
+        """
+        ...
+
+    def decode(self, data: bytes, /) -> T:
+        """Return the value the wire bytes ``data`` carry.
+
+        Raises:
+            DecodeError: ``data`` is malformed or not a valid ``T``.
+        """
+        ...
+
+
+def _type_name(tp: object) -> str:
+    """Return a readable name for a type or type expression (``Order``, ``list[int]``)."""
+    if isinstance(tp, type) and not getattr(tp, "__args__", None):
+        return tp.__qualname__.rpartition("<locals>.")[2]
+    return repr(tp).replace("typing.", "")
+
+
+def _describe_validation(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    parts = [
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+        for err in errors[:_MAX_REPORTED_ERRORS]
+    ]
+    if len(errors) > _MAX_REPORTED_ERRORS:
+        parts.append(f"... and {len(errors) - _MAX_REPORTED_ERRORS} more")
+    return "; ".join(parts)
+
+
+def _opaque(_: object) -> None:
+    return None
+
+
+def _contains_non_finite(obj: object) -> bool:
+    """Report whether a Python structure holds a NaN or infinite float (C-speed walk)."""
+    try:
+        json.dumps(obj, allow_nan=False, default=_opaque, skipkeys=True, check_circular=False)
+    except ValueError:
+        return True
+    return False
+
+
+class JsonCodec(Generic[T]):
+    """Compact JSON codec for any type pydantic can validate.
+
+    ``JsonCodec(Order)`` is typed ``JsonCodec[Order]``; it works for pydantic models,
+    dataclasses, TypedDicts (``typing_extensions.TypedDict`` on Python 3.11) and plain
+    types such as ``list[int]``. The ``TypeAdapter`` is built once, here.
+
+    Encoding writes compact UTF-8 JSON using field aliases, readable by Go's
+    ``encoding/json``, and refuses what JSON cannot carry: NaN and Infinity raise
+    instead of silently becoming ``null``. Decoding validates with pydantic (lax by
+    default, ``strict=True`` for exact types) and likewise refuses NaN/Infinity tokens.
+
+    Raises:
+        TypeError: pydantic cannot build a schema for the given type.
+    """
+
+    __slots__ = (
+        "_adapter",
+        "_check_instance",
+        "_name",
+        "_prevalidate",
+        "_to_json",
+        "_type",
+        "_validate",
+        "_validate_python",
+        "_warnings",
+    )
+
+    def __init__(self, type_: TypeForm[T], /, *, strict: bool = False) -> None:
+        self._type = type_
+        self._name = _type_name(type_)
+        try:
+            adapter: TypeAdapter[T] = TypeAdapter(cast(Any, type_))
+        except PydanticUserError as exc:
+            raise TypeError(f"JsonCodec cannot handle {self._name}: {exc}") from exc
+        self._adapter = adapter
+        self._validate_python = adapter.validate_python
+        self._to_json = adapter.serializer.to_json
+        # pydantic's serializer accepts look-alike objects for model types and
+        # TypedDicts missing required keys, so those get a check of their own; its
+        # warnings-as-errors mode (twice the cost) is kept for types with no other check.
+        self._check_instance: type | None = None
+        self._prevalidate = False
+        self._warnings: bool | Literal["error"] = True
+        if not isinstance(type_, type) or is_typeddict(type_):
+            self._prevalidate = True
+        elif issubclass(type_, BaseModel) or dataclasses.is_dataclass(type_):
+            self._check_instance = type_
+        else:
+            self._warnings = "error"
+        self._validate = (
+            functools.partial(adapter.validate_json, strict=True)
+            if strict
+            else adapter.validate_json
+        )
+
+    @property
+    def type(self) -> TypeForm[T]:
+        """The payload type this codec was built for."""
+        return self._type
+
+    def __repr__(self) -> str:
+        return f"JsonCodec({self._name})"
+
+    def encode(self, value: T, /) -> bytes:
+        """Return compact JSON for ``value``.
+
+        Raises:
+            EncodeError: ``value`` is not a valid ``T``, or holds NaN/Infinity.
+        """
+        check = self._check_instance
+        if check is not None and not isinstance(value, check):
+            raise EncodeError(
+                f"cannot encode {type(value).__name__} as {self._name}: "
+                f"expected an instance of {self._name}",
+                type_name=self._name,
+            )
+        try:
+            if self._prevalidate:
+                self._validate_python(value, strict=True)
+            out = self._to_json(value, by_alias=True, warnings=self._warnings)
+        except ValidationError as exc:
+            raise EncodeError(
+                f"cannot encode {type(value).__name__} as {self._name}: "
+                f"{_describe_validation(exc)}",
+                type_name=self._name,
+            ) from exc
+        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            detail = " ".join(str(exc).split())
+            raise EncodeError(
+                f"cannot encode {type(value).__name__} as {self._name}: {detail}",
+                type_name=self._name,
+            ) from exc
+        # pydantic writes NaN/Infinity as null; only then can output hold them, so the
+        # precise (slower) check runs only when "null" appears.
+        if b"null" in out and _contains_non_finite(
+            self._adapter.dump_python(value, mode="python", by_alias=True, warnings=False)
+        ):
+            raise EncodeError(
+                f"cannot encode {type(value).__name__} as {self._name}: "
+                "NaN and Infinity are not valid JSON (Go's encoding/json rejects them)",
+                type_name=self._name,
+            )
+        return out
+
+    def decode(self, data: bytes, /) -> T:
+        """Parse and validate JSON ``data`` as a ``T``.
+
+        Raises:
+            DecodeError: ``data`` is not JSON, not a valid ``T``, or holds NaN/Infinity.
+        """
+        try:
+            value = self._validate(data)
+        except ValidationError as exc:
+            raise DecodeError(
+                f"cannot decode {len(data)} bytes as {self._name}: {_describe_validation(exc)}",
+                type_name=self._name,
+                size=len(data),
+            ) from exc
+        if b"NaN" in data or b"Infinity" in data:
+            try:
+                pydantic_core.from_json(data, allow_inf_nan=False)
+            except ValueError as exc:
+                raise DecodeError(
+                    f"cannot decode {len(data)} bytes as {self._name}: "
+                    "NaN and Infinity are not valid JSON",
+                    type_name=self._name,
+                    size=len(data),
+                ) from exc
+        return value
+
+
+class BytesCodec:
+    """Passes bytes through unchanged (``Codec[bytes]``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BytesCodec()"
+
+    def encode(self, value: bytes | bytearray | memoryview, /) -> bytes:
+        """Return ``value`` as bytes (bytearray and memoryview are copied).
+
+        Raises:
+            EncodeError: ``value`` is not bytes-like.
+        """
+        if isinstance(value, bytes):
+            return value
+        if isinstance(value, bytearray | memoryview):
+            return bytes(value)
+        raise EncodeError(
+            f"cannot encode {type(value).__name__} as bytes: expected bytes, bytearray "
+            "or memoryview",
+            type_name="bytes",
+        )
+
+    def decode(self, data: bytes, /) -> bytes:
+        """Return ``data`` as bytes."""
+        return data if isinstance(data, bytes) else bytes(data)
+
+
+class StrCodec:
+    """UTF-8 text (``Codec[str]``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "StrCodec()"
+
+    def encode(self, value: str, /) -> bytes:
+        """Return ``value`` encoded as UTF-8.
+
+        Raises:
+            EncodeError: ``value`` is not a str or holds unencodable surrogates.
+        """
+        if not isinstance(value, str):
+            raise EncodeError(
+                f"cannot encode {type(value).__name__} as str: expected str", type_name="str"
+            )
+        try:
+            return value.encode()
+        except UnicodeEncodeError as exc:
+            raise EncodeError(f"cannot encode str as UTF-8: {exc}", type_name="str") from exc
+
+    def decode(self, data: bytes, /) -> str:
+        """Return ``data`` decoded from UTF-8.
+
+        Raises:
+            DecodeError: ``data`` is not valid UTF-8.
+        """
+        try:
+            return str(data, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise DecodeError(
+                f"cannot decode {len(data)} bytes as str: invalid UTF-8 at byte {exc.start}",
+                type_name="str",
+                size=len(data),
+            ) from exc

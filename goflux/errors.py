@@ -1,0 +1,228 @@
+"""The goflux error tree.
+
+Every error goflux raises derives from :class:`GofluxError`, and the underlying cause
+(a pydantic ``ValidationError``, a nats-py timeout, ...) is chained as ``__cause__``::
+
+    GofluxError
+     ├── CodecError (also ValueError)
+     │    ├── EncodeError           a value could not be encoded (wrong type, NaN, ...)
+     │    └── DecodeError           bytes could not be decoded into the payload type
+     ├── InvalidSubject (also ValueError)    a subject or pattern breaks NATS rules
+     ├── InvalidHeader (also ValueError)     a header name or value cannot travel on the wire
+     ├── SettlementError                     a message could not be settled
+     │    └── AlreadySettled                 ack/nak/term after the message was settled
+     ├── PublishError                        a publish failed; ``may_be_stored`` says
+     │                                       whether the broker may still have stored it
+     ├── SubscribeError                      a subscription could not start or failed
+     ├── TransportError                      the connection or broker failed
+     ├── RequestError                        a request/reply exchange failed
+     │    ├── RequestTimeout (also TimeoutError)   no reply within the timeout
+     │    ├── NoResponders                   nobody is listening on the subject
+     │    └── RemoteError                    the responder replied with an error
+     └── NonRetryable                        raised by handlers: a permanent failure
+
+``NonRetryable`` is meant to be raised by application handlers (``raise
+NonRetryable("bad order") from cause``); :func:`is_non_retryable` recognises it
+anywhere in an exception's cause/context chain or inside an exception group, so a
+wrapper exception raised around it still counts as permanent.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+__all__ = (
+    "AlreadySettled",
+    "CodecError",
+    "DecodeError",
+    "EncodeError",
+    "GofluxError",
+    "InvalidHeader",
+    "InvalidSubject",
+    "NoResponders",
+    "NonRetryable",
+    "PublishError",
+    "RemoteError",
+    "RequestError",
+    "RequestTimeout",
+    "SettlementError",
+    "SubscribeError",
+    "TransportError",
+    "find_in_chain",
+    "is_non_retryable",
+)
+
+
+class GofluxError(Exception):
+    """Root of every error raised by goflux."""
+
+
+class CodecError(GofluxError, ValueError):
+    """A codec could not convert between a value and bytes.
+
+    Attributes:
+        type_name: Name of the payload type the codec works with.
+    """
+
+    def __init__(self, message: str, *, type_name: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+
+
+class EncodeError(CodecError):
+    """A value could not be encoded: wrong type, NaN/Infinity in JSON, unserialisable data."""
+
+
+class DecodeError(CodecError):
+    """Bytes could not be decoded into the payload type (malformed or invalid data).
+
+    Attributes:
+        size: Number of bytes that failed to decode.
+    """
+
+    def __init__(self, message: str, *, type_name: str, size: int) -> None:
+        super().__init__(message, type_name=type_name)
+        self.size = size
+
+
+class InvalidSubject(GofluxError, ValueError):
+    """A subject or subscription pattern breaks the NATS subject rules.
+
+    Attributes:
+        subject: The offending subject, as given.
+    """
+
+    def __init__(self, message: str, *, subject: object) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
+class InvalidHeader(GofluxError, ValueError):
+    """A header name or value cannot travel on the wire (bad characters, CR/LF, empty)."""
+
+
+class SettlementError(GofluxError):
+    """A message could not be acknowledged, negatively acknowledged or terminated."""
+
+
+class AlreadySettled(SettlementError):
+    """``ack``/``nak``/``term``/``in_progress`` was called on an already settled message.
+
+    Attributes:
+        outcome: How the message was settled first (``"ack"``, ``"nak"`` or ``"term"``).
+    """
+
+    def __init__(self, message: str, *, outcome: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class PublishError(GofluxError):
+    """A publish failed.
+
+    Attributes:
+        subject: The subject of the failed publish.
+        may_be_stored: True when the broker may have stored the message despite the
+            error (for example an acknowledgement timeout): retry with the same
+            message ID so the server de-duplicates it.
+    """
+
+    def __init__(self, message: str, *, subject: str, may_be_stored: bool = False) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.may_be_stored = may_be_stored
+
+
+class SubscribeError(GofluxError):
+    """A subscription could not be started, or failed while running."""
+
+
+class TransportError(GofluxError):
+    """The connection to the broker, or the broker itself, failed."""
+
+
+class RequestError(GofluxError):
+    """A request/reply exchange failed.
+
+    Attributes:
+        subject: The subject the request was sent to.
+    """
+
+    def __init__(self, message: str, *, subject: str) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
+class RequestTimeout(RequestError, TimeoutError):
+    """No reply arrived within the request timeout.
+
+    Attributes:
+        timeout: The timeout that expired, in seconds.
+    """
+
+    def __init__(self, message: str, *, subject: str, timeout: float) -> None:
+        super().__init__(message, subject=subject)
+        self.timeout = timeout
+
+
+class NoResponders(RequestError):
+    """Nobody is subscribed to the request subject; reported at once, not after a timeout."""
+
+
+class RemoteError(RequestError):
+    """The responder's handler failed and replied with an error.
+
+    Attributes:
+        remote_message: The error description sent by the responder.
+        code: The error code sent by the responder (HTTP-like, e.g. 500).
+    """
+
+    def __init__(self, message: str, *, subject: str, remote_message: str, code: int) -> None:
+        super().__init__(message, subject=subject)
+        self.remote_message = remote_message
+        self.code = code
+
+
+class NonRetryable(GofluxError):
+    """Marks a handler failure as permanent: the message must not be redelivered.
+
+    Raise it from a handler, chaining the real cause::
+
+        raise NonRetryable("order has no lines") from exc
+
+    Retry middleware terminates (and dead-letters) such messages at once instead of
+    retrying them. It is recognised through wrapping exceptions; see
+    :func:`is_non_retryable`.
+    """
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def find_in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
+    """Return the first exception of type ``kind`` in ``exc``'s chain, or None.
+
+    Looks at ``exc`` itself, its ``__cause__`` and ``__context__`` links, and inside
+    exception groups, guarding against cycles.
+    """
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, kind):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(reversed(current.exceptions))
+        if current.__context__ is not None and not current.__suppress_context__:
+            stack.append(current.__context__)
+        if current.__cause__ is not None:
+            stack.append(current.__cause__)
+    return None
+
+
+def is_non_retryable(exc: BaseException) -> bool:
+    """Report whether ``exc`` is, wraps, or was caused by a :class:`NonRetryable`."""
+    return find_in_chain(exc, NonRetryable) is not None

@@ -1,0 +1,228 @@
+"""The interfaces application code is written against.
+
+They are Protocols, generic with the variance their direction implies: a publisher
+*consumes* values (``Publisher[T]`` is contravariant, so a ``Publisher[object]`` can
+stand in for a ``Publisher[Order]``), a subscriber *produces* them (covariant).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Protocol, Self, TypeAlias, TypeVar
+
+from goflux.headers import HeadersLike
+from goflux.message import Message
+from goflux.receipt import PublishReceipt
+
+__all__ = (
+    "Handler",
+    "Middleware",
+    "Publisher",
+    "RequestHandler",
+    "Requester",
+    "Responder",
+    "Subscriber",
+    "Subscription",
+)
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+T_contra = TypeVar("T_contra", contravariant=True)
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Req_co = TypeVar("Req_co", covariant=True)
+Req_contra = TypeVar("Req_contra", contravariant=True)
+Resp_co = TypeVar("Resp_co", covariant=True)
+Resp_contra = TypeVar("Resp_contra", contravariant=True)
+
+
+class Handler(Protocol[T_contra]):
+    """Processes one message: ``async def handle(msg: Message[T]) -> None``.
+
+    Returning means success; raising means failure (transports with acknowledgement
+    nak the message, middleware may decide otherwise).
+    """
+
+    def __call__(self, message: Message[T_contra], /) -> Awaitable[None]:
+        """Process ``message``; raise to report failure."""
+        ...
+
+
+RequestHandler: TypeAlias = Callable[[Req], Awaitable[Resp]]
+"""Answers one request: ``async def handle(request: Req) -> Resp``."""
+
+
+class Middleware(Protocol[T]):
+    """Wraps a handler in another handler (retry, ack policy, timeouts, ...)."""
+
+    def __call__(self, handler: Handler[T], /) -> Handler[T]:
+        """Return a handler that wraps ``handler``."""
+        ...
+
+
+class Subscription(Protocol):
+    """A running subscription, returned once the transport has registered interest.
+
+    Use it as an async context manager or call :meth:`stop`, which drains: no new
+    messages are taken, in-flight handlers finish within the deadline.
+    """
+
+    @property
+    def subject(self) -> str:
+        """The subject or pattern subscribed to."""
+        ...
+
+    @property
+    def running(self) -> bool:
+        """True until the subscription has stopped."""
+        ...
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Drain and stop; handlers still running after ``timeout`` seconds are cancelled."""
+        ...
+
+    async def wait(self) -> None:
+        """Wait until the subscription stops; raise the error that stopped it, if any."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class Publisher(Protocol[T_contra]):
+    """Publishes typed values to subjects."""
+
+    async def publish(
+        self,
+        subject: str,
+        value: T_contra,
+        /,
+        *,
+        headers: HeadersLike | None = None,
+        message_id: str | None = None,
+    ) -> PublishReceipt | None:
+        """Encode and publish ``value`` to ``subject``.
+
+        Returns:
+            The broker's receipt on transports that confirm storage (JetStream), else None.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid publish subject.
+            EncodeError: ``value`` cannot be encoded.
+            PublishError: The transport failed to publish.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Stop accepting publishes and release resources (the caller owns connections)."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class Subscriber(Protocol[T_co]):
+    """Delivers typed messages from subjects to handlers."""
+
+    async def start(self, subject: str, handler: Handler[T_co]) -> Subscription:
+        """Subscribe and return once the subscription is ready to receive.
+
+        A message published after this returns reaches ``handler``.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid subscription pattern.
+            SubscribeError: The subscriber is closed or the transport refused.
+        """
+        ...
+
+    async def subscribe(self, subject: str, handler: Handler[T_co]) -> None:
+        """Subscribe and run until cancelled or the subscriber is closed, then drain."""
+        ...
+
+    async def close(self) -> None:
+        """Drain and stop every subscription started by this subscriber."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class Requester(Protocol[Req_contra, Resp_co]):
+    """Sends typed requests and returns typed replies."""
+
+    async def request(
+        self,
+        subject: str,
+        request: Req_contra,
+        /,
+        *,
+        headers: HeadersLike | None = None,
+        timeout: float | None = None,
+    ) -> Resp_co:
+        """Send ``request`` to ``subject`` and return the decoded reply.
+
+        Raises:
+            RequestTimeout: No reply within the timeout.
+            NoResponders: Nobody serves ``subject``.
+            RemoteError: The responder's handler failed.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release resources (the caller owns connections)."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class Responder(Protocol[Req_co, Resp_contra]):
+    """Serves typed requests on a subject with a request handler."""
+
+    async def start(
+        self, subject: str, handle: Callable[[Req_co], Awaitable[Resp_contra]]
+    ) -> Subscription:
+        """Start serving ``subject``; return once requests can reach ``handle``."""
+        ...
+
+    async def serve(self, subject: str, handle: Callable[[Req_co], Awaitable[Resp_contra]]) -> None:
+        """Serve ``subject`` until cancelled or closed, then drain."""
+        ...
+
+    async def close(self) -> None:
+        """Drain and stop serving."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...

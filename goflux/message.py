@@ -1,0 +1,224 @@
+"""Messages as handlers see them: ``Message[T]``, its ``Delivery`` facts and settlement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
+
+from goflux.errors import AlreadySettled
+from goflux.headers import Headers
+
+__all__ = ("Acker", "Delivery", "Message", "Outcome")
+
+T_co = TypeVar("T_co", covariant=True)
+
+Outcome: TypeAlias = Literal["ack", "nak", "term"]
+"""How a message was settled."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """Broker facts about one delivery of a message (JetStream).
+
+    Attributes:
+        stream: Name of the stream that stored the message.
+        consumer: Name of the consumer that delivered it.
+        stream_sequence: Sequence of the message in the stream.
+        consumer_sequence: Sequence of this delivery for the consumer.
+        num_delivered: How many times the message has been delivered (1 on first).
+        num_pending: Messages still pending for the consumer after this one.
+        timestamp: When the stream stored the message (timezone-aware, UTC).
+    """
+
+    stream: str
+    consumer: str
+    stream_sequence: int
+    consumer_sequence: int
+    num_delivered: int
+    num_pending: int
+    timestamp: datetime
+
+
+class Acker(Protocol):
+    """Settlement operations a transport gives a message.
+
+    Transports without a capability implement it with the documented fallback:
+    ``term`` acks (so a poison message is not redelivered forever) and ``nak`` with a
+    delay naks at once where delayed redelivery is unsupported.
+    """
+
+    async def ack(self) -> None:
+        """Acknowledge successful processing."""
+
+    async def nak(self, delay: float | None) -> None:
+        """Ask for redelivery, after ``delay`` seconds where supported."""
+
+    async def term(self, reason: str | None) -> None:
+        """Stop redelivery for good."""
+
+    async def in_progress(self) -> None:
+        """Tell the broker the message is still being worked on (resets ack_wait)."""
+
+
+class Message(Generic[T_co]):
+    """A received message: the decoded payload plus metadata and settlement.
+
+    Settlement (``ack``, ``nak``, ``term``) happens at most once; a second attempt
+    raises :class:`~goflux.errors.AlreadySettled`. On transports without
+    acknowledgement (in-process channel, core NATS) settling is a recorded no-op.
+
+    Attributes:
+        subject: The concrete subject the message was published to.
+        payload: The decoded value.
+        headers: User headers (without transport prefixes).
+        id: The message ID set by the publisher, if any.
+        delivery: Broker delivery facts (JetStream), else None.
+        data: The payload bytes exactly as received, where the transport has them.
+    """
+
+    __slots__ = (
+        "_acker",
+        "_data",
+        "_delivery",
+        "_headers",
+        "_id",
+        "_payload",
+        "_settled",
+        "_subject",
+    )
+
+    def __init__(
+        self,
+        subject: str,
+        payload: T_co,
+        *,
+        headers: Headers | None = None,
+        id: str | None = None,
+        delivery: Delivery | None = None,
+        data: bytes | None = None,
+        acker: Acker | None = None,
+    ) -> None:
+        self._subject = subject
+        self._payload = payload
+        self._headers = headers if headers is not None else Headers()
+        self._id = id
+        self._delivery = delivery
+        self._data = data
+        self._acker = acker
+        self._settled: Outcome | None = None
+
+    @property
+    def subject(self) -> str:
+        """The concrete subject the message was published to."""
+        return self._subject
+
+    @property
+    def payload(self) -> T_co:
+        """The decoded value."""
+        return self._payload
+
+    @property
+    def headers(self) -> Headers:
+        """User headers, without transport prefixes."""
+        return self._headers
+
+    @property
+    def id(self) -> str | None:
+        """The message ID set by the publisher, if any."""
+        return self._id
+
+    @property
+    def delivery(self) -> Delivery | None:
+        """Broker delivery facts (JetStream), else None."""
+        return self._delivery
+
+    @property
+    def data(self) -> bytes | None:
+        """The payload bytes exactly as received, where the transport has them."""
+        return self._data
+
+    @property
+    def settled(self) -> Outcome | None:
+        """How the message was settled, or None while it is unsettled."""
+        return self._settled
+
+    @property
+    def acknowledgeable(self) -> bool:
+        """Whether settling reaches a broker (False on channel and core NATS)."""
+        return self._acker is not None
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(subject={self._subject!r}, payload={self._payload!r}, "
+            f"id={self._id!r}, settled={self._settled!r})"
+        )
+
+    def _claim(self, outcome: Outcome) -> None:
+        if self._settled is not None:
+            raise AlreadySettled(
+                f"message on {self._subject!r} was already settled ({self._settled}); "
+                f"cannot {outcome} it",
+                outcome=self._settled,
+            )
+        self._settled = outcome
+
+    async def ack(self) -> None:
+        """Acknowledge successful processing.
+
+        Raises:
+            AlreadySettled: The message was settled before.
+        """
+        self._claim("ack")
+        if self._acker is not None:
+            try:
+                await self._acker.ack()
+            except BaseException:
+                self._settled = None
+                raise
+
+    async def nak(self, delay: float | None = None) -> None:
+        """Ask for redelivery, after ``delay`` seconds where the transport supports it.
+
+        Raises:
+            AlreadySettled: The message was settled before.
+            ValueError: ``delay`` is negative.
+        """
+        if delay is not None and delay < 0:
+            raise ValueError(f"nak delay must be >= 0 seconds, got {delay}")
+        self._claim("nak")
+        if self._acker is not None:
+            try:
+                await self._acker.nak(delay)
+            except BaseException:
+                self._settled = None
+                raise
+
+    async def term(self, reason: str | None = None) -> None:
+        """Stop redelivery for good (acks where the transport cannot terminate).
+
+        Raises:
+            AlreadySettled: The message was settled before.
+        """
+        self._claim("term")
+        if self._acker is not None:
+            try:
+                await self._acker.term(reason)
+            except BaseException:
+                self._settled = None
+                raise
+
+    async def in_progress(self) -> None:
+        """Report that work continues, so the broker does not redeliver yet.
+
+        Raises:
+            AlreadySettled: The message was settled before.
+        """
+        if self._settled is not None:
+            raise AlreadySettled(
+                f"message on {self._subject!r} was already settled ({self._settled}); "
+                "in_progress has no effect",
+                outcome=self._settled,
+            )
+        if self._acker is not None:
+            await self._acker.in_progress()

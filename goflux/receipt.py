@@ -1,0 +1,25 @@
+"""What a broker confirms after storing a published message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ("PublishReceipt",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishReceipt:
+    """The broker's confirmation that a message was stored (JetStream PubAck).
+
+    Attributes:
+        stream: The stream that stored the message.
+        sequence: The message's sequence in that stream.
+        duplicate: True when the server recognised the message ID as already stored
+            (the publish was de-duplicated); always a bool, never None.
+        domain: The JetStream domain, when the server reports one.
+    """
+
+    stream: str
+    sequence: int
+    duplicate: bool = False
+    domain: str | None = None

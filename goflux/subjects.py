@@ -1,0 +1,122 @@
+"""NATS subject rules: validation of publish subjects and subscription patterns, matching.
+
+A subject is a dot-separated list of non-empty tokens without whitespace or control
+characters. Subscriptions may use wildcards as whole tokens: ``*`` matches exactly one
+token and ``>`` (last token only) matches one or more. A wildcard character inside a
+token (``orders.*-created``) is refused: NATS would treat it as a literal, which is
+almost never what was meant.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from goflux.errors import InvalidSubject
+
+__all__ = ("is_wildcard", "matches", "tokens_match", "validate_pattern", "validate_subject")
+
+_LITERAL = r"[^.*>\s\x00-\x1f\x7f]+"
+_SUBJECT = re.compile(rf"{_LITERAL}(?:\.{_LITERAL})*")
+_PATTERN = re.compile(rf"(?:{_LITERAL}|\*)(?:\.(?:{_LITERAL}|\*))*(?:\.>)?|>")
+_BAD_CHAR = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
+def _diagnose(subject: object, *, pattern: bool) -> InvalidSubject:  # noqa: PLR0911
+    what = "subscription pattern" if pattern else "subject"
+    if not isinstance(subject, str):
+        return InvalidSubject(
+            f"{what} must be a str, got {type(subject).__name__}", subject=subject
+        )
+    if not subject:
+        return InvalidSubject(f"{what} must not be empty", subject=subject)
+    bad = _BAD_CHAR.search(subject)
+    if bad:
+        return InvalidSubject(
+            f"invalid {what} {subject!r}: contains whitespace or a control character "
+            f"({bad.group()!r})",
+            subject=subject,
+        )
+    tokens = subject.split(".")
+    for index, token in enumerate(tokens):
+        if not token:
+            return InvalidSubject(
+                f"invalid {what} {subject!r}: empty token (leading, trailing or double dot)",
+                subject=subject,
+            )
+        if token in ("*", ">") and not pattern:
+            return InvalidSubject(
+                f"invalid subject {subject!r}: wildcards ('*', '>') are only allowed in "
+                "subscriptions, not when publishing",
+                subject=subject,
+            )
+        if token == ">" and index != len(tokens) - 1:
+            return InvalidSubject(
+                f"invalid {what} {subject!r}: '>' must be the last token", subject=subject
+            )
+        if ("*" in token or ">" in token) and token not in ("*", ">"):
+            return InvalidSubject(
+                f"invalid {what} {subject!r}: wildcard inside token {token!r}; "
+                "wildcards must be whole tokens",
+                subject=subject,
+            )
+    return InvalidSubject(f"invalid {what} {subject!r}", subject=subject)  # pragma: no cover
+
+
+@lru_cache(maxsize=4096)
+def _valid_subject(subject: str) -> str:
+    if _SUBJECT.fullmatch(subject) is None:
+        raise _diagnose(subject, pattern=False)
+    return subject
+
+
+@lru_cache(maxsize=1024)
+def _valid_pattern(pattern: str) -> str:
+    if _PATTERN.fullmatch(pattern) is None:
+        raise _diagnose(pattern, pattern=True)
+    return pattern
+
+
+def validate_subject(subject: str) -> str:
+    """Return ``subject`` if it is a valid publish subject (no wildcards).
+
+    Raises:
+        InvalidSubject: Empty, not a str, empty tokens, whitespace/control characters,
+            or wildcards.
+    """
+    if not isinstance(subject, str):
+        raise _diagnose(subject, pattern=False)
+    return _valid_subject(subject)
+
+
+def validate_pattern(pattern: str) -> str:
+    """Return ``pattern`` if it is a valid subscription subject (wildcards allowed).
+
+    Raises:
+        InvalidSubject: Empty, not a str, empty tokens, whitespace/control characters,
+            ``>`` not last, or a wildcard inside a token.
+    """
+    if not isinstance(pattern, str):
+        raise _diagnose(pattern, pattern=True)
+    return _valid_pattern(pattern)
+
+
+def is_wildcard(pattern: str) -> bool:
+    """Report whether a (valid) pattern contains a wildcard token."""
+    return any(token in ("*", ">") for token in pattern.split("."))
+
+
+def matches(pattern: str, subject: str) -> bool:
+    """Report whether the valid publish ``subject`` matches the subscription ``pattern``."""
+    return tokens_match(tuple(pattern.split(".")), subject.split("."))
+
+
+def tokens_match(pattern: tuple[str, ...], subject: list[str]) -> bool:
+    """Match pre-split tokens (the hot-path form of :func:`matches`)."""
+    last = len(pattern) - 1
+    for index, token in enumerate(pattern):
+        if token == ">":
+            return len(subject) > index
+        if index >= len(subject) or (token != "*" and token != subject[index]):
+            return False
+    return len(subject) == last + 1

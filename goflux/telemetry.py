@@ -1,0 +1,433 @@
+"""OpenTelemetry tracing and metrics for every transport (messaging semantic conventions).
+
+Publishing opens a PRODUCER span ``send <subject>`` whose context is injected into the
+message headers. Processing opens a CONSUMER span ``process <destination>`` that LINKS
+to the producer's span context instead of being its child: delivery is decoupled in
+time, and a link is the one structure that also fits batches. The consumer span is the
+current span while the handler runs, so work the handler does nests under it.
+
+Metrics follow the conventions: ``messaging.client.sent.messages``,
+``messaging.client.consumed.messages``, ``messaging.client.operation.duration`` and
+``messaging.process.duration`` (seconds, with the conventions' bucket advice).
+``error.type`` is set only when an operation fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, MutableMapping
+from contextvars import Token
+from types import TracebackType
+from typing import Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.propagators.textmap import Getter, Setter, TextMapPropagator
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.util.types import AttributeValue
+
+from goflux._version import __version__
+
+__all__ = (
+    "DURATION_BUCKETS",
+    "HeaderGetter",
+    "HeaderSetter",
+    "ProcessScope",
+    "PublishScope",
+    "Telemetry",
+    "error_type",
+)
+
+_SCOPE_NAME: Final = "goflux"
+
+DURATION_BUCKETS: Final[tuple[float, ...]] = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+"""Histogram bucket boundaries advised by the messaging semantic conventions."""
+
+# Attribute keys (messaging semantic conventions).
+SYSTEM: Final = "messaging.system"
+OPERATION_NAME: Final = "messaging.operation.name"
+OPERATION_TYPE: Final = "messaging.operation.type"
+DESTINATION: Final = "messaging.destination.name"
+DESTINATION_TEMPLATE: Final = "messaging.destination.template"
+MESSAGE_ID: Final = "messaging.message.id"
+CONSUMER_GROUP: Final = "messaging.consumer.group.name"
+BODY_SIZE: Final = "messaging.message.body.size"
+ERROR_TYPE: Final = "error.type"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+
+
+def error_type(exc: BaseException) -> str:
+    """Return the ``error.type`` value for an exception: its fully qualified class name."""
+    cls = type(exc)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+class HeaderGetter(Getter[Mapping[str, str]]):
+    """Reads propagation fields from NATS-style headers, in any casing.
+
+    NATS headers keep the casing they were written with; Go services that use an HTTP
+    header carrier write ``Traceparent``. The exact key is tried first, then a
+    case-insensitive match.
+    """
+
+    def get(self, carrier: Mapping[str, str], key: str) -> list[str] | None:
+        """Return the value of ``key`` (any casing) as a one-item list, or None."""
+        value = carrier.get(key)
+        if value is None:
+            lowered = key.lower()
+            for name, candidate in carrier.items():
+                if name.lower() == lowered:
+                    value = candidate
+                    break
+            else:
+                return None
+        return [value]
+
+    def keys(self, carrier: Mapping[str, str]) -> list[str]:
+        """Return every header name."""
+        return list(carrier.keys())
+
+
+class HeaderSetter(Setter[MutableMapping[str, str]]):
+    """Writes propagation fields into NATS-style headers with lowercase keys."""
+
+    def set(self, carrier: MutableMapping[str, str], key: str, value: str) -> None:
+        """Store ``value`` under the lowercased ``key`` (``traceparent``, ``tracestate``)."""
+        carrier[key.lower()] = value
+
+
+_GETTER: Final = HeaderGetter()
+_SETTER: Final = HeaderSetter()
+
+
+class Telemetry:
+    """Tracing, metrics and context propagation shared by the transports.
+
+    Pass providers explicitly (tests, multi-tenant setups) or leave them out to use the
+    OpenTelemetry globals, resolved lazily so configuring them after constructing a
+    transport still works.
+
+    Args:
+        tracer_provider: Source of the tracer; default: the global provider.
+        meter_provider: Source of the meter; default: the global provider.
+        propagator: Writes/reads trace context in headers; default: the global one
+            (W3C ``traceparent``/``tracestate`` and baggage unless configured).
+    """
+
+    __slots__ = (
+        "_consumed",
+        "_operation_duration",
+        "_process_duration",
+        "_propagator",
+        "_sent",
+        "_tracer",
+    )
+
+    _default: Telemetry | None = None
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        propagator: TextMapPropagator | None = None,
+    ) -> None:
+        tp = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        mp = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        self._tracer = tp.get_tracer(_SCOPE_NAME, __version__)
+        self._propagator = propagator
+        meter = mp.get_meter(_SCOPE_NAME, __version__)
+        self._sent = meter.create_counter(
+            "messaging.client.sent.messages",
+            unit="{message}",
+            description="Number of messages producers attempted to send to the broker.",
+        )
+        self._consumed = meter.create_counter(
+            "messaging.client.consumed.messages",
+            unit="{message}",
+            description="Number of messages that were delivered to the application.",
+        )
+        self._operation_duration = meter.create_histogram(
+            "messaging.client.operation.duration",
+            unit="s",
+            description="Duration of messaging operations initiated by a client.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self._process_duration = meter.create_histogram(
+            "messaging.process.duration",
+            unit="s",
+            description="Duration of processing operation.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+
+    @classmethod
+    def default(cls) -> Telemetry:
+        """Return the shared instance built on the OpenTelemetry globals."""
+        if cls._default is None:
+            cls._default = cls()
+        return cls._default
+
+    @property
+    def propagator(self) -> TextMapPropagator:
+        """The propagator in use (the global one unless one was given)."""
+        if self._propagator is not None:
+            return self._propagator
+        return propagate.get_global_textmap()
+
+    def publish(
+        self,
+        system: str,
+        subject: str,
+        carrier: MutableMapping[str, str],
+        *,
+        message_id: str | None = None,
+        server_address: str | None = None,
+        server_port: int | None = None,
+    ) -> PublishScope:
+        """Return the scope of one publish; entering it injects trace context into ``carrier``.
+
+        Args:
+            system: ``messaging.system`` value (``channel``, ``nats``, ``nats-jetstream``).
+            subject: The publish subject.
+            carrier: Outgoing transport headers; trace fields are written lowercase.
+            message_id: The message ID, if set.
+            server_address: Broker host, when known.
+            server_port: Broker port, when known.
+        """
+        return PublishScope(self, system, subject, carrier, message_id, server_address, server_port)
+
+    def process(
+        self,
+        system: str,
+        subject: str,
+        carrier: Mapping[str, str] | None,
+        *,
+        template: str | None = None,
+        message_id: str | None = None,
+        body_size: int | None = None,
+        consumer_group: str | None = None,
+        server_address: str | None = None,
+        server_port: int | None = None,
+    ) -> ProcessScope:
+        """Return the scope of processing one message; the span links to the producer.
+
+        Args:
+            system: ``messaging.system`` value.
+            subject: The concrete subject of the message.
+            carrier: Incoming transport headers holding the producer's trace context.
+            template: The subscription pattern when it differs from ``subject`` (a
+                wildcard); it then names the span, keeping span names low-cardinality.
+            message_id: The message ID, if set.
+            body_size: Size of the payload in bytes, if known.
+            consumer_group: Queue group or consumer name, if any.
+            server_address: Broker host, when known.
+            server_port: Broker port, when known.
+        """
+        return ProcessScope(
+            self,
+            system,
+            subject,
+            carrier,
+            template,
+            message_id,
+            body_size,
+            consumer_group,
+            server_address,
+            server_port,
+        )
+
+
+def _base_attributes(
+    system: str,
+    operation: str,
+    subject: str,
+    template: str | None,
+    consumer_group: str | None,
+    server_address: str | None,
+    server_port: int | None,
+) -> dict[str, AttributeValue]:
+    attrs: dict[str, AttributeValue] = {
+        SYSTEM: system,
+        OPERATION_NAME: operation,
+        DESTINATION: subject,
+    }
+    if template is not None:
+        attrs[DESTINATION_TEMPLATE] = template
+    if consumer_group is not None:
+        attrs[CONSUMER_GROUP] = consumer_group
+    if server_address is not None:
+        attrs[SERVER_ADDRESS] = server_address
+    if server_port is not None:
+        attrs[SERVER_PORT] = server_port
+    return attrs
+
+
+def _fail(span: trace.Span, metric_attrs: dict[str, AttributeValue], exc: BaseException) -> None:
+    kind = error_type(exc)
+    metric_attrs[ERROR_TYPE] = kind
+    span.set_attribute(ERROR_TYPE, kind)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    span.record_exception(exc)
+
+
+class PublishScope:
+    """One publish operation: a PRODUCER span plus the send metrics.
+
+    Use as a context manager; an exception leaving it marks the span and metrics with
+    ``error.type``. Call :meth:`set_body_size` once the payload is encoded.
+    """
+
+    __slots__ = ("_attrs", "_carrier", "_message_id", "_span", "_start", "_subject", "_tel")
+
+    def __init__(
+        self,
+        tel: Telemetry,
+        system: str,
+        subject: str,
+        carrier: MutableMapping[str, str],
+        message_id: str | None,
+        server_address: str | None,
+        server_port: int | None,
+    ) -> None:
+        self._tel = tel
+        self._subject = subject
+        self._carrier = carrier
+        self._message_id = message_id
+        self._attrs = _base_attributes(
+            system, "send", subject, None, None, server_address, server_port
+        )
+        self._span: trace.Span = trace.INVALID_SPAN
+        self._start = 0.0
+
+    def __enter__(self) -> PublishScope:
+        span_attrs = dict(self._attrs)
+        span_attrs[OPERATION_TYPE] = "send"
+        if self._message_id is not None:
+            span_attrs[MESSAGE_ID] = self._message_id
+        span = self._tel._tracer.start_span(
+            f"send {self._subject}", kind=SpanKind.PRODUCER, attributes=span_attrs
+        )
+        self._span = span
+        self._tel.propagator.inject(
+            self._carrier, context=trace.set_span_in_context(span), setter=_SETTER
+        )
+        self._start = time.perf_counter()
+        return self
+
+    def set_body_size(self, size: int) -> None:
+        """Record the encoded payload size on the span."""
+        self._span.set_attribute(BODY_SIZE, size)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = time.perf_counter() - self._start
+        attrs = self._attrs
+        if exc is not None:
+            _fail(self._span, attrs, exc)
+        tel = self._tel
+        tel._sent.add(1, attrs)
+        tel._operation_duration.record(elapsed, attrs)
+        self._span.end()
+
+
+class ProcessScope:
+    """Processing of one received message: a CONSUMER span linked to the producer.
+
+    While the scope is entered its span is the current span. An exception leaving it
+    marks the span and the process metrics with ``error.type``.
+    """
+
+    __slots__ = (
+        "_attrs",
+        "_body_size",
+        "_carrier",
+        "_message_id",
+        "_name",
+        "_span",
+        "_start",
+        "_tel",
+        "_token",
+    )
+
+    def __init__(
+        self,
+        tel: Telemetry,
+        system: str,
+        subject: str,
+        carrier: Mapping[str, str] | None,
+        template: str | None,
+        message_id: str | None,
+        body_size: int | None,
+        consumer_group: str | None,
+        server_address: str | None,
+        server_port: int | None,
+    ) -> None:
+        self._tel = tel
+        self._carrier = carrier
+        self._message_id = message_id
+        self._body_size = body_size
+        self._name = f"process {template if template is not None else subject}"
+        self._attrs = _base_attributes(
+            system, "process", subject, template, consumer_group, server_address, server_port
+        )
+        self._span: trace.Span = trace.INVALID_SPAN
+        self._token: Token[Context] | None = None
+        self._start = 0.0
+
+    def __enter__(self) -> ProcessScope:
+        tel = self._tel
+        links: list[Link] | None = None
+        parent = Context()
+        if self._carrier:
+            remote = tel.propagator.extract(self._carrier, getter=_GETTER)
+            producer = trace.get_current_span(remote).get_span_context()
+            if producer.is_valid:
+                links = [Link(producer)]
+            # Keep what else travelled (baggage) but not the producer as parent.
+            parent = trace.set_span_in_context(trace.INVALID_SPAN, remote)
+        span_attrs = dict(self._attrs)
+        span_attrs[OPERATION_TYPE] = "process"
+        if self._message_id is not None:
+            span_attrs[MESSAGE_ID] = self._message_id
+        if self._body_size is not None:
+            span_attrs[BODY_SIZE] = self._body_size
+        span = tel._tracer.start_span(
+            self._name, context=parent, kind=SpanKind.CONSUMER, attributes=span_attrs, links=links
+        )
+        self._span = span
+        self._token = otel_context.attach(trace.set_span_in_context(span, parent))
+        self._start = time.perf_counter()
+        return self
+
+    @property
+    def span(self) -> trace.Span:
+        """The CONSUMER span (valid once entered)."""
+        return self._span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = time.perf_counter() - self._start
+        if self._token is not None:
+            otel_context.detach(self._token)
+        tel = self._tel
+        tel._consumed.add(1, self._attrs)
+        attrs = self._attrs
+        if exc is not None:
+            attrs = dict(attrs)
+            _fail(self._span, attrs, exc)
+        tel._process_duration.record(elapsed, attrs)
+        self._span.end()

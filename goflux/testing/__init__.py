@@ -1,0 +1,9 @@
+"""Test and demo helpers: real NATS servers on loopback, and a pytest plugin.
+
+``goflux.testing.pytest_plugin`` is registered automatically when goflux is installed
+and provides the ``nats_server`` and ``nats_url`` fixtures.
+"""
+
+from goflux.testing.server import NatsServer, NatsServerError, NatsServerNotFound, find_nats_server
+
+__all__ = ("NatsServer", "NatsServerError", "NatsServerNotFound", "find_nats_server")

@@ -1,0 +1,288 @@
+"""Subscribing to an in-process bus."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import TracebackType
+from typing import Generic, Self, TypeVar, cast
+
+from goflux.errors import DecodeError, SubscribeError
+from goflux.headers import Headers
+from goflux.interfaces import Handler
+from goflux.message import Message
+from goflux.subjects import is_wildcard, validate_pattern
+from goflux.telemetry import Telemetry
+from goflux.transports.channel.bus import Bus, Envelope, Route
+from goflux.transports.channel.system import SYSTEM
+
+__all__ = ("ChannelSubscription", "Subscriber")
+
+T = TypeVar("T")
+
+logger = logging.getLogger("goflux.transports.channel")
+
+DEFAULT_DRAIN_TIMEOUT = 30.0
+
+
+class ChannelSubscription(Generic[T]):
+    """A running subscription on a :class:`Bus`; handlers run one message at a time.
+
+    Messages reach the handler in publish order. A failing handler is logged and
+    recorded in telemetry, and the next message is processed.
+
+    Attributes:
+        handled: Messages the handler completed without raising.
+        failed: Messages whose handler raised.
+        undecodable: Messages the bus codec could not decode (handler not called).
+        dropped: Messages still buffered when a drain ran out of time.
+    """
+
+    def __init__(
+        self,
+        bus: Bus[T],
+        pattern: str,
+        handler: Handler[T],
+        *,
+        queue: str | None,
+        buffer: int,
+        drain_timeout: float,
+        telemetry: Telemetry,
+    ) -> None:
+        self._bus = bus
+        self._pattern = pattern
+        self._template = pattern if is_wildcard(pattern) else None
+        self._handler = handler
+        self._queue = queue
+        self._drain_timeout = drain_timeout
+        self._tel = telemetry
+        self._route = Route(pattern, queue, buffer)
+        self._draining = False
+        self._task: asyncio.Task[None] | None = None
+        self.handled = 0
+        self.failed = 0
+        self.undecodable = 0
+        self.dropped = 0
+
+    def _start(self) -> None:
+        self._bus.add(self._route)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"goflux-channel-{self._pattern}"
+        )
+
+    @property
+    def subject(self) -> str:
+        """The subject or pattern subscribed to."""
+        return self._pattern
+
+    @property
+    def running(self) -> bool:
+        """True until the subscription has stopped."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def pending(self) -> int:
+        """Messages waiting in the inbox."""
+        return self._route.inbox.qsize()
+
+    async def _run(self) -> None:
+        inbox = self._route.inbox
+        while True:
+            envelope = await inbox.get()
+            if envelope is None:
+                return
+            await self._process(envelope)
+            if self._draining and inbox.empty():
+                return
+
+    async def _process(self, envelope: Envelope) -> None:
+        codec = self._bus.codec
+        try:
+            with self._tel.process(
+                SYSTEM,
+                envelope.subject,
+                envelope.trace,
+                template=self._template,
+                message_id=envelope.message_id,
+                body_size=len(envelope.data) if envelope.data is not None else None,
+                consumer_group=self._queue,
+            ):
+                if codec is not None:
+                    try:
+                        payload = codec.decode(cast(bytes, envelope.value))
+                    except DecodeError:
+                        self.undecodable += 1
+                        raise
+                else:
+                    payload = envelope.value
+                message: Message[T] = Message(
+                    envelope.subject,
+                    cast(T, payload),
+                    headers=envelope.headers.copy() if envelope.headers else Headers(),
+                    id=envelope.message_id,
+                    data=envelope.data,
+                )
+                await self._handler(message)
+        except DecodeError:
+            logger.exception("undecodable message on %r, skipped", envelope.subject)
+        except Exception:
+            self.failed += 1
+            logger.exception("handler failed for message on %r", envelope.subject)
+        else:
+            self.handled += 1
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Drain: take no new messages, process those already buffered, then stop.
+
+        Handlers still running after ``timeout`` seconds (default: the subscriber's
+        drain timeout) are cancelled and what is left in the inbox is dropped and
+        counted in :attr:`dropped`. Calling it from the subscription's own handler
+        starts the drain without waiting for it.
+        """
+        task = self._task
+        if task is None:
+            return
+        if not self._draining:
+            self._draining = True
+            self._bus.remove(self._route)
+            self._route.closing.set()
+            if not self._route.inbox.full():
+                self._route.inbox.put_nowait(None)  # wakes the loop once the inbox is done
+        if task is asyncio.current_task():
+            return
+        deadline = self._drain_timeout if timeout is None else timeout
+        done, _ = await asyncio.wait((task,), timeout=deadline)
+        if not done:
+            task.cancel()
+            await asyncio.wait((task,))
+            inbox = self._route.inbox
+            while not inbox.empty():
+                if inbox.get_nowait() is not None:
+                    self.dropped += 1
+            logger.warning(
+                "drain of %r timed out after %.3gs; %d buffered messages dropped",
+                self._pattern,
+                deadline,
+                self.dropped,
+            )
+
+    async def wait(self) -> None:
+        """Wait until the subscription stops.
+
+        Raises:
+            SubscribeError: The delivery loop failed unexpectedly.
+        """
+        task = self._task
+        if task is None:
+            return
+        await asyncio.wait((task,))
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            raise SubscribeError(f"subscription to {self._pattern!r} failed: {exc}") from exc
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+class Subscriber(Generic[T]):
+    """Subscribes handlers to subjects on a :class:`Bus`.
+
+    Args:
+        bus: The bus to subscribe on.
+        queue: Queue group name: subscriptions sharing it (and matching a message)
+            compete, each message reaching one of them.
+        buffer: Inbox size per subscription; default: the bus's.
+        drain_timeout: Seconds a drain may take before handlers are cancelled.
+        telemetry: Tracing and metrics; default: OpenTelemetry globals.
+
+    Raises:
+        ValueError: ``buffer`` < 1 or ``drain_timeout`` < 0.
+    """
+
+    def __init__(
+        self,
+        bus: Bus[T],
+        *,
+        queue: str | None = None,
+        buffer: int | None = None,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        if buffer is not None and buffer < 1:
+            raise ValueError(f"buffer must be >= 1, got {buffer}")
+        if drain_timeout < 0:
+            raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout}")
+        if queue is not None and (not queue or any(c.isspace() for c in queue)):
+            raise ValueError(f"queue group must be a non-empty name without spaces: {queue!r}")
+        self._bus = bus
+        self._queue = queue
+        self._buffer = buffer if buffer is not None else bus.buffer
+        self._drain_timeout = drain_timeout
+        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._subscriptions: set[ChannelSubscription[T]] = set()
+        self._closed = False
+
+    async def start(self, subject: str, handler: Handler[T]) -> ChannelSubscription[T]:
+        """Subscribe ``handler`` to ``subject``; messages published after this returns arrive.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid pattern.
+            SubscribeError: The subscriber is closed.
+        """
+        validate_pattern(subject)
+        if self._closed:
+            raise SubscribeError(f"cannot subscribe to {subject!r}: subscriber is closed")
+        subscription = ChannelSubscription(
+            self._bus,
+            subject,
+            handler,
+            queue=self._queue,
+            buffer=self._buffer,
+            drain_timeout=self._drain_timeout,
+            telemetry=self._tel,
+        )
+        subscription._start()
+        self._subscriptions.add(subscription)
+        if subscription._task is not None:
+            subscription._task.add_done_callback(
+                lambda _: self._subscriptions.discard(subscription)
+            )
+        return subscription
+
+    async def subscribe(self, subject: str, handler: Handler[T]) -> None:
+        """Subscribe and run until cancelled or the subscriber is closed, then drain.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid pattern.
+            SubscribeError: The subscriber is closed.
+        """
+        subscription = await self.start(subject, handler)
+        try:
+            await subscription.wait()
+        finally:
+            await subscription.stop()
+
+    async def close(self) -> None:
+        """Drain and stop every subscription; later ``start`` calls raise."""
+        self._closed = True
+        subscriptions = list(self._subscriptions)
+        self._subscriptions.clear()
+        await asyncio.gather(*(s.stop() for s in subscriptions))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job: set up .venv if needed, then run the end-to-end examples.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+
+echo "== typed publish/subscribe on the in-process channel bus"
+.venv/bin/python examples/channel_orders.py
+echo
+echo "== a real nats-server (embedded unless NATS_URL is set)"
+.venv/bin/python examples/embedded_server.py

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.conformance.harness import CAPABILITIES, HARNESSES, Harness
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h
+
+
+@pytest.fixture(params=sorted(n for n, caps in CAPABILITIES.items() if "queue_groups" in caps))
+async def queue_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h

@@ -1,0 +1,59 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from goflux import Telemetry
+
+
+@dataclass
+class Otel:
+    """A Telemetry wired to in-memory exporters."""
+
+    telemetry: Telemetry
+    tracer_provider: TracerProvider
+    exporter: InMemorySpanExporter
+    reader: InMemoryMetricReader
+
+    def spans(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def span(self, name: str) -> ReadableSpan:
+        found = [s for s in self.spans() if s.name == name]
+        assert len(found) == 1, f"expected one span {name!r}, got {[s.name for s in self.spans()]}"
+        return found[0]
+
+    def metrics(self) -> dict[str, Metric]:
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        return {
+            m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+        }
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    propagator = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+    telemetry = Telemetry(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, propagator=propagator
+    )
+    yield Otel(telemetry, tracer_provider, exporter, reader)
+    tracer_provider.shutdown()
+    meter_provider.shutdown()

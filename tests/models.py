@@ -1,0 +1,24 @@
+"""Payload types shared by the tests."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class Order(BaseModel):
+    id: str
+    customer_id: str = Field(alias="customerId")
+    amount: float
+    lines: list[str] = []
+    created: datetime | None = None
+
+
+class Customer(BaseModel):
+    id: str
+    name: str
+
+
+def order(n: int = 1) -> Order:
+    return Order(id=f"o-{n}", customerId=f"c-{n % 3}", amount=10.0 + n)

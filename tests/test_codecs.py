@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+from typing_extensions import TypedDict
+
+from goflux import BytesCodec, DecodeError, EncodeError, JsonCodec, StrCodec
+from tests.models import Customer, Order
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+
+
+class Event(TypedDict):
+    name: str
+    count: int
+
+
+class Basket(BaseModel):
+    prices: list[float]
+
+
+def test_model_encodes_compact_with_aliases_like_go() -> None:
+    codec = JsonCodec(Order)
+    data = codec.encode(Order(id="o-1", customerId="c-1", amount=12.5, lines=["a"]))
+    # What Go's encoding/json writes for the equivalent struct with json tags.
+    assert data == b'{"id":"o-1","customerId":"c-1","amount":12.5,"lines":["a"],"created":null}'
+    assert codec.decode(data) == Order(id="o-1", customerId="c-1", amount=12.5, lines=["a"])
+
+
+def test_decodes_what_a_go_service_writes() -> None:
+    # encoding/json output: RFC 3339 time with offset, fields in struct order, no spaces.
+    go = b'{"id":"o-9","customerId":"c-2","amount":3,"created":"2026-11-22T10:00:00.5+01:00"}'
+    order = JsonCodec(Order).decode(go)
+    assert order.amount == 3.0
+    assert order.created == datetime(2026, 11, 22, 9, 0, 0, 500000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("tp", "value"),
+    [
+        (Point, Point(1.0, 2.5)),
+        (Event, {"name": "signup", "count": 3}),
+        (list[int], [1, 2, 3]),
+        (dict[str, float], {"a": 1.5}),
+        (int | None, None),
+        (str, "héllo"),
+        (float, 1),
+    ],
+)
+def test_round_trips(tp: Any, value: Any) -> None:
+    codec = JsonCodec(tp)
+    data = codec.encode(value)
+    assert b" " not in data.replace(b"h\xc3\xa9llo", b"")
+    assert codec.decode(data) == value
+    json.loads(data)  # standard JSON, as any peer parses it
+
+
+@pytest.mark.parametrize(
+    ("tp", "value", "fragment"),
+    [
+        (
+            Order,
+            Customer(id="c", name="n"),
+            "cannot encode Customer as Order: expected an instance",
+        ),
+        (Order, {"id": "o"}, "cannot encode dict as Order"),
+        (Point, (1, 2), "cannot encode tuple as Point"),
+        (Event, {"name": "x"}, "count: Field required"),
+        (Event, {"name": "x", "count": "3"}, "count"),
+        (list[int], ["a"], "cannot encode list as list[int]"),
+        (int, "x", "cannot encode str as int"),
+        (float, math.nan, "NaN and Infinity are not valid JSON"),
+        (Basket, Basket(prices=[1.0, math.inf]), "NaN and Infinity"),
+        (Point, Point(-math.inf, 0), "NaN and Infinity"),
+    ],
+)
+def test_encode_errors_name_the_type_and_the_cause(tp: Any, value: Any, fragment: str) -> None:
+    with pytest.raises(EncodeError, match=fragment.replace("[", r"\[").replace("]", r"\]")) as info:
+        JsonCodec(tp).encode(value)
+    assert info.value.type_name
+
+
+def test_nulls_that_are_real_nulls_still_encode() -> None:
+    codec = JsonCodec(dict[str, float | None])
+    assert codec.encode({"a": None, "b": 1.0}) == b'{"a":null,"b":1.0}'
+    assert JsonCodec(str).encode("null NaN Infinity") == b'"null NaN Infinity"'
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"", "Invalid JSON"),
+        (b"\xff\xfe", "Invalid JSON"),
+        (b'{"id":"o-1","customerId":"c"', "Invalid JSON"),
+        (
+            b'{"id":"o-1","customerId":"c","amount":"lots"}',
+            "amount: Input should be a valid number",
+        ),
+        (b'{"id":"o-1"}', "customerId: Field required"),
+        (b"[]", "<root>: Input should be an object"),
+        (b'{"id":"o","customerId":"c","amount":NaN}', "NaN and Infinity are not valid JSON"),
+        (b'{"id":"o","customerId":"c","amount":-Infinity}', "NaN and Infinity"),
+    ],
+)
+def test_decode_errors_name_the_type_size_and_cause(data: bytes, fragment: str) -> None:
+    with pytest.raises(DecodeError, match=fragment) as info:
+        JsonCodec(Order).decode(data)
+    err = info.value
+    assert err.type_name == "Order"
+    assert err.size == len(data)
+    assert f"cannot decode {len(data)} bytes as Order" in str(err)
+    assert err.__cause__ is not None
+
+
+def test_strings_mentioning_nan_decode_fine() -> None:
+    assert JsonCodec(str).decode(b'"NaN or Infinity"') == "NaN or Infinity"
+
+
+def test_strict_mode_refuses_coercion() -> None:
+    assert JsonCodec(int).decode(b'"5"') == 5
+    with pytest.raises(DecodeError) as info:
+        JsonCodec(int, strict=True).decode(b'"5"')
+    assert isinstance(info.value.__cause__, ValidationError)
+
+
+def test_many_errors_are_summarised() -> None:
+    with pytest.raises(DecodeError, match="and 3 more"):
+        JsonCodec(list[int]).decode(b'["a","b","c","d","e","f","g","h"]')
+
+
+def test_unsupported_types_fail_at_construction() -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(TypeError, match="JsonCodec cannot handle Opaque"):
+        JsonCodec(Opaque)
+
+
+@given(st.binary(max_size=256))
+def test_random_bytes_decode_or_raise_decode_error(data: bytes) -> None:
+    codec = JsonCodec(Order)
+    try:
+        result = codec.decode(data)
+    except DecodeError:
+        return
+    assert isinstance(result, Order)
+
+
+@given(
+    st.builds(
+        Order,
+        id=st.text(max_size=20),
+        customerId=st.text(max_size=20),
+        amount=st.floats(allow_nan=False, allow_infinity=False),
+        lines=st.lists(st.text(max_size=5), max_size=4),
+    )
+)
+def test_any_valid_order_round_trips(order: Order) -> None:
+    codec = JsonCodec(Order)
+    assert codec.decode(codec.encode(order)) == order
+
+
+def test_bytes_codec() -> None:
+    codec = BytesCodec()
+    assert codec.encode(b"\x00\xff") == b"\x00\xff"
+    assert codec.encode(bytearray(b"ab")) == b"ab"
+    assert codec.encode(memoryview(b"cd")) == b"cd"
+    assert codec.decode(b"x") == b"x"
+    with pytest.raises(EncodeError, match="cannot encode str as bytes"):
+        codec.encode("text")  # type: ignore[arg-type]
+
+
+def test_str_codec() -> None:
+    codec = StrCodec()
+    assert codec.decode(codec.encode("grüße")) == "grüße"
+    with pytest.raises(EncodeError, match="expected str"):
+        codec.encode(b"x")  # type: ignore[arg-type]
+    with pytest.raises(EncodeError, match="UTF-8"):
+        codec.encode("\ud800")
+    with pytest.raises(DecodeError, match="invalid UTF-8 at byte 1") as info:
+        codec.decode(b"a\xff")
+    assert info.value.size == 2
+
+
+def test_repr_names_the_type() -> None:
+    assert repr(JsonCodec(Order)) == "JsonCodec(Order)"
+    assert repr(JsonCodec(list[int])) == "JsonCodec(list[int])"
+    assert JsonCodec(Order).type is Order

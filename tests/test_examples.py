@@ -1,0 +1,51 @@
+"""Every example runs, as a user would run it, and prints what it promises."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from goflux.testing import NatsServer
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run(name: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_every_example_is_covered_here() -> None:
+    covered = {"channel_orders.py", "embedded_server.py"}
+    assert {p.name for p in EXAMPLES.glob("*.py")} == covered
+
+
+def test_channel_orders() -> None:
+    out = run("channel_orders.py")
+    assert out.count("audit: orders.created.") == 6
+    assert "billed per worker: {'worker-1': 3, 'worker-2': 3}" in out
+
+
+def test_embedded_server_starts_its_own() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    out = run("embedded_server.py", env)
+    assert "embedded nats-server ready on nats://127.0.0.1:" in out
+    assert "smoke.ping 'hello' id=ping-1" in out
+    assert "JetStream enabled" in out
+
+
+def test_embedded_server_uses_nats_url(nats_server: NatsServer) -> None:
+    out = run("embedded_server.py", {**os.environ, "NATS_URL": nats_server.url})
+    assert f"using the NATS server at {nats_server.url}" in out
+    assert "embedded" not in out
+    assert "smoke.ping 'hello' id=ping-1" in out

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import pytest
+
+from goflux import Headers, InvalidHeader
+from goflux.headers import check_message_id
+
+
+def test_lookup_ignores_case_and_keeps_original_casing() -> None:
+    h = Headers({"X-Tenant": "acme"})
+    assert h["x-tenant"] == "acme"
+    assert "X-TENANT" in h
+    assert list(h) == ["X-Tenant"]
+
+
+def test_multiple_values_in_order() -> None:
+    h = Headers([("Tag", "a"), ("tag", "b")])
+    h.add("TAG", "c")
+    assert h.get_all("tag") == ["a", "b", "c"]
+    assert h["Tag"] == "a"
+    assert len(h) == 1
+    assert h.multi_items() == [("Tag", "a"), ("Tag", "b"), ("Tag", "c")]
+
+
+def test_mapping_with_sequences_and_assignment_replaces() -> None:
+    h = Headers({"A": ["1", "2"], "B": "x"})
+    assert h.get_all("a") == ["1", "2"]
+    h["a"] = "3"
+    assert h.get_all("A") == ["3"]
+    assert list(h) == ["a", "B"]
+    del h["b"]
+    assert "B" not in h
+    assert h.get("missing") is None
+    assert h.get_all("missing") == []
+
+
+def test_copy_is_independent_and_equality_ignores_name_case() -> None:
+    h = Headers({"A": "1"})
+    c = h.copy()
+    c.add("A", "2")
+    assert h.get_all("A") == ["1"]
+    assert Headers({"a": "1"}) == Headers({"A": "1"})
+    assert Headers({"a": "1"}) == {"A": "1"}
+    assert Headers({"a": "1"}) != Headers({"a": "2"})
+    assert Headers({"a": "1"}) != {"bad name": "1"}
+
+
+@pytest.mark.parametrize("name", ["", "with space", "colon:", "new\nline", "ümlaut", 5])
+def test_invalid_names_are_refused(name: object) -> None:
+    with pytest.raises(InvalidHeader, match="invalid header name"):
+        Headers({name: "v"})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "line\nbreak", "nul\x00", 7, None])
+def test_invalid_values_are_refused(value: object) -> None:
+    with pytest.raises(InvalidHeader, match="X-Ok"):
+        Headers().add("X-Ok", value)  # type: ignore[arg-type]
+
+
+def test_message_id_must_travel_as_a_header_value() -> None:
+    assert check_message_id("id-1") == "id-1"
+    for bad in ("", "a\r\nb", None, 3):
+        with pytest.raises(InvalidHeader):
+            check_message_id(bad)

