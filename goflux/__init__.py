@@ -29,6 +29,7 @@ from goflux.errors import (
 )
 from goflux.headers import Headers, HeadersLike
 from goflux.interfaces import (
+    Closeable,
     Handler,
     Middleware,
     Publisher,
@@ -46,6 +47,7 @@ __all__ = (
     "Acker",
     "AlreadySettled",
     "BytesCodec",
+    "Closeable",
     "Codec",
     "CodecError",
     "DecodeError",

@@ -13,7 +13,7 @@ import json
 from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
 import pydantic_core
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
 from typing_extensions import TypeForm, is_typeddict
 
@@ -64,8 +64,9 @@ def _describe_validation(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _opaque(_: object) -> None:
-    return None
+def _opaque(obj: object) -> object:
+    # Sets hold values too; anything else json cannot walk holds no float of interest.
+    return list(obj) if isinstance(obj, set | frozenset) else None
 
 
 def _contains_non_finite(obj: object) -> bool:
@@ -75,6 +76,47 @@ def _contains_non_finite(obj: object) -> bool:
     except ValueError:
         return True
     return False
+
+
+_FLOAT_SCHEMAS = frozenset({"float", "any", "complex"})
+
+
+def _may_hold_float(core_schema: object) -> bool:
+    """Report whether a pydantic core schema can produce a float anywhere inside."""
+    stack = [core_schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") in _FLOAT_SCHEMAS:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
+
+
+def _writes_inf_nan_tokens(core_schema: object) -> bool:
+    """Report whether some config in the schema serialises NaN as a token or string."""
+    stack = [core_schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("ser_json_inf_nan") in ("constants", "strings"):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
+
+
+def _adapter(type_: object) -> TypeAdapter[Any]:
+    """Build the TypeAdapter, refusing non-finite floats where the type takes our config."""
+    try:
+        return TypeAdapter(cast(Any, type_), config=ConfigDict(allow_inf_nan=False))
+    except PydanticUserError as exc:
+        if exc.code != "type-adapter-config-unused":
+            raise
+    return TypeAdapter(cast(Any, type_))  # a model, dataclass or TypedDict: its own config
 
 
 class JsonCodec(Generic[T]):
@@ -87,7 +129,12 @@ class JsonCodec(Generic[T]):
     Encoding writes compact UTF-8 JSON using field aliases, readable by Go's
     ``encoding/json``, and refuses what JSON cannot carry: NaN and Infinity raise
     instead of silently becoming ``null``. Decoding validates with pydantic (lax by
-    default, ``strict=True`` for exact types) and likewise refuses NaN/Infinity tokens.
+    default, ``strict=True`` for exact types) and refuses the non-JSON tokens
+    ``NaN``/``Infinity``. Whether a float field accepts valid JSON that lax
+    validation turns into a non-finite float (the string ``"nan"``, ``1e999``) is
+    the model's own ``allow_inf_nan`` setting (pydantic allows it by default; set
+    ``model_config = ConfigDict(allow_inf_nan=False)`` to refuse it). For types
+    without a config of their own (``float``, ``list[float]``, ...) it is refused.
 
     Raises:
         TypeError: pydantic cannot build a schema for the given type.
@@ -96,8 +143,11 @@ class JsonCodec(Generic[T]):
     __slots__ = (
         "_adapter",
         "_check_instance",
+        "_floats",
         "_name",
+        "_nan_tokens",
         "_prevalidate",
+        "_refuse_bool",
         "_to_json",
         "_type",
         "_validate",
@@ -109,7 +159,7 @@ class JsonCodec(Generic[T]):
         self._type = type_
         self._name = _type_name(type_)
         try:
-            adapter: TypeAdapter[T] = TypeAdapter(cast(Any, type_))
+            adapter: TypeAdapter[T] = _adapter(type_)
         except PydanticUserError as exc:
             raise TypeError(f"JsonCodec cannot handle {self._name}: {exc}") from exc
         self._adapter = adapter
@@ -121,6 +171,10 @@ class JsonCodec(Generic[T]):
         self._check_instance: type | None = None
         self._prevalidate = False
         self._warnings: bool | Literal["error"] = True
+        self._floats = _may_hold_float(adapter.core_schema)
+        self._nan_tokens = _writes_inf_nan_tokens(adapter.core_schema)
+        # bool is an int to Python, but True is not a number on the wire.
+        self._refuse_bool = type_ in (int, float)
         if not isinstance(type_, type) or is_typeddict(type_):
             self._prevalidate = True
         elif issubclass(type_, BaseModel) or dataclasses.is_dataclass(type_):
@@ -148,7 +202,9 @@ class JsonCodec(Generic[T]):
             EncodeError: ``value`` is not a valid ``T``, or holds NaN/Infinity.
         """
         check = self._check_instance
-        if check is not None and not isinstance(value, check):
+        if (check is not None and not isinstance(value, check)) or (
+            self._refuse_bool and isinstance(value, bool)
+        ):
             raise EncodeError(
                 f"cannot encode {type(value).__name__} as {self._name}: "
                 f"expected an instance of {self._name}",
@@ -170,10 +226,15 @@ class JsonCodec(Generic[T]):
                 f"cannot encode {type(value).__name__} as {self._name}: {detail}",
                 type_name=self._name,
             ) from exc
-        # pydantic writes NaN/Infinity as null; only then can output hold them, so the
-        # precise (slower) check runs only when "null" appears.
-        if b"null" in out and _contains_non_finite(
-            self._adapter.dump_python(value, mode="python", by_alias=True, warnings=False)
+        # pydantic writes NaN/Infinity as null (or, configured so, as NaN or "NaN"): the
+        # precise check of the value runs only when the output shows one of those.
+        if (
+            self._floats
+            and (
+                out.find(b"null") >= 0
+                or (self._nan_tokens and (out.find(b"NaN") >= 0 or out.find(b"Infinity") >= 0))
+            )
+            and self._non_finite(value)
         ):
             raise EncodeError(
                 f"cannot encode {type(value).__name__} as {self._name}: "
@@ -182,21 +243,39 @@ class JsonCodec(Generic[T]):
             )
         return out
 
+    def _non_finite(self, value: T) -> bool:
+        dumped = self._adapter.dump_python(value, mode="python", by_alias=True, warnings=False)
+        return _contains_non_finite(dumped)
+
     def decode(self, data: bytes, /) -> T:
         """Parse and validate JSON ``data`` as a ``T``.
 
         Raises:
-            DecodeError: ``data`` is not JSON, not a valid ``T``, or holds NaN/Infinity.
+            DecodeError: ``data`` is not bytes or not JSON (``NaN``/``Infinity`` tokens
+                included), or is not a valid ``T``.
         """
         try:
             value = self._validate(data)
         except ValidationError as exc:
+            given: object = data
+            if not isinstance(given, bytes | bytearray | memoryview | str):
+                raise DecodeError(
+                    f"cannot decode {type(given).__name__} as {self._name}: expected bytes",
+                    type_name=self._name,
+                    size=0,
+                ) from exc
             raise DecodeError(
                 f"cannot decode {len(data)} bytes as {self._name}: {_describe_validation(exc)}",
                 type_name=self._name,
                 size=len(data),
             ) from exc
-        if b"NaN" in data or b"Infinity" in data:
+        # bytes.find is much cheaper than `in` (which first tries an int needle), and
+        # a one-byte find is a memchr: the exact search runs only if N or I occur.
+        if (
+            self._floats
+            and (data.find(b"N") >= 0 or data.find(b"I") >= 0)
+            and (data.find(b"NaN") >= 0 or data.find(b"Infinity") >= 0)
+        ):
             try:
                 pydantic_core.from_json(data, allow_inf_nan=False)
             except ValueError as exc:

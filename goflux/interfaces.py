@@ -16,6 +16,7 @@ from goflux.message import Message
 from goflux.receipt import PublishReceipt
 
 __all__ = (
+    "Closeable",
     "Handler",
     "Middleware",
     "Publisher",
@@ -61,6 +62,27 @@ class Middleware(Protocol[T]):
         ...
 
 
+class Closeable(Protocol):
+    """Something with resources to release; ``async with`` closes it on exit.
+
+    Closing drains: publishers stop accepting work, subscribers and responders stop
+    taking messages and let in-flight handlers finish. The caller owns connections.
+    """
+
+    async def close(self) -> None:
+        """Drain and release resources; later use raises."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
 class Subscription(Protocol):
     """A running subscription, returned once the transport has registered interest.
 
@@ -96,7 +118,7 @@ class Subscription(Protocol):
     ) -> None: ...
 
 
-class Publisher(Protocol[T_contra]):
+class Publisher(Closeable, Protocol[T_contra]):
     """Publishes typed values to subjects."""
 
     async def publish(
@@ -120,21 +142,8 @@ class Publisher(Protocol[T_contra]):
         """
         ...
 
-    async def close(self) -> None:
-        """Stop accepting publishes and release resources (the caller owns connections)."""
-        ...
 
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
-
-
-class Subscriber(Protocol[T_co]):
+class Subscriber(Closeable, Protocol[T_co]):
     """Delivers typed messages from subjects to handlers."""
 
     async def start(self, subject: str, handler: Handler[T_co]) -> Subscription:
@@ -152,21 +161,8 @@ class Subscriber(Protocol[T_co]):
         """Subscribe and run until cancelled or the subscriber is closed, then drain."""
         ...
 
-    async def close(self) -> None:
-        """Drain and stop every subscription started by this subscriber."""
-        ...
 
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
-
-
-class Requester(Protocol[Req_contra, Resp_co]):
+class Requester(Closeable, Protocol[Req_contra, Resp_co]):
     """Sends typed requests and returns typed replies."""
 
     async def request(
@@ -187,21 +183,8 @@ class Requester(Protocol[Req_contra, Resp_co]):
         """
         ...
 
-    async def close(self) -> None:
-        """Release resources (the caller owns connections)."""
-        ...
 
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
-
-
-class Responder(Protocol[Req_co, Resp_contra]):
+class Responder(Closeable, Protocol[Req_co, Resp_contra]):
     """Serves typed requests on a subject with a request handler."""
 
     async def start(
@@ -213,16 +196,3 @@ class Responder(Protocol[Req_co, Resp_contra]):
     async def serve(self, subject: str, handle: Callable[[Req_co], Awaitable[Resp_contra]]) -> None:
         """Serve ``subject`` until cancelled or closed, then drain."""
         ...
-
-    async def close(self) -> None:
-        """Drain and stop serving."""
-        ...
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...

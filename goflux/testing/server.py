@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import re
 import shutil
@@ -24,6 +25,9 @@ from goflux.errors import GofluxError
 __all__ = ("NatsServer", "NatsServerError", "NatsServerNotFound", "find_nats_server")
 
 _READY = "Server is ready"
+_TEMP_PREFIX = "goflux-nats-"
+_OWNER_FILE = ".goflux-owner"
+_SERVER_FILE = ".goflux-server"
 _LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _LOG_LINES = 200
 
@@ -69,6 +73,40 @@ def find_nats_server(binary: str | os.PathLike[str] | None = None) -> str:
     )
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_abandoned_stores() -> None:
+    """Remove temporary stores (and kill their servers) left by processes that died.
+
+    An owner killed without a chance to clean up (SIGKILL, or SIGTERM to it alone)
+    leaves its store and possibly its nats-server; the next NatsServer tidies up.
+    """
+    for path in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
+        try:
+            owner = int((path / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(owner):
+            continue
+        try:
+            server = int((path / _SERVER_FILE).read_text())
+            cmdline = Path(f"/proc/{server}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            server, cmdline = 0, b""
+        if server and b"nats-server" in cmdline and str(path).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server, signal.SIGKILL)
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class _Process:
     """One nats-server process and the thread that reads its log."""
 
@@ -84,7 +122,8 @@ class _Process:
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
-            start_new_session=True,  # Ctrl-C in a terminal reaches us, not the server
+            # Same process group as us: Ctrl-C in a terminal or a CI runner's
+            # group-wide SIGTERM stops the server together with its owner.
         )
         self._reader = threading.Thread(target=self._read, name="nats-server-log", daemon=True)
         self._reader.start()
@@ -136,6 +175,7 @@ class _Resources:
     def __init__(self) -> None:
         self.process: _Process | None = None
         self.temp_dir: str | None = None
+        self.temp_dir_deleted = False
 
     def release(self) -> None:
         if self.process is not None:
@@ -144,6 +184,7 @@ class _Resources:
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
             self.temp_dir = None
+            self.temp_dir_deleted = True
 
 
 class NatsServer:
@@ -192,6 +233,7 @@ class NatsServer:
         self.args = tuple(args)
         self.startup_timeout = startup_timeout
         self.startup_seconds: float | None = None
+        _sweep_abandoned_stores()
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.release)
 
@@ -243,30 +285,64 @@ class NatsServer:
         argv = [self.binary, "-a", self.host, "-p", str(self._port if self._port else -1)]
         if self.jetstream:
             if self._store_dir is None and self._resources.temp_dir is None:
-                self._resources.temp_dir = tempfile.mkdtemp(prefix="goflux-nats-")
+                temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX)
+                (Path(temp_dir) / _OWNER_FILE).write_text(str(os.getpid()))
+                self._resources.temp_dir = temp_dir
             argv += ["-js", "-sd", str(self.store_dir)]
         argv += self.args
         return argv
+
+    def _spawn(self) -> _Process:
+        if self.running:
+            raise NatsServerError(f"nats-server is already running on {self.url}")
+        if self._resources.temp_dir_deleted:
+            raise NatsServerError(
+                "this server was stopped and its temporary store deleted; restart() works "
+                "after kill() or on a running server (pass store_dir= to keep a store)"
+            )
+        process = _Process(self._argv())
+        self._resources.process = process
+        return process
+
+    def _ready(self, process: _Process, began: float) -> None:
+        if process.address is None:  # wait_ready guarantees it; keeps mypy informed
+            raise NatsServerError("nats-server did not report its client port")
+        self._port = process.address[1]
+        if self._resources.temp_dir is not None:
+            server_file = Path(self._resources.temp_dir) / _SERVER_FILE
+            server_file.write_text(str(process.popen.pid))
+        self.startup_seconds = time.perf_counter() - began
 
     def start(self) -> Self:
         """Start the server and block until it accepts connections.
 
         Raises:
-            NatsServerError: It is already running, or failed to become ready.
+            NatsServerError: It is already running, its temporary store was deleted by
+                :meth:`stop`, or it failed to become ready.
         """
-        if self.running:
-            raise NatsServerError(f"nats-server is already running on {self.url}")
         began = time.perf_counter()
-        process = _Process(self._argv())
-        self._resources.process = process
+        process = self._spawn()
         process.wait_ready(self.startup_timeout)
-        assert process.address is not None
-        self._port = process.address[1]
-        self.startup_seconds = time.perf_counter() - began
+        self._ready(process, began)
         return self
 
+    async def _start_async(self) -> None:
+        # Spawn in the caller's thread; wait for readiness off the event loop. A
+        # cancelled start must not leave a server running.
+        began = time.perf_counter()
+        process = self._spawn()
+        try:
+            await asyncio.to_thread(process.wait_ready, self.startup_timeout)
+        except BaseException:
+            process.terminate(kill=True)
+            raise
+        self._ready(process, began)
+
     def stop(self) -> None:
-        """Stop the server gracefully and delete the temporary store (if it made one)."""
+        """Stop the server gracefully and delete the temporary store (if it made one).
+
+        A server whose temporary store was deleted cannot :meth:`restart`.
+        """
         process = self._resources.process
         if process is not None:
             process.terminate(kill=False)
@@ -284,14 +360,15 @@ class NatsServer:
         A running server is stopped gracefully first; a killed one is just started.
 
         Raises:
-            NatsServerError: It was never started, or failed to become ready.
+            NatsServerError: It was never started, its temporary store was deleted by
+                :meth:`stop`, or it failed to become ready.
         """
         if self._port is None:
             raise NatsServerError("restart() needs a server that was started before")
         process = self._resources.process
         if process is not None and self.running:
             await asyncio.to_thread(process.terminate, kill=False)
-        await asyncio.to_thread(self.start)
+        await self._start_async()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -305,7 +382,8 @@ class NatsServer:
         self.stop()
 
     async def __aenter__(self) -> Self:
-        return await asyncio.to_thread(self.start)
+        await self._start_async()
+        return self
 
     async def __aexit__(
         self,

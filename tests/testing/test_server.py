@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -169,3 +171,45 @@ async def test_pytest_fixture(nats_server: NatsServer, nats_url: str) -> None:
     nc = await nats.connect(nats_url, allow_reconnect=False)
     await nc.flush()
     await nc.close()
+
+
+async def test_a_cancelled_start_leaves_no_server_behind() -> None:
+    server = NatsServer()
+    starting = asyncio.create_task(server.__aenter__())
+    await asyncio.sleep(0)  # the process is spawned in this first step
+    process = server._resources.process
+    assert process is not None
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert not server.running
+    assert not alive(process.popen.pid)
+    server.stop()
+
+
+def test_restart_after_stop_is_refused_because_the_store_is_gone() -> None:
+    server = NatsServer()
+    with server:
+        pass
+    with pytest.raises(NatsServerError, match="temporary store deleted"):
+        asyncio.run(server.restart())
+
+
+def test_a_crashed_owner_s_server_and_store_are_cleaned_up_by_the_next_one() -> None:
+    code = (
+        "import time; from goflux.testing import NatsServer; s = NatsServer().start(); "
+        "print(s.pid, s.store_dir, flush=True); time.sleep(120)"
+    )
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as owner:
+        assert owner.stdout is not None
+        pid_text, store = owner.stdout.readline().split()
+        owner.kill()  # SIGKILL: no cleanup ran
+        owner.wait()
+    orphan = int(pid_text)
+    assert alive(orphan)
+    assert Path(store).is_dir()
+
+    NatsServer(jetstream=False)  # any new server sweeps what dead owners left
+
+    assert not alive(orphan)
+    assert not Path(store).exists()

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from goflux import JsonCodec, Message
+from goflux import JsonCodec, Message, SubscribeError
 from goflux.transports import channel
 from tests.helpers import Inbox, settle_loop
 from tests.models import Order, order
@@ -38,14 +38,14 @@ async def test_a_full_inbox_makes_the_publisher_wait() -> None:
     third = asyncio.create_task(pub.publish("n", 3))
     await settle_loop()
     assert not third.done(), "publish must wait while the subscriber's inbox is full"
-    assert subscription.pending == 1
+    assert subscription.pending == 2  # one in the inbox, one held for the waiting publisher
     gate.release.set()
     await third
     await subscription.stop()
     assert gate.done == [1, 2, 3]
 
 
-async def test_stopping_releases_a_blocked_publisher() -> None:
+async def test_a_drain_handles_messages_whose_publishers_were_waiting() -> None:
     bus: channel.Bus[int] = channel.Bus(buffer=1)
     gate = Gate()
     subscription = await channel.Subscriber(bus).start("n", gate)
@@ -56,10 +56,30 @@ async def test_stopping_releases_a_blocked_publisher() -> None:
     blocked = asyncio.create_task(pub.publish("n", 3))
     await settle_loop()
     stopping = asyncio.create_task(subscription.stop(timeout=10))
-    await blocked  # released: the stopped subscription no longer takes messages
+    await settle_loop()
+    assert not blocked.done()
+    await pub.publish("n", 4)  # after stop(): not for this subscription any more
     gate.release.set()
     await stopping
-    assert gate.done == [1, 2]  # what was buffered before stop() is still handled
+    await blocked
+    assert gate.done == [1, 2, 3]
+    assert subscription.dropped == 0
+
+
+async def test_a_drain_deadline_releases_waiting_publishers_and_counts_their_messages() -> None:
+    bus: channel.Bus[int] = channel.Bus(buffer=1)
+    gate = Gate()
+    subscription = await channel.Subscriber(bus).start("n", gate)
+    pub = channel.Publisher(bus)
+    await pub.publish("n", 1)
+    await gate.started.get()
+    await pub.publish("n", 2)
+    blocked = asyncio.create_task(pub.publish("n", 3))
+    await settle_loop()
+    await subscription.stop(timeout=0.01)
+    await blocked  # released, not left hanging
+    assert subscription.dropped == 2
+    assert gate.done == []
 
 
 async def test_drain_timeout_cancels_the_handler_and_counts_dropped(
@@ -77,7 +97,8 @@ async def test_drain_timeout_cancels_the_handler_and_counts_dropped(
     assert not subscription.running
     assert subscription.dropped == 2
     assert gate.done == []
-    assert "2 buffered messages dropped" in caplog.text
+    assert "drain of 'n' timed out" in caplog.text
+    assert "ended with 2 messages unhandled" in caplog.text
 
 
 async def test_a_handler_can_stop_its_own_subscription() -> None:
@@ -226,3 +247,79 @@ async def test_subscribe_returns_when_the_subscriber_closes() -> None:
     async with asyncio.timeout(10):
         await running
     assert inbox.payloads == [1]
+
+
+async def test_a_handler_cancelling_itself_is_a_failure_not_the_end() -> None:
+    bus: channel.Bus[int] = channel.Bus()
+    inbox: Inbox[int] = Inbox()
+
+    async def handler(msg: Message[int]) -> None:
+        if msg.payload == 1:
+            future = asyncio.get_running_loop().create_future()
+            future.cancel()
+            await future  # raises CancelledError out of the handler
+        await inbox(msg)
+
+    subscription = await channel.Subscriber(bus).start("n", handler)
+    pub = channel.Publisher(bus)
+    await pub.publish("n", 1)
+    await pub.publish("n", 2)
+    await inbox.wait_for(1)
+    assert subscription.running
+    assert subscription.failed == 1
+    await subscription.stop()
+    assert inbox.payloads == [2]
+
+
+async def test_a_killed_delivery_loop_leaves_the_bus_and_reports_it() -> None:
+    bus: channel.Bus[int] = channel.Bus(buffer=1)
+    gate = Gate()
+    subscription = await channel.Subscriber(bus).start("n", gate)
+    pub = channel.Publisher(bus)
+    await pub.publish("n", 1)
+    await gate.started.get()
+    await pub.publish("n", 2)
+    blocked = asyncio.create_task(pub.publish("n", 3))
+    await settle_loop()
+    assert subscription._task is not None
+    subscription._task.cancel()  # something outside kills the loop
+    with pytest.raises(SubscribeError, match="cancelled"):
+        await subscription.wait()
+    await blocked  # released
+    assert bus.subscription_count == 0
+    assert subscription.dropped == 2
+    async with asyncio.timeout(5):
+        await pub.publish("n", 4)  # nobody subscribed: returns at once
+
+
+async def test_cancelling_the_caller_of_close_keeps_the_drain_deadline() -> None:
+    bus: channel.Bus[int] = channel.Bus()
+    gate = Gate()
+    sub = channel.Subscriber(bus, drain_timeout=0.05)
+    subscription = await sub.start("n", gate)
+    await channel.Publisher(bus).publish("n", 1)
+    await gate.started.get()
+    closing = asyncio.create_task(sub.close())
+    await settle_loop()
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    await subscription.wait()  # the deadline still cancels the stuck handler
+    assert not subscription.running
+    await sub.close()  # idempotent
+
+
+async def test_queue_group_members_on_different_patterns_all_get_work() -> None:
+    bus: channel.Bus[str] = channel.Bus()
+    inboxes = {name: Inbox[str]() for name in "ABC"}
+    workers = channel.Subscriber(bus, queue="workers")
+    await workers.start("orders.x", inboxes["A"])
+    await workers.start("orders.x", inboxes["B"])
+    await workers.start("orders.y", inboxes["C"])
+    pub = channel.Publisher(bus)
+    for n in range(100):
+        await pub.publish("orders.x", f"x{n}")
+        await pub.publish("orders.y", f"y{n}")
+    await workers.close()
+    counts = {name: len(inbox.messages) for name, inbox in inboxes.items()}
+    assert counts == {"A": 50, "B": 50, "C": 100}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
@@ -17,7 +18,7 @@ T = TypeVar("T")
 DEFAULT_BUFFER = 1024
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Envelope:
     """One published message as it travels through the bus."""
 
@@ -30,34 +31,107 @@ class Envelope:
 
 
 class Route:
-    """A subscription's registration on the bus: its pattern, queue group and inbox."""
+    """A subscription's place on the bus: its pattern, queue group and bounded inbox.
 
-    __slots__ = ("closing", "inbox", "pattern", "queue", "tokens")
+    The inbox holds at most ``capacity`` envelopes. A publisher finding it full leaves
+    its envelope with the route and waits; the envelope moves into the inbox, in
+    arrival order, as soon as the subscription takes one out. Closing the route
+    releases every waiting publisher and reports how many envelopes were left.
+    """
 
-    def __init__(self, pattern: str, queue: str | None, buffer: int) -> None:
+    __slots__ = (
+        "_buffer",
+        "_closed",
+        "_ready",
+        "_waiting",
+        "capacity",
+        "delivered",
+        "pattern",
+        "queue",
+        "tokens",
+    )
+
+    def __init__(self, pattern: str, queue: str | None, capacity: int) -> None:
         self.pattern = pattern
         self.tokens = tuple(pattern.split("."))
         self.queue = queue
-        self.inbox: asyncio.Queue[Envelope | None] = asyncio.Queue(maxsize=buffer)
-        # Set when the subscription stops taking messages; releases blocked publishers.
-        self.closing = asyncio.Event()
+        self.capacity = capacity
+        self.delivered = 0  # envelopes handed to this route (queue-group fairness)
+        self._buffer: deque[Envelope] = deque()
+        self._waiting: deque[tuple[Envelope, asyncio.Future[None]]] = deque()
+        self._ready: asyncio.Future[None] | None = None
+        self._closed = False
+
+    @property
+    def pending(self) -> int:
+        """Envelopes in the inbox plus those held for waiting publishers."""
+        return len(self._buffer) + len(self._waiting)
+
+    def _wake(self) -> None:
+        ready = self._ready
+        if ready is not None and not ready.done():
+            ready.set_result(None)
 
     async def put(self, envelope: Envelope) -> None:
-        """Queue ``envelope``, waiting for room (back-pressure) unless the route closes."""
-        if self.closing.is_set():
+        """Queue ``envelope``; wait while the inbox is full (back-pressure).
+
+        Returns once the envelope is in the inbox, or when the route closes (the
+        envelope is then counted by :meth:`close`).
+        """
+        if self._closed:
             return
-        try:
-            self.inbox.put_nowait(envelope)
+        self.delivered += 1
+        if len(self._buffer) < self.capacity and not self._waiting:
+            self._buffer.append(envelope)
+            self._wake()
             return
-        except asyncio.QueueFull:
-            pass
-        putter = asyncio.ensure_future(self.inbox.put(envelope))
-        closed = asyncio.ensure_future(self.closing.wait())
+        slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (envelope, slot)
+        self._waiting.append(entry)
         try:
-            await asyncio.wait((putter, closed), return_when=asyncio.FIRST_COMPLETED)
+            await slot
+        except asyncio.CancelledError:
+            if entry in self._waiting:  # the publisher gave up before delivery
+                self._waiting.remove(entry)
+            raise
+
+    def take(self) -> Envelope | None:
+        """Return the next envelope, or None when the inbox is empty."""
+        if not self._buffer:
+            return None
+        envelope = self._buffer.popleft()
+        if self._waiting:
+            waiting, slot = self._waiting.popleft()
+            self._buffer.append(waiting)
+            if not slot.done():
+                slot.set_result(None)
+        return envelope
+
+    async def wait(self) -> None:
+        """Wait until an envelope arrives or :meth:`interrupt` is called."""
+        if self._buffer:
+            return
+        self._ready = asyncio.get_running_loop().create_future()
+        try:
+            await self._ready
         finally:
-            putter.cancel()
-            closed.cancel()
+            self._ready = None
+
+    def interrupt(self) -> None:
+        """Wake a :meth:`wait` without an envelope (to start a drain)."""
+        self._wake()
+
+    def close(self) -> int:
+        """Refuse further envelopes, release waiting publishers; return how many were left."""
+        self._closed = True
+        left = len(self._buffer) + len(self._waiting)
+        self._buffer.clear()
+        while self._waiting:
+            _, slot = self._waiting.popleft()
+            if not slot.done():
+                slot.set_result(None)
+        self._wake()
+        return left
 
 
 class Bus(Generic[T]):
@@ -66,7 +140,8 @@ class Bus(Generic[T]):
     Subjects follow NATS rules (``*`` and ``>`` wildcards in subscriptions). Each
     subscription has a bounded inbox: a publisher waits while an inbox is full, so a
     slow subscriber slows its publishers down instead of growing memory. Subscribers
-    sharing a queue group name compete: each message goes to one of them.
+    sharing a queue group name compete: each message goes to one of them (the one
+    that has been given the fewest messages).
 
     Without a codec, subscribers receive the published object itself (do not mutate
     it). With a codec, payloads travel as bytes and every subscriber decodes its own
@@ -92,11 +167,10 @@ class Bus(Generic[T]):
         self.codec: Codec[Any] | None = codec
         self.buffer = buffer
         self._routes: list[Route] = []
-        self._turns: dict[str, int] = {}
 
     @property
     def subscription_count(self) -> int:
-        """Number of active subscriptions."""
+        """Number of subscriptions currently taking messages."""
         return len(self._routes)
 
     def add(self, route: Route) -> None:
@@ -112,19 +186,19 @@ class Bus(Generic[T]):
         """Hand ``envelope`` to every matching subscription, one member per queue group."""
         tokens = envelope.subject.split(".")
         targets: list[Route] = []
-        groups: dict[str, list[Route]] | None = None
+        groups: dict[str, Route] | None = None
         for route in self._routes:
-            if tokens_match(route.tokens, tokens):
-                if route.queue is None:
-                    targets.append(route)
-                else:
-                    if groups is None:
-                        groups = {}
-                    groups.setdefault(route.queue, []).append(route)
+            if not tokens_match(route.tokens, tokens):
+                continue
+            if route.queue is None:
+                targets.append(route)
+                continue
+            if groups is None:
+                groups = {}
+            chosen = groups.get(route.queue)
+            if chosen is None or route.delivered < chosen.delivered:
+                groups[route.queue] = route
         if groups:
-            for queue, members in groups.items():
-                turn = self._turns.get(queue, 0)
-                self._turns[queue] = turn + 1
-                targets.append(members[turn % len(members)])
+            targets.extend(groups.values())
         for route in targets:
             await route.put(envelope)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Generic, TypeVar
 
 from goflux.errors import PublishError
 from goflux.headers import Headers, HeadersLike, check_message_id
+from goflux.lifecycle import CloseOnExit
 from goflux.subjects import validate_subject
 from goflux.telemetry import Telemetry
 from goflux.transports.channel.bus import Bus, Envelope
@@ -17,7 +17,7 @@ __all__ = ("Publisher",)
 T = TypeVar("T")
 
 
-class Publisher(Generic[T]):
+class Publisher(CloseOnExit, Generic[T]):
     """Publishes values of type ``T`` onto a :class:`Bus`.
 
     ``publish`` returns once every matching subscription has the message in its inbox
@@ -75,14 +75,3 @@ class Publisher(Generic[T]):
     async def close(self) -> None:
         """Refuse further publishes. The bus itself stays usable by others."""
         self._closed = True
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -10,6 +10,7 @@ from typing import Generic, Self, TypeVar, cast
 from goflux.errors import DecodeError, SubscribeError
 from goflux.headers import Headers
 from goflux.interfaces import Handler
+from goflux.lifecycle import CloseOnExit
 from goflux.message import Message
 from goflux.subjects import is_wildcard, validate_pattern
 from goflux.telemetry import Telemetry
@@ -35,7 +36,8 @@ class ChannelSubscription(Generic[T]):
         handled: Messages the handler completed without raising.
         failed: Messages whose handler raised.
         undecodable: Messages the bus codec could not decode (handler not called).
-        dropped: Messages still buffered when a drain ran out of time.
+        dropped: Messages left unhandled because the subscription ended before it
+            reached them (a drain that ran out of time, or a failed delivery loop).
     """
 
     def __init__(
@@ -59,16 +61,18 @@ class ChannelSubscription(Generic[T]):
         self._route = Route(pattern, queue, buffer)
         self._draining = False
         self._task: asyncio.Task[None] | None = None
+        self._drainer: asyncio.Task[None] | None = None
         self.handled = 0
         self.failed = 0
         self.undecodable = 0
         self.dropped = 0
 
-    def _start(self) -> None:
+    def _start(self) -> asyncio.Task[None]:
         self._bus.add(self._route)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"goflux-channel-{self._pattern}"
         )
+        return self._task
 
     @property
     def subject(self) -> str:
@@ -82,18 +86,29 @@ class ChannelSubscription(Generic[T]):
 
     @property
     def pending(self) -> int:
-        """Messages waiting in the inbox."""
-        return self._route.inbox.qsize()
+        """Messages waiting for the handler (in the inbox or held for publishers)."""
+        return self._route.pending
 
     async def _run(self) -> None:
-        inbox = self._route.inbox
-        while True:
-            envelope = await inbox.get()
-            if envelope is None:
-                return
-            await self._process(envelope)
-            if self._draining and inbox.empty():
-                return
+        route = self._route
+        try:
+            while True:
+                envelope = route.take()
+                if envelope is None:
+                    if self._draining:
+                        return
+                    await route.wait()
+                    continue
+                await self._process(envelope)
+        finally:
+            # However the loop ends, leave the bus and release waiting publishers.
+            self._bus.remove(route)
+            left = route.close()
+            if left:
+                self.dropped += left
+                logger.warning(
+                    "subscription to %r ended with %d messages unhandled", self._pattern, left
+                )
 
     async def _process(self, envelope: Envelope) -> None:
         codec = self._bus.codec
@@ -109,7 +124,7 @@ class ChannelSubscription(Generic[T]):
             ):
                 if codec is not None:
                     try:
-                        payload = codec.decode(cast(bytes, envelope.value))
+                        payload = codec.decode(cast("bytes", envelope.value))
                     except DecodeError:
                         self.undecodable += 1
                         raise
@@ -117,12 +132,18 @@ class ChannelSubscription(Generic[T]):
                     payload = envelope.value
                 message: Message[T] = Message(
                     envelope.subject,
-                    cast(T, payload),
+                    cast("T", payload),
                     headers=envelope.headers.copy() if envelope.headers else Headers(),
                     id=envelope.message_id,
                     data=envelope.data,
                 )
                 await self._handler(message)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the subscription itself is being cancelled (drain deadline)
+            self.failed += 1  # the handler cancelled something of its own and let it escape
+            logger.error("handler for message on %r was cancelled", envelope.subject)
         except DecodeError:
             logger.exception("undecodable message on %r, skipped", envelope.subject)
         except Exception:
@@ -132,51 +153,53 @@ class ChannelSubscription(Generic[T]):
             self.handled += 1
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Drain: take no new messages, process those already buffered, then stop.
+        """Drain: take no new messages, handle those already published to it, then stop.
 
-        Handlers still running after ``timeout`` seconds (default: the subscriber's
-        drain timeout) are cancelled and what is left in the inbox is dropped and
-        counted in :attr:`dropped`. Calling it from the subscription's own handler
-        starts the drain without waiting for it.
+        Messages published before the drain began, including those whose publishers
+        were waiting for room, are handled. A handler still running after ``timeout``
+        seconds (default: the subscriber's drain timeout) is cancelled, and what is
+        left is counted in :attr:`dropped`. The deadline holds even if the caller is
+        cancelled. Called from the subscription's own handler, it starts the drain
+        without waiting for it.
         """
         task = self._task
         if task is None:
             return
-        if not self._draining:
+        if self._drainer is None:
             self._draining = True
             self._bus.remove(self._route)
-            self._route.closing.set()
-            if not self._route.inbox.full():
-                self._route.inbox.put_nowait(None)  # wakes the loop once the inbox is done
+            self._route.interrupt()
+            deadline = self._drain_timeout if timeout is None else timeout
+            self._drainer = asyncio.get_running_loop().create_task(
+                self._enforce_deadline(task, deadline), name=f"goflux-drain-{self._pattern}"
+            )
         if task is asyncio.current_task():
             return
-        deadline = self._drain_timeout if timeout is None else timeout
+        await asyncio.shield(self._drainer)
+
+    async def _enforce_deadline(self, task: asyncio.Task[None], deadline: float) -> None:
         done, _ = await asyncio.wait((task,), timeout=deadline)
         if not done:
+            logger.warning("drain of %r timed out after %.3gs", self._pattern, deadline)
             task.cancel()
             await asyncio.wait((task,))
-            inbox = self._route.inbox
-            while not inbox.empty():
-                if inbox.get_nowait() is not None:
-                    self.dropped += 1
-            logger.warning(
-                "drain of %r timed out after %.3gs; %d buffered messages dropped",
-                self._pattern,
-                deadline,
-                self.dropped,
-            )
 
     async def wait(self) -> None:
         """Wait until the subscription stops.
 
         Raises:
-            SubscribeError: The delivery loop failed unexpectedly.
+            SubscribeError: The delivery loop failed, or was cancelled without ``stop()``.
         """
         task = self._task
         if task is None:
             return
         await asyncio.wait((task,))
-        if not task.cancelled() and (exc := task.exception()) is not None:
+        if task.cancelled():
+            if self._drainer is None:
+                raise SubscribeError(f"subscription to {self._pattern!r} was cancelled")
+            return
+        exc = task.exception()
+        if exc is not None:
             raise SubscribeError(f"subscription to {self._pattern!r} failed: {exc}") from exc
 
     async def __aenter__(self) -> Self:
@@ -191,7 +214,7 @@ class ChannelSubscription(Generic[T]):
         await self.stop()
 
 
-class Subscriber(Generic[T]):
+class Subscriber(CloseOnExit, Generic[T]):
     """Subscribes handlers to subjects on a :class:`Bus`.
 
     Args:
@@ -248,12 +271,9 @@ class Subscriber(Generic[T]):
             drain_timeout=self._drain_timeout,
             telemetry=self._tel,
         )
-        subscription._start()
+        task = subscription._start()
         self._subscriptions.add(subscription)
-        if subscription._task is not None:
-            subscription._task.add_done_callback(
-                lambda _: self._subscriptions.discard(subscription)
-            )
+        task.add_done_callback(lambda _: self._subscriptions.discard(subscription))
         return subscription
 
     async def subscribe(self, subject: str, handler: Handler[T]) -> None:
@@ -272,17 +292,4 @@ class Subscriber(Generic[T]):
     async def close(self) -> None:
         """Drain and stop every subscription; later ``start`` calls raise."""
         self._closed = True
-        subscriptions = list(self._subscriptions)
-        self._subscriptions.clear()
-        await asyncio.gather(*(s.stop() for s in subscriptions))
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+        await asyncio.gather(*(s.stop() for s in list(self._subscriptions)))
