@@ -87,8 +87,8 @@ def _may_hold_float(core_schema: object) -> bool:
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if node.get("type") in _FLOAT_SCHEMAS:
-                return True
+            if node.get("type") in _FLOAT_SCHEMAS or node.get("extra_fields_behavior") == "allow":
+                return True  # extra="allow" fields are untyped: they may hold floats
             stack.extend(node.values())
         elif isinstance(node, list | tuple):
             stack.extend(node)
@@ -109,10 +109,17 @@ def _writes_inf_nan_tokens(core_schema: object) -> bool:
     return False
 
 
+# For types without a config of their own: finite floats only, and bytes as base64
+# (what Go's encoding/json does with []byte).
+_PLAIN_TYPE_CONFIG = ConfigDict(
+    allow_inf_nan=False, ser_json_bytes="base64", val_json_bytes="base64"
+)
+
+
 def _adapter(type_: object) -> TypeAdapter[Any]:
     """Build the TypeAdapter, refusing non-finite floats where the type takes our config."""
     try:
-        return TypeAdapter(cast(Any, type_), config=ConfigDict(allow_inf_nan=False))
+        return TypeAdapter(cast(Any, type_), config=_PLAIN_TYPE_CONFIG)
     except PydanticUserError as exc:
         if exc.code != "type-adapter-config-unused":
             raise
@@ -254,16 +261,19 @@ class JsonCodec(Generic[T]):
             DecodeError: ``data`` is not bytes or not JSON (``NaN``/``Infinity`` tokens
                 included), or is not a valid ``T``.
         """
-        try:
-            value = self._validate(data)
-        except ValidationError as exc:
+        if type(data) is not bytes:
             given: object = data
-            if not isinstance(given, bytes | bytearray | memoryview | str):
+            if isinstance(given, memoryview):
+                data = given.tobytes()
+            elif not isinstance(given, bytearray):
                 raise DecodeError(
                     f"cannot decode {type(given).__name__} as {self._name}: expected bytes",
                     type_name=self._name,
                     size=0,
-                ) from exc
+                )
+        try:
+            value = self._validate(data)
+        except ValidationError as exc:
             raise DecodeError(
                 f"cannot decode {len(data)} bytes as {self._name}: {_describe_validation(exc)}",
                 type_name=self._name,

@@ -278,3 +278,29 @@ def test_repr_names_the_type() -> None:
     assert repr(JsonCodec(Order)) == "JsonCodec(Order)"
     assert repr(JsonCodec(list[int])) == "JsonCodec(list[int])"
     assert JsonCodec(Order).type is Order
+
+
+class Extra(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: int
+
+
+def test_nan_in_untyped_extra_fields_is_refused() -> None:
+    with pytest.raises(EncodeError, match="NaN"):
+        JsonCodec(Extra).encode(Extra(id=1, price=math.nan))  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("data", [b'{"id":1}', bytearray(b'{"id":1}'), memoryview(b'{"id":1}')])
+def test_bytes_like_input_decodes(data: Any) -> None:
+    assert JsonCodec(Extra).decode(data).id == 1
+
+
+def test_text_is_not_wire_data() -> None:
+    with pytest.raises(DecodeError, match="cannot decode str as float: expected bytes"):
+        JsonCodec(float).decode("1.5")  # type: ignore[arg-type]
+
+
+def test_bytes_travel_as_base64_like_go_byte_slices() -> None:
+    codec = JsonCodec(dict[str, bytes])
+    assert codec.encode({"blob": b"\x00\xff"}) == b'{"blob":"AP8="}'
+    assert codec.decode(b'{"blob":"AP8="}') == {"blob": b"\x00\xff"}

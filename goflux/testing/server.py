@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import threading
@@ -22,11 +23,15 @@ from typing import Self
 
 from goflux.errors import GofluxError
 
+if sys.platform != "win32":
+    import fcntl
+
 __all__ = ("NatsServer", "NatsServerError", "NatsServerNotFound", "find_nats_server")
 
 _READY = "Server is ready"
 _TEMP_PREFIX = "goflux-nats-"
-_OWNER_FILE = ".goflux-owner"
+_LOCK_FILE = ".goflux-lock"
+_SWEEP_MIN_AGE = 5.0  # seconds; a store younger than this may still be taking its lock
 _SERVER_FILE = ".goflux-server"
 _LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _LOG_LINES = 200
@@ -73,38 +78,49 @@ def find_nats_server(binary: str | os.PathLike[str] | None = None) -> str:
     )
 
 
-def _alive(pid: int) -> bool:
+def _lock(path: Path, *, wait: bool) -> int | None:
+    """Open and flock ``path``; return the descriptor, or None if another holds it."""
+    if sys.platform == "win32":  # pragma: no cover - no flock: no sweeping either
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _sweep_abandoned_stores() -> None:
-    """Remove temporary stores (and kill their servers) left by processes that died.
+    """Remove temporary stores (and kill their servers) whose owner process died.
 
-    An owner killed without a chance to clean up (SIGKILL, or SIGTERM to it alone)
-    leaves its store and possibly its nats-server; the next NatsServer tidies up.
+    An owner holds an exclusive flock on its store's lock file for as long as it
+    lives; the kernel drops the lock when the owner dies, however it dies. A store
+    whose lock can be taken (and that is not brand new) is abandoned.
     """
+    now = time.time()
     for path in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
+        lock_path = path / _LOCK_FILE
         try:
-            owner = int((path / _OWNER_FILE).read_text())
-        except (OSError, ValueError):
+            if not lock_path.exists() or now - path.stat().st_mtime < _SWEEP_MIN_AGE:
+                continue
+            fd = _lock(lock_path, wait=False)
+        except OSError:
             continue
-        if _alive(owner):
-            continue
+        if fd is None:
+            continue  # a live owner holds it
         try:
-            server = int((path / _SERVER_FILE).read_text())
-            cmdline = Path(f"/proc/{server}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            server, cmdline = 0, b""
-        if server and b"nats-server" in cmdline and str(path).encode() in cmdline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(server, signal.SIGKILL)
-        shutil.rmtree(path, ignore_errors=True)
+            try:
+                server = int((path / _SERVER_FILE).read_text())
+                cmdline = Path(f"/proc/{server}/cmdline").read_bytes()
+            except (OSError, ValueError):
+                server, cmdline = 0, b""
+            if server and b"nats-server" in cmdline and str(path).encode() in cmdline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(server, signal.SIGKILL)
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 class _Process:
@@ -176,6 +192,7 @@ class _Resources:
         self.process: _Process | None = None
         self.temp_dir: str | None = None
         self.temp_dir_deleted = False
+        self.lock_fd: int | None = None  # held while we own temp_dir
 
     def release(self) -> None:
         if self.process is not None:
@@ -185,6 +202,9 @@ class _Resources:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
             self.temp_dir = None
             self.temp_dir_deleted = True
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
 
 class NatsServer:
@@ -286,7 +306,7 @@ class NatsServer:
         if self.jetstream:
             if self._store_dir is None and self._resources.temp_dir is None:
                 temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX)
-                (Path(temp_dir) / _OWNER_FILE).write_text(str(os.getpid()))
+                self._resources.lock_fd = _lock(Path(temp_dir) / _LOCK_FILE, wait=True)
                 self._resources.temp_dir = temp_dir
             argv += ["-js", "-sd", str(self.store_dir)]
         argv += self.args
@@ -302,15 +322,15 @@ class NatsServer:
             )
         process = _Process(self._argv())
         self._resources.process = process
+        if self._resources.temp_dir is not None:  # lets a sweep kill it if we die now
+            server_file = Path(self._resources.temp_dir) / _SERVER_FILE
+            server_file.write_text(str(process.popen.pid))
         return process
 
     def _ready(self, process: _Process, began: float) -> None:
         if process.address is None:  # wait_ready guarantees it; keeps mypy informed
             raise NatsServerError("nats-server did not report its client port")
         self._port = process.address[1]
-        if self._resources.temp_dir is not None:
-            server_file = Path(self._resources.temp_dir) / _SERVER_FILE
-            server_file.write_text(str(process.popen.pid))
         self.startup_seconds = time.perf_counter() - began
 
     def start(self) -> Self:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import nats
@@ -208,8 +209,22 @@ def test_a_crashed_owner_s_server_and_store_are_cleaned_up_by_the_next_one() -> 
     orphan = int(pid_text)
     assert alive(orphan)
     assert Path(store).is_dir()
+    long_ago = time.time() - 60  # stores younger than a few seconds are left alone
+    os.utime(store, (long_ago, long_ago))
 
     NatsServer(jetstream=False)  # any new server sweeps what dead owners left
 
     assert not alive(orphan)
     assert not Path(store).exists()
+
+
+def test_the_sweep_never_touches_a_live_owner_s_store() -> None:
+    with NatsServer() as server:
+        store = server.store_dir
+        assert store is not None
+        long_ago = time.time() - 60
+        os.utime(store, (long_ago, long_ago))
+        code = "from goflux.testing import NatsServer; NatsServer(jetstream=False)"
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+        assert Path(store).is_dir()
+        assert server.running

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from dataclasses import dataclass
 
 import pytest
 
@@ -27,59 +29,60 @@ class Gate:
         self.done.append(msg.payload)
 
 
-async def test_a_full_inbox_makes_the_publisher_wait() -> None:
+@dataclass
+class Backlog:
+    """A buffer=1 subscription whose handler is busy with 1, with 2 in the inbox and a
+    publisher of 3 waiting for room."""
+
+    bus: channel.Bus[int]
+    gate: Gate
+    subscription: channel.ChannelSubscription[int]
+    publisher: channel.Publisher[int]
+    waiting: asyncio.Task[None]
+
+
+async def backlog() -> Backlog:
     bus: channel.Bus[int] = channel.Bus(buffer=1)
     gate = Gate()
     subscription = await channel.Subscriber(bus).start("n", gate)
     pub = channel.Publisher(bus)
     await pub.publish("n", 1)
-    assert await gate.started.get() == 1  # handler busy with 1
-    await pub.publish("n", 2)  # fills the one-slot inbox
-    third = asyncio.create_task(pub.publish("n", 3))
+    assert await gate.started.get() == 1
+    await pub.publish("n", 2)
+    waiting = asyncio.create_task(pub.publish("n", 3))
     await settle_loop()
-    assert not third.done(), "publish must wait while the subscriber's inbox is full"
-    assert subscription.pending == 2  # one in the inbox, one held for the waiting publisher
-    gate.release.set()
-    await third
-    await subscription.stop()
-    assert gate.done == [1, 2, 3]
+    assert not waiting.done(), "publish must wait while the subscriber's inbox is full"
+    return Backlog(bus, gate, subscription, pub, waiting)
+
+
+async def test_a_full_inbox_makes_the_publisher_wait() -> None:
+    b = await backlog()
+    assert b.subscription.pending == 2  # one in the inbox, one held for the waiting publisher
+    b.gate.release.set()
+    await b.waiting
+    await b.subscription.stop()
+    assert b.gate.done == [1, 2, 3]
 
 
 async def test_a_drain_handles_messages_whose_publishers_were_waiting() -> None:
-    bus: channel.Bus[int] = channel.Bus(buffer=1)
-    gate = Gate()
-    subscription = await channel.Subscriber(bus).start("n", gate)
-    pub = channel.Publisher(bus)
-    await pub.publish("n", 1)
-    await gate.started.get()
-    await pub.publish("n", 2)
-    blocked = asyncio.create_task(pub.publish("n", 3))
+    b = await backlog()
+    stopping = asyncio.create_task(b.subscription.stop(timeout=10))
     await settle_loop()
-    stopping = asyncio.create_task(subscription.stop(timeout=10))
-    await settle_loop()
-    assert not blocked.done()
-    await pub.publish("n", 4)  # after stop(): not for this subscription any more
-    gate.release.set()
+    assert not b.waiting.done()
+    await b.publisher.publish("n", 4)  # after stop(): not for this subscription any more
+    b.gate.release.set()
     await stopping
-    await blocked
-    assert gate.done == [1, 2, 3]
-    assert subscription.dropped == 0
+    await b.waiting
+    assert b.gate.done == [1, 2, 3]
+    assert b.subscription.dropped == 0
 
 
 async def test_a_drain_deadline_releases_waiting_publishers_and_counts_their_messages() -> None:
-    bus: channel.Bus[int] = channel.Bus(buffer=1)
-    gate = Gate()
-    subscription = await channel.Subscriber(bus).start("n", gate)
-    pub = channel.Publisher(bus)
-    await pub.publish("n", 1)
-    await gate.started.get()
-    await pub.publish("n", 2)
-    blocked = asyncio.create_task(pub.publish("n", 3))
-    await settle_loop()
-    await subscription.stop(timeout=0.01)
-    await blocked  # released, not left hanging
-    assert subscription.dropped == 2
-    assert gate.done == []
+    b = await backlog()
+    await b.subscription.stop(timeout=0.01)
+    await b.waiting  # released, not left hanging
+    assert b.subscription.dropped == 2
+    assert b.gate.done == []
 
 
 async def test_drain_timeout_cancels_the_handler_and_counts_dropped(
@@ -96,6 +99,7 @@ async def test_drain_timeout_cancels_the_handler_and_counts_dropped(
         await subscription.stop(timeout=0.01)
     assert not subscription.running
     assert subscription.dropped == 2
+    assert subscription.failed == 1  # the handler the deadline cancelled
     assert gate.done == []
     assert "drain of 'n' timed out" in caplog.text
     assert "ended with 2 messages unhandled" in caplog.text
@@ -272,24 +276,16 @@ async def test_a_handler_cancelling_itself_is_a_failure_not_the_end() -> None:
 
 
 async def test_a_killed_delivery_loop_leaves_the_bus_and_reports_it() -> None:
-    bus: channel.Bus[int] = channel.Bus(buffer=1)
-    gate = Gate()
-    subscription = await channel.Subscriber(bus).start("n", gate)
-    pub = channel.Publisher(bus)
-    await pub.publish("n", 1)
-    await gate.started.get()
-    await pub.publish("n", 2)
-    blocked = asyncio.create_task(pub.publish("n", 3))
-    await settle_loop()
-    assert subscription._task is not None
-    subscription._task.cancel()  # something outside kills the loop
+    b = await backlog()
+    assert b.subscription._task is not None
+    b.subscription._task.cancel()  # something outside kills the loop
     with pytest.raises(SubscribeError, match="cancelled"):
-        await subscription.wait()
-    await blocked  # released
-    assert bus.subscription_count == 0
-    assert subscription.dropped == 2
+        await b.subscription.wait()
+    await b.waiting  # released
+    assert b.bus.subscription_count == 0
+    assert b.subscription.dropped == 2
     async with asyncio.timeout(5):
-        await pub.publish("n", 4)  # nobody subscribed: returns at once
+        await b.publisher.publish("n", 4)  # nobody subscribed: returns at once
 
 
 async def test_cancelling_the_caller_of_close_keeps_the_drain_deadline() -> None:
@@ -323,3 +319,69 @@ async def test_queue_group_members_on_different_patterns_all_get_work() -> None:
     await workers.close()
     counts = {name: len(inbox.messages) for name, inbox in inboxes.items()}
     assert counts == {"A": 50, "B": 50, "C": 100}
+
+
+async def test_a_target_stopping_while_a_publish_waits_still_handles_the_message() -> None:
+    bus: channel.Bus[int] = channel.Bus(buffer=1)
+    slow = Gate()
+    members: Inbox[int] = Inbox()
+    await channel.Subscriber(bus).start("n", slow)
+    group = channel.Subscriber(bus, queue="g")
+    await group.start("n", members)
+    await group.start("n", members)
+    pub = channel.Publisher(bus)
+    await pub.publish("n", 1)
+    await slow.started.get()
+    await pub.publish("n", 2)  # fills the slow subscriber's inbox
+    third = asyncio.create_task(pub.publish("n", 3))  # waits on the slow subscriber
+    await settle_loop()
+    assert not third.done()
+    await group.close()  # the member chosen for 3 stops while the publish still waits
+    slow.release.set()
+    await third
+    assert sorted(members.payloads) == [1, 2, 3]
+
+
+async def test_a_handler_swallowing_the_deadline_cancel_does_not_extend_the_drain() -> None:
+    bus: channel.Bus[int] = channel.Bus()
+    calls: list[int] = []
+
+    async def stubborn(msg: Message[int]) -> None:
+        calls.append(msg.payload)
+        with contextlib.suppress(asyncio.CancelledError):  # swallows the cancel
+            await asyncio.Event().wait()
+
+    subscription = await channel.Subscriber(bus).start("n", stubborn)
+    pub = channel.Publisher(bus)
+    for n in range(5):
+        await pub.publish("n", n)
+    await subscription.stop(timeout=0.05)
+    assert calls == [0]
+    assert (subscription.failed, subscription.dropped) == (0, 4)
+    assert not subscription.running
+
+
+async def test_a_cancelled_publisher_does_not_withdraw_its_message() -> None:
+    b = await backlog()
+    b.waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await b.waiting
+    b.gate.release.set()
+    await b.subscription.stop()
+    assert b.gate.done == [1, 2, 3]
+
+
+async def test_a_late_queue_member_shares_the_work_at_once() -> None:
+    bus: channel.Bus[int] = channel.Bus()
+    old: Inbox[int] = Inbox()
+    new: Inbox[int] = Inbox()
+    workers = channel.Subscriber(bus, queue="w")
+    await workers.start("n", old)
+    pub = channel.Publisher(bus)
+    for n in range(100):
+        await pub.publish("n", n)
+    await workers.start("n", new)
+    for n in range(100):
+        await pub.publish("n", n)
+    await workers.close()
+    assert (len(old.messages), len(new.messages)) == (150, 50)

@@ -35,8 +35,10 @@ class Route:
 
     The inbox holds at most ``capacity`` envelopes. A publisher finding it full leaves
     its envelope with the route and waits; the envelope moves into the inbox, in
-    arrival order, as soon as the subscription takes one out. Closing the route
-    releases every waiting publisher and reports how many envelopes were left.
+    arrival order, as soon as the subscription takes one out. An envelope accepted
+    either way belongs to the route: the publisher giving up waiting does not take it
+    back. Closing the route releases every waiting publisher and reports how many
+    envelopes were left.
     """
 
     __slots__ = (
@@ -72,28 +74,23 @@ class Route:
         if ready is not None and not ready.done():
             ready.set_result(None)
 
-    async def put(self, envelope: Envelope) -> None:
-        """Queue ``envelope``; wait while the inbox is full (back-pressure).
+    def offer(self, envelope: Envelope) -> asyncio.Future[None] | None:
+        """Accept ``envelope`` now; return a future to await while the inbox is full.
 
-        Returns once the envelope is in the inbox, or when the route closes (the
-        envelope is then counted by :meth:`close`).
+        The future completes when the envelope moves into the inbox, or when the route
+        closes (the envelope is then counted by :meth:`close`). Returns None when the
+        envelope went straight into the inbox, or the route was already closed.
         """
         if self._closed:
-            return
+            return None
         self.delivered += 1
         if len(self._buffer) < self.capacity and not self._waiting:
             self._buffer.append(envelope)
             self._wake()
-            return
+            return None
         slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (envelope, slot)
-        self._waiting.append(entry)
-        try:
-            await slot
-        except asyncio.CancelledError:
-            if entry in self._waiting:  # the publisher gave up before delivery
-                self._waiting.remove(entry)
-            raise
+        self._waiting.append((envelope, slot))
+        return slot
 
     def take(self) -> Envelope | None:
         """Return the next envelope, or None when the inbox is empty."""
@@ -122,7 +119,10 @@ class Route:
         self._wake()
 
     def close(self) -> int:
-        """Refuse further envelopes, release waiting publishers; return how many were left."""
+        """Refuse further envelopes, release waiting publishers; return how many were left.
+
+        Closing again returns 0.
+        """
         self._closed = True
         left = len(self._buffer) + len(self._waiting)
         self._buffer.clear()
@@ -175,6 +175,12 @@ class Bus(Generic[T]):
 
     def add(self, route: Route) -> None:
         """Register a subscription's route; it receives messages published from now on."""
+        if route.queue is not None:
+            # A late member starts level with its group instead of taking every
+            # message until it has caught up.
+            route.delivered = min(
+                (r.delivered for r in self._routes if r.queue == route.queue), default=0
+            )
         self._routes.append(route)
 
     def remove(self, route: Route) -> None:
@@ -183,7 +189,12 @@ class Bus(Generic[T]):
             self._routes.remove(route)
 
     async def deliver(self, envelope: Envelope) -> None:
-        """Hand ``envelope`` to every matching subscription, one member per queue group."""
+        """Hand ``envelope`` to every matching subscription, one member per queue group.
+
+        Every target accepts the envelope before anything is awaited, so a target that
+        stops meanwhile still owns (handles or counts) it. Then waits while any
+        target's inbox is full. Cancelling the wait does not withdraw the envelope.
+        """
         tokens = envelope.subject.split(".")
         targets: list[Route] = []
         groups: dict[str, Route] | None = None
@@ -200,5 +211,6 @@ class Bus(Generic[T]):
                 groups[route.queue] = route
         if groups:
             targets.extend(groups.values())
-        for route in targets:
-            await route.put(envelope)
+        waits = [slot for route in targets if (slot := route.offer(envelope)) is not None]
+        for slot in waits:
+            await asyncio.shield(slot)

@@ -34,7 +34,7 @@ class ChannelSubscription(Generic[T]):
 
     Attributes:
         handled: Messages the handler completed without raising.
-        failed: Messages whose handler raised.
+        failed: Messages whose handler raised (or was cancelled by a drain deadline).
         undecodable: Messages the bus codec could not decode (handler not called).
         dropped: Messages left unhandled because the subscription ended before it
             reached them (a drain that ran out of time, or a failed delivery loop).
@@ -60,6 +60,7 @@ class ChannelSubscription(Generic[T]):
         self._tel = telemetry
         self._route = Route(pattern, queue, buffer)
         self._draining = False
+        self._expired = False  # the drain deadline passed: handle nothing more
         self._task: asyncio.Task[None] | None = None
         self._drainer: asyncio.Task[None] | None = None
         self.handled = 0
@@ -100,6 +101,8 @@ class ChannelSubscription(Generic[T]):
                     await route.wait()
                     continue
                 await self._process(envelope)
+                if self._expired:
+                    return  # a handler swallowed the deadline's cancel: stop anyway
         finally:
             # However the loop ends, leave the bus and release waiting publishers.
             self._bus.remove(route)
@@ -139,10 +142,11 @@ class ChannelSubscription(Generic[T]):
                 )
                 await self._handler(message)
         except asyncio.CancelledError:
+            self.failed += 1
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # the subscription itself is being cancelled (drain deadline)
-            self.failed += 1  # the handler cancelled something of its own and let it escape
+            # The handler cancelled something of its own and let it escape.
             logger.error("handler for message on %r was cancelled", envelope.subject)
         except DecodeError:
             logger.exception("undecodable message on %r, skipped", envelope.subject)
@@ -179,10 +183,22 @@ class ChannelSubscription(Generic[T]):
 
     async def _enforce_deadline(self, task: asyncio.Task[None], deadline: float) -> None:
         done, _ = await asyncio.wait((task,), timeout=deadline)
+        if done:
+            return
+        logger.warning("drain of %r timed out after %.3gs", self._pattern, deadline)
+        self._expired = True
+        task.cancel()
+        done, _ = await asyncio.wait((task,), timeout=max(deadline, 1.0))
         if not done:
-            logger.warning("drain of %r timed out after %.3gs", self._pattern, deadline)
-            task.cancel()
-            await asyncio.wait((task,))
+            # The handler ignores cancellation; stop waiting for it and account for
+            # what it will never reach.
+            left = self._route.close()
+            self.dropped += left
+            logger.error(
+                "handler on %r ignores cancellation; abandoned it with %d messages unhandled",
+                self._pattern,
+                left,
+            )
 
     async def wait(self) -> None:
         """Wait until the subscription stops.
