@@ -1,6 +1,8 @@
-"""Run every benchmark and print markdown tables with ratios: ``python -m bench``.
+"""Run the benchmarks and print markdown tables with ratios: ``python -m bench``.
 
-Options: ``--rounds N`` (default 5). Results also go to ``bench/results/latest.md``.
+Options: ``--rounds N`` (default 5), ``--only codecs,channel,jetstream``. Every table
+is measured in one run, its cases interleaved (A B A B ...). The report is also
+written to ``bench/results/latest.md``.
 """
 
 from __future__ import annotations
@@ -10,14 +12,21 @@ import os
 import platform
 from pathlib import Path
 
-from bench import channel, codecs
+from bench import channel, codecs, jetstream
 from bench.harness import table
+
+SUITES = ("codecs", "channel", "jetstream")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", default=",".join(SUITES), help="comma-separated suites")
     args = parser.parse_args()
+    selected = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(selected) - set(SUITES)
+    if unknown:
+        parser.error(f"unknown suite(s) {sorted(unknown)}; choose from {SUITES}")
 
     load = os.getloadavg()
     sections = [
@@ -27,15 +36,39 @@ def main() -> None:
         f"load average {load[0]:.2f} at start, {args.rounds} interleaved rounds.",
         "",
     ]
-    enc, dec, size = codecs.run(args.rounds)
-    sections += [
-        table(f"Encode a 10-field model ({size} bytes of JSON)", enc, "raw TypeAdapter.dump_json"),
-        "",
-        table("Decode the same", dec, "raw TypeAdapter.validate_json"),
-        "",
-        table("In-process publish -> handler", channel.run(args.rounds), "raw asyncio.Queue"),
-        "",
-    ]
+    if "codecs" in selected:
+        enc, dec, size = codecs.run(args.rounds)
+        sections += [
+            table(
+                f"Encode a 10-field model ({size} bytes of JSON)", enc, "raw TypeAdapter.dump_json"
+            ),
+            "",
+            table("Decode the same", dec, "raw TypeAdapter.validate_json"),
+            "",
+        ]
+    if "channel" in selected:
+        sections += [
+            table("In-process publish -> handler", channel.run(args.rounds), "raw asyncio.Queue"),
+            "",
+        ]
+    if "jetstream" in selected:
+        js = jetstream.run(args.rounds)
+        sections += [
+            table("JetStream publish, waiting for each PubAck", js["sequential"], "raw js.publish"),
+            "",
+            table(
+                f"JetStream pipelined publish ({jetstream.WINDOW} in flight)",
+                js["pipelined"],
+                "raw publish_async",
+            ),
+            "",
+            table(
+                "JetStream consume with ack, typed handler",
+                js["consume"],
+                "raw callback pull + ack",
+            ),
+            "",
+        ]
     report = "\n".join(sections)
     print(report)
     out = Path(__file__).parent / "results"

@@ -12,9 +12,16 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      ├── SettlementError                     a message could not be settled
      │    └── AlreadySettled                 ack/nak/term after the message was settled
      ├── PublishError                        a publish failed; ``may_be_stored`` says
-     │                                       whether the broker may still have stored it
+     │    │                                  whether the broker may still have stored it
+     │    └── ExpectationFailed              optimistic concurrency: the stream was not
+     │                                       in the expected state (JetStream)
      ├── SubscribeError                      a subscription could not start or failed
      ├── TransportError                      the connection or broker failed
+     │    └── ProvisioningError              a stream/consumer could not be provisioned
+     │         ├── StreamNotFound
+     │         ├── ConsumerNotFound
+     │         ├── SubjectOverlap            the subjects belong to another stream
+     │         └── IncompatibleConfig        an existing stream/consumer cannot change so
      ├── RequestError                        a request/reply exchange failed
      │    ├── RequestTimeout (also TimeoutError)   no reply within the timeout
      │    ├── NoResponders                   nobody is listening on the subject
@@ -34,18 +41,24 @@ from typing import TypeVar
 __all__ = (
     "AlreadySettled",
     "CodecError",
+    "ConsumerNotFound",
     "DecodeError",
     "EncodeError",
+    "ExpectationFailed",
     "GofluxError",
+    "IncompatibleConfig",
     "InvalidHeader",
     "InvalidSubject",
     "NoResponders",
     "NonRetryable",
+    "ProvisioningError",
     "PublishError",
     "RemoteError",
     "RequestError",
     "RequestTimeout",
     "SettlementError",
+    "StreamNotFound",
+    "SubjectOverlap",
     "SubscribeError",
     "TransportError",
     "find_in_chain",
@@ -133,12 +146,74 @@ class PublishError(GofluxError):
         self.may_be_stored = may_be_stored
 
 
+class ExpectationFailed(PublishError):
+    """The stream was not in the state the publish expected (optimistic concurrency).
+
+    Nothing was stored.
+
+    Attributes:
+        expectation: Which expectation failed: ``"stream"``, ``"last_sequence"``,
+            ``"last_subject_sequence"`` or ``"last_message_id"``.
+    """
+
+    def __init__(self, message: str, *, subject: str, expectation: str) -> None:
+        super().__init__(message, subject=subject, may_be_stored=False)
+        self.expectation = expectation
+
+
 class SubscribeError(GofluxError):
     """A subscription could not be started, or failed while running."""
 
 
 class TransportError(GofluxError):
     """The connection to the broker, or the broker itself, failed."""
+
+
+class ProvisioningError(TransportError):
+    """The server refused to create or update a stream or consumer.
+
+    Attributes:
+        code: The server's status code (e.g. 400, 404, 500), if it sent one.
+        err_code: The JetStream error code (e.g. 10065), if it sent one.
+    """
+
+    def __init__(
+        self, message: str, *, code: int | None = None, err_code: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.err_code = err_code
+
+
+class StreamNotFound(ProvisioningError):
+    """The stream does not exist."""
+
+
+class ConsumerNotFound(ProvisioningError):
+    """The consumer does not exist on its stream."""
+
+
+class SubjectOverlap(ProvisioningError):
+    """A stream's subjects overlap those of another stream.
+
+    Attributes:
+        streams: Names of the streams already capturing some of the subjects.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        streams: tuple[str, ...] = (),
+        code: int | None = None,
+        err_code: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, err_code=err_code)
+        self.streams = streams
+
+
+class IncompatibleConfig(ProvisioningError):
+    """An existing stream or consumer cannot be changed to the requested config."""
 
 
 class RequestError(GofluxError):

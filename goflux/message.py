@@ -9,8 +9,9 @@ from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
 from goflux.errors import AlreadySettled
 from goflux.headers import Headers
 
-__all__ = ("Acker", "Delivery", "Message", "Outcome")
+__all__ = ("Acker", "Delivery", "Message", "Outcome", "received")
 
+T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 Outcome: TypeAlias = Literal["ack", "nak", "term"]
@@ -59,6 +60,10 @@ class Acker(Protocol):
 
     async def in_progress(self) -> None:
         """Tell the broker the message is still being worked on (resets ack_wait)."""
+
+    @property
+    def delivery(self) -> Delivery | None:
+        """Broker facts about this delivery, built when first asked for (or None)."""
 
 
 class Message(Generic[T_co]):
@@ -131,7 +136,10 @@ class Message(Generic[T_co]):
     @property
     def delivery(self) -> Delivery | None:
         """Broker delivery facts (JetStream), else None."""
-        return self._delivery
+        delivery = self._delivery
+        if delivery is None and self._acker is not None:
+            delivery = self._delivery = self._acker.delivery
+        return delivery
 
     @property
     def data(self) -> bytes | None:
@@ -169,10 +177,13 @@ class Message(Generic[T_co]):
         Raises:
             AlreadySettled: The message was settled before.
         """
-        self._claim("ack")
-        if self._acker is not None:
+        if self._settled is not None:
+            self._claim("ack")  # raises AlreadySettled
+        self._settled = "ack"
+        acker = self._acker
+        if acker is not None:
             try:
-                await self._acker.ack()
+                await acker.ack()
             except BaseException:
                 self._settled = None
                 raise
@@ -222,3 +233,24 @@ class Message(Generic[T_co]):
             )
         if self._acker is not None:
             await self._acker.in_progress()
+
+
+def received(
+    subject: str,
+    payload: T,
+    headers: Headers,
+    id: str | None,
+    data: bytes | None,
+    acker: Acker | None,
+) -> Message[T]:
+    """Build a received message without keyword parsing (for transports' hot paths)."""
+    message: Message[T] = Message.__new__(Message)
+    message._subject = subject
+    message._payload = payload
+    message._headers = headers
+    message._id = id
+    message._delivery = None
+    message._data = data
+    message._acker = acker
+    message._settled = None
+    return message

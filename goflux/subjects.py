@@ -14,7 +14,14 @@ from functools import lru_cache
 
 from goflux.errors import InvalidSubject
 
-__all__ = ("is_wildcard", "matches", "tokens_match", "validate_pattern", "validate_subject")
+__all__ = (
+    "covers",
+    "is_wildcard",
+    "matches",
+    "tokens_match",
+    "validate_pattern",
+    "validate_subject",
+)
 
 _LITERAL = r"[^.*>\s\x00-\x1f\x7f]+"
 _SUBJECT = re.compile(rf"{_LITERAL}(?:\.{_LITERAL})*")
@@ -120,3 +127,17 @@ def tokens_match(pattern: tuple[str, ...], subject: list[str]) -> bool:
         if index >= len(subject) or (token != "*" and token != subject[index]):
             return False
     return len(subject) == last + 1
+
+
+def covers(pattern: str, other: str) -> bool:
+    """Report whether every subject matching the pattern ``other`` also matches ``pattern``."""
+    ours = pattern.split(".")
+    theirs = other.split(".")
+    for index, token in enumerate(ours):
+        if token == ">":
+            return len(theirs) > index
+        if index >= len(theirs) or theirs[index] == ">":
+            return False
+        if token != "*" and token != theirs[index]:
+            return False
+    return len(theirs) == len(ours)

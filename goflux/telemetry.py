@@ -32,8 +32,10 @@ from goflux._version import __version__
 
 __all__ = (
     "DURATION_BUCKETS",
+    "NULL_SCOPE",
     "HeaderGetter",
     "HeaderSetter",
+    "NullScope",
     "ProcessScope",
     "PublishScope",
     "Telemetry",
@@ -59,6 +61,9 @@ BODY_SIZE: Final = "messaging.message.body.size"
 ERROR_TYPE: Final = "error.type"
 SERVER_ADDRESS: Final = "server.address"
 SERVER_PORT: Final = "server.port"
+SETTLEMENT_OUTCOME: Final = "goflux.settlement.outcome"
+SETTLEMENTS_METRIC: Final = "goflux.consumer.settlements"
+REDELIVERIES_METRIC: Final = "goflux.consumer.redeliveries"
 
 
 def error_type(exc: BaseException) -> str:
@@ -122,11 +127,17 @@ class Telemetry:
 
     __slots__ = (
         "_consumed",
+        "_meter_proxy",
+        "_metering_on",
         "_operation_duration",
         "_process_duration",
         "_propagator",
+        "_redeliveries",
         "_sent",
+        "_settlements",
         "_tracer",
+        "_tracer_proxy",
+        "_tracing_on",
     )
 
     _default: Telemetry | None = None
@@ -138,11 +149,25 @@ class Telemetry:
         meter_provider: MeterProvider | None = None,
         propagator: TextMapPropagator | None = None,
     ) -> None:
+        self._tracing_on = False
+        self._metering_on = False
         tp = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         mp = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         self._tracer = tp.get_tracer(_SCOPE_NAME, __version__)
+        # Decided once: a real tracer is on for good, a no-op one off for good; only
+        # the global placeholder (ProxyTracer) needs a look on each call.
+        self._tracer_proxy: trace.ProxyTracer | None = None
+        if isinstance(self._tracer, trace.ProxyTracer):
+            self._tracer_proxy = self._tracer
+        elif not isinstance(self._tracer, trace.NoOpTracer):
+            self._tracing_on = True
         self._propagator = propagator
         meter = mp.get_meter(_SCOPE_NAME, __version__)
+        self._meter_proxy: metrics.Meter | None = None
+        if hasattr(meter, "_real_meter"):  # the global placeholder
+            self._meter_proxy = meter
+        elif not isinstance(meter, metrics.NoOpMeter):
+            self._metering_on = True
         self._sent = meter.create_counter(
             "messaging.client.sent.messages",
             unit="{message}",
@@ -165,6 +190,26 @@ class Telemetry:
             description="Duration of processing operation.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
+        self._settlements = meter.create_counter(
+            SETTLEMENTS_METRIC,
+            unit="{message}",
+            description="Settlements sent by consumers, by outcome (ack, nak, term, in_progress).",
+        )
+        self._redeliveries = meter.create_counter(
+            REDELIVERIES_METRIC,
+            unit="{message}",
+            description="Deliveries of messages that had been delivered before.",
+        )
+
+    def record_settlement(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Count one settlement; ``attributes`` carry ``goflux.settlement.outcome``."""
+        if self.metering:
+            self._settlements.add(1, attributes)
+
+    def record_redelivery(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Count one delivery of a message that had been delivered before."""
+        if self.metering:
+            self._redeliveries.add(1, attributes)
 
     @classmethod
     def default(cls) -> Telemetry:
@@ -172,6 +217,51 @@ class Telemetry:
         if cls._default is None:
             cls._default = cls()
         return cls._default
+
+    @property
+    def tracing(self) -> bool:
+        """Whether spans are recorded: a real tracer provider is configured.
+
+        False for the no-op provider and while the global provider is still the
+        placeholder (nothing configured yet); spans, trace propagation and context
+        switches are then skipped, and only metrics are recorded. Checked on every
+        call, so configuring a provider later takes effect at once.
+        """
+        if self._tracing_on:
+            return True
+        proxy = self._tracer_proxy
+        if proxy is None:
+            return False  # a no-op tracer given explicitly stays no-op
+        if getattr(trace, "_TRACER_PROVIDER", proxy) is None:
+            return False  # no global provider set yet (one attribute read: the hot path)
+        if isinstance(proxy._tracer, trace.NoOpTracer):  # the global placeholder, still unset
+            return False
+        self._tracing_on = True  # a real tracer stays real
+        return True
+
+    @property
+    def metering(self) -> bool:
+        """Whether metrics are recorded: a real meter provider is configured.
+
+        Like :attr:`tracing`, checked on every call: metrics start as soon as a
+        provider is configured.
+        """
+        if self._metering_on:
+            return True
+        proxy = self._meter_proxy
+        if proxy is None:
+            return False  # a no-op meter given explicitly stays no-op
+        # The global meter stays a placeholder until a provider is set.
+        real = getattr(proxy, "_real_meter", proxy)
+        if real is None or isinstance(real, metrics.NoOpMeter):
+            return False
+        self._metering_on = True
+        return True
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is recorded at all (:attr:`tracing` or :attr:`metering`)."""
+        return self.tracing or self.metering
 
     @property
     def propagator(self) -> TextMapPropagator:
@@ -189,7 +279,7 @@ class Telemetry:
         message_id: str | None = None,
         server_address: str | None = None,
         server_port: int | None = None,
-    ) -> PublishScope:
+    ) -> PublishScope | NullScope:
         """Return the scope of one publish; entering it injects trace context into ``carrier``.
 
         Args:
@@ -199,7 +289,11 @@ class Telemetry:
             message_id: The message ID, if set.
             server_address: Broker host, when known.
             server_port: Broker port, when known.
+
+        Returns :data:`NULL_SCOPE` when nothing is recorded (:attr:`active` is False).
         """
+        if not self.active:
+            return NULL_SCOPE
         return PublishScope(self, system, subject, carrier, message_id, server_address, server_port)
 
     def process(
@@ -214,7 +308,8 @@ class Telemetry:
         consumer_group: str | None = None,
         server_address: str | None = None,
         server_port: int | None = None,
-    ) -> ProcessScope:
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> ProcessScope | NullScope:
         """Return the scope of processing one message; the span links to the producer.
 
         Args:
@@ -228,7 +323,13 @@ class Telemetry:
             consumer_group: Queue group or consumer name, if any.
             server_address: Broker host, when known.
             server_port: Broker port, when known.
+            attributes: More span attributes (transport specifics such as the stream
+                sequence); not added to metrics.
+
+        Returns :data:`NULL_SCOPE` when nothing is recorded (:attr:`active` is False).
         """
+        if not self.active:
+            return NULL_SCOPE
         return ProcessScope(
             self,
             system,
@@ -240,6 +341,7 @@ class Telemetry:
             consumer_group,
             server_address,
             server_port,
+            attributes,
         )
 
 
@@ -268,22 +370,35 @@ def _base_attributes(
     return attrs
 
 
-def _fail(span: trace.Span, metric_attrs: dict[str, AttributeValue], exc: BaseException) -> None:
-    kind = error_type(exc)
-    metric_attrs[ERROR_TYPE] = kind
-    span.set_attribute(ERROR_TYPE, kind)
-    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-    span.record_exception(exc)
+def _end_span(span: trace.Span, exc: BaseException | None, kind: str | None) -> None:
+    if span is trace.INVALID_SPAN:
+        return
+    if exc is not None and kind is not None:
+        span.set_attribute(ERROR_TYPE, kind)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.record_exception(exc)
+    span.end()
 
 
 class PublishScope:
     """One publish operation: a PRODUCER span plus the send metrics.
 
     Use as a context manager; an exception leaving it marks the span and metrics with
-    ``error.type``. Call :meth:`set_body_size` once the payload is encoded.
+    ``error.type``. Call :meth:`set_body_size` once the payload is encoded. Without a
+    configured tracer provider no span is made (and nothing is injected).
     """
 
-    __slots__ = ("_attrs", "_carrier", "_message_id", "_span", "_start", "_subject", "_tel")
+    __slots__ = (
+        "_carrier",
+        "_message_id",
+        "_server_address",
+        "_server_port",
+        "_span",
+        "_start",
+        "_subject",
+        "_system",
+        "_tel",
+    )
 
     def __init__(
         self,
@@ -296,33 +411,48 @@ class PublishScope:
         server_port: int | None,
     ) -> None:
         self._tel = tel
+        self._system = system
         self._subject = subject
         self._carrier = carrier
         self._message_id = message_id
-        self._attrs = _base_attributes(
-            system, "send", subject, None, None, server_address, server_port
-        )
+        self._server_address = server_address
+        self._server_port = server_port
         self._span: trace.Span = trace.INVALID_SPAN
         self._start = 0.0
 
+    def _attributes(self) -> dict[str, AttributeValue]:
+        return _base_attributes(
+            self._system,
+            "send",
+            self._subject,
+            None,
+            None,
+            self._server_address,
+            self._server_port,
+        )
+
     def __enter__(self) -> PublishScope:
-        span_attrs = dict(self._attrs)
-        span_attrs[OPERATION_TYPE] = "send"
-        if self._message_id is not None:
-            span_attrs[MESSAGE_ID] = self._message_id
-        span = self._tel._tracer.start_span(
-            f"send {self._subject}", kind=SpanKind.PRODUCER, attributes=span_attrs
-        )
-        self._span = span
-        self._tel.propagator.inject(
-            self._carrier, context=trace.set_span_in_context(span), setter=_SETTER
-        )
+        tel = self._tel
+        if tel.tracing:
+            span_attrs = self._attributes()
+            span_attrs[OPERATION_TYPE] = "send"
+            if self._message_id is not None:
+                span_attrs[MESSAGE_ID] = self._message_id
+            span = tel._tracer.start_span(
+                f"send {self._subject}", kind=SpanKind.PRODUCER, attributes=span_attrs
+            )
+            self._span = span
+            tel.propagator.inject(
+                self._carrier, context=trace.set_span_in_context(span), setter=_SETTER
+            )
         self._start = time.perf_counter()
         return self
 
     def set_body_size(self, size: int) -> None:
         """Record the encoded payload size on the span."""
-        self._span.set_attribute(BODY_SIZE, size)
+        span = self._span
+        if span is not trace.INVALID_SPAN:
+            span.set_attribute(BODY_SIZE, size)
 
     def __exit__(
         self,
@@ -331,31 +461,39 @@ class PublishScope:
         tb: TracebackType | None,
     ) -> None:
         elapsed = time.perf_counter() - self._start
-        attrs = self._attrs
-        if exc is not None:
-            _fail(self._span, attrs, exc)
+        kind = error_type(exc) if exc is not None else None
+        _end_span(self._span, exc, kind)
         tel = self._tel
-        tel._sent.add(1, attrs)
-        tel._operation_duration.record(elapsed, attrs)
-        self._span.end()
+        if tel.metering:
+            attrs = self._attributes()
+            if kind is not None:
+                attrs[ERROR_TYPE] = kind
+            tel._sent.add(1, attrs)
+            tel._operation_duration.record(elapsed, attrs)
 
 
 class ProcessScope:
     """Processing of one received message: a CONSUMER span linked to the producer.
 
     While the scope is entered its span is the current span. An exception leaving it
-    marks the span and the process metrics with ``error.type``.
+    marks the span and the process metrics with ``error.type``. Without a configured
+    tracer provider no span is made and the trace context is not read.
     """
 
     __slots__ = (
-        "_attrs",
         "_body_size",
         "_carrier",
+        "_consumer_group",
+        "_extra",
         "_message_id",
-        "_name",
+        "_server_address",
+        "_server_port",
         "_span",
         "_start",
+        "_subject",
+        "_system",
         "_tel",
+        "_template",
         "_token",
     )
 
@@ -371,21 +509,42 @@ class ProcessScope:
         consumer_group: str | None,
         server_address: str | None,
         server_port: int | None,
+        extra: Mapping[str, AttributeValue] | None = None,
     ) -> None:
         self._tel = tel
+        self._system = system
+        self._subject = subject
         self._carrier = carrier
+        self._template = template
         self._message_id = message_id
         self._body_size = body_size
-        self._name = f"process {template if template is not None else subject}"
-        self._attrs = _base_attributes(
-            system, "process", subject, template, consumer_group, server_address, server_port
-        )
+        self._consumer_group = consumer_group
+        self._server_address = server_address
+        self._server_port = server_port
+        self._extra = extra
         self._span: trace.Span = trace.INVALID_SPAN
         self._token: Token[Context] | None = None
         self._start = 0.0
 
+    def _attributes(self) -> dict[str, AttributeValue]:
+        return _base_attributes(
+            self._system,
+            "process",
+            self._subject,
+            self._template,
+            self._consumer_group,
+            self._server_address,
+            self._server_port,
+        )
+
     def __enter__(self) -> ProcessScope:
         tel = self._tel
+        if tel.tracing:
+            self._open_span(tel)
+        self._start = time.perf_counter()
+        return self
+
+    def _open_span(self, tel: Telemetry) -> None:
         links: list[Link] | None = None
         parent = Context()
         if self._carrier:
@@ -395,23 +554,24 @@ class ProcessScope:
                 links = [Link(producer)]
             # Keep what else travelled (baggage) but not the producer as parent.
             parent = trace.set_span_in_context(trace.INVALID_SPAN, remote)
-        span_attrs = dict(self._attrs)
+        span_attrs = self._attributes()
         span_attrs[OPERATION_TYPE] = "process"
         if self._message_id is not None:
             span_attrs[MESSAGE_ID] = self._message_id
         if self._body_size is not None:
             span_attrs[BODY_SIZE] = self._body_size
+        if self._extra:
+            span_attrs.update(self._extra)
+        name = f"process {self._template if self._template is not None else self._subject}"
         span = tel._tracer.start_span(
-            self._name, context=parent, kind=SpanKind.CONSUMER, attributes=span_attrs, links=links
+            name, context=parent, kind=SpanKind.CONSUMER, attributes=span_attrs, links=links
         )
         self._span = span
         self._token = otel_context.attach(trace.set_span_in_context(span, parent))
-        self._start = time.perf_counter()
-        return self
 
     @property
     def span(self) -> trace.Span:
-        """The CONSUMER span (valid once entered)."""
+        """The CONSUMER span (valid once entered, while tracing is configured)."""
         return self._span
 
     def __exit__(
@@ -421,13 +581,43 @@ class ProcessScope:
         tb: TracebackType | None,
     ) -> None:
         elapsed = time.perf_counter() - self._start
+        kind = error_type(exc) if exc is not None else None
         if self._token is not None:
             otel_context.detach(self._token)
+        _end_span(self._span, exc, kind)
         tel = self._tel
-        tel._consumed.add(1, self._attrs)
-        attrs = self._attrs
-        if exc is not None:
-            attrs = dict(attrs)
-            _fail(self._span, attrs, exc)
-        tel._process_duration.record(elapsed, attrs)
-        self._span.end()
+        if tel.metering:
+            attrs = self._attributes()
+            tel._consumed.add(1, attrs)  # delivery itself succeeded: no error.type
+            if kind is not None:
+                attrs = {**attrs, ERROR_TYPE: kind}
+            tel._process_duration.record(elapsed, attrs)
+
+
+class NullScope:
+    """A scope that records nothing, for when telemetry is inactive (no allocation)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> NullScope:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    def set_body_size(self, size: int) -> None:
+        """Nothing to record."""
+
+    @property
+    def span(self) -> trace.Span:
+        """No span: the invalid one."""
+        return trace.INVALID_SPAN
+
+
+NULL_SCOPE: Final = NullScope()
+"""Stands in for a scope when :attr:`Telemetry.active` is False."""

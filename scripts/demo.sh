@@ -9,3 +9,6 @@ echo "== typed publish/subscribe on the in-process channel bus"
 echo
 echo "== a real nats-server (embedded unless NATS_URL is set)"
 .venv/bin/python examples/embedded_server.py
+echo
+echo "== durable, typed orders on JetStream (retries, de-duplication, poison messages)"
+.venv/bin/python examples/jetstream_orders.py

@@ -26,7 +26,7 @@ def run(name: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_every_example_is_covered_here() -> None:
-    covered = {"channel_orders.py", "embedded_server.py"}
+    covered = {"channel_orders.py", "embedded_server.py", "jetstream_orders.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered
 
 
@@ -49,3 +49,22 @@ def test_embedded_server_uses_nats_url(nats_server: NatsServer) -> None:
     assert f"using the NATS server at {nats_server.url}" in out
     assert "embedded" not in out
     assert "smoke.ping 'hello' id=ping-1" in out
+
+
+def test_jetstream_orders() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    out = run("jetstream_orders.py", env)
+    assert "stored 5 orders, seq 1..5" in out
+    assert "retried o-1: duplicate=True, still seq 1" in out
+    assert "billed o-3 for c-1: 30.00 (stream seq 3, delivery 2)" in out
+    assert "handler failed for message 3 on 'orders.created' (delivery 1)" in out
+    assert "undecodable message 6 on 'orders.created' terminated" in out
+    assert (
+        "handled 5, failed 1, redelivered 1, undecodable 1; server: 0 awaiting ack, 0 pending"
+        in out
+    )
+
+
+def test_jetstream_orders_on_a_given_server(nats_server: NatsServer) -> None:
+    out = run("jetstream_orders.py", {**os.environ, "NATS_URL": nats_server.url})
+    assert "handled 5" in out

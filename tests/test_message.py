@@ -14,6 +14,7 @@ class RecordingAcker:
 
     calls: list[tuple[str, object]] = field(default_factory=list)
     fail_next: bool = False
+    delivery: Delivery | None = None
 
     async def _record(self, name: str, arg: object) -> None:
         if self.fail_next:
@@ -98,3 +99,17 @@ async def test_negative_nak_delay_is_refused() -> None:
     with pytest.raises(ValueError, match="delay"):
         await msg.nak(-1)
     assert msg.settled is None
+
+
+def test_delivery_comes_from_the_acker_when_not_given() -> None:
+    delivery = Delivery(
+        stream="S",
+        consumer="c",
+        stream_sequence=1,
+        consumer_sequence=1,
+        num_delivered=2,
+        num_pending=0,
+        timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    assert Message("s", 1, acker=RecordingAcker(delivery=delivery)).delivery is delivery
+    assert Message("s", 1, acker=RecordingAcker()).delivery is None

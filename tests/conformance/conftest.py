@@ -17,3 +17,17 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
 async def queue_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     async with HARNESSES[request.param]() as h:
         yield h
+
+
+@pytest.fixture(
+    params=sorted(n for n, caps in CAPABILITIES.items() if "multi_value_headers" in caps)
+)
+async def multi_header_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h
+
+
+@pytest.fixture(params=sorted(n for n, caps in CAPABILITIES.items() if "acks" in caps))
+async def ack_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h

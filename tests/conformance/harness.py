@@ -1,7 +1,8 @@
 """Transport harnesses for the conformance suite.
 
-Each harness builds publishers and subscribers of one transport. Later transports
-(core NATS, JetStream) add a harness here and the whole suite runs against them.
+Each harness builds publishers and subscribers of one transport, against real
+infrastructure (a real nats-server for the NATS transports). A transport joins the
+suite by adding a harness and its capabilities here.
 """
 
 from __future__ import annotations
@@ -11,10 +12,17 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from goflux import Codec, Publisher, Subscriber, Telemetry
-from goflux.transports import channel
+import nats
+from nats.js import JetStreamContext
+
+from goflux import Codec, Handler, Publisher, Subscriber, Telemetry
+from goflux.testing import NatsServer
+from goflux.transports import channel, jetstream
 
 T = TypeVar("T")
+
+STREAM = "CONFORMANCE"
+STREAM_SUBJECTS = ["orders.>", "invoices.>"]
 
 
 class Harness(Protocol):
@@ -24,14 +32,19 @@ class Harness(Protocol):
     def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]: ...
 
     def subscriber(
-        self, codec: Codec[T], *, telemetry: Telemetry | None = None, queue: str | None = None
+        self,
+        codec: Codec[T],
+        *,
+        telemetry: Telemetry | None = None,
+        queue: str | None = None,
+        manual_ack: bool = False,
     ) -> Subscriber[T]: ...
 
 
 @dataclass
 class ChannelHarness:
     name: str = "channel"
-    capabilities: frozenset[str] = frozenset({"queue_groups"})
+    capabilities: frozenset[str] = frozenset({"queue_groups", "multi_value_headers"})
     buses: dict[int, channel.Bus[Any]] = field(default_factory=dict)
 
     def _bus(self, codec: Codec[Any]) -> channel.Bus[Any]:
@@ -42,9 +55,51 @@ class ChannelHarness:
         return channel.Publisher(self._bus(codec), telemetry=telemetry)
 
     def subscriber(
-        self, codec: Codec[T], *, telemetry: Telemetry | None = None, queue: str | None = None
+        self,
+        codec: Codec[T],
+        *,
+        telemetry: Telemetry | None = None,
+        queue: str | None = None,
+        manual_ack: bool = False,
     ) -> Subscriber[T]:
         return channel.Subscriber(self._bus(codec), telemetry=telemetry, queue=queue)
+
+
+class DurableGroupSubscriber(jetstream.Subscriber[T]):
+    """Competing JetStream consumers: provisions the shared durable for the subject."""
+
+    async def start(self, subject: str, handler: Handler[T]) -> jetstream.JetStreamSubscription[T]:
+        assert self._consumer is not None
+        await jetstream.ensure_consumer(
+            self._js, stream=self._stream, name=self._consumer, filter_subject=subject
+        )
+        return await super().start(subject, handler)
+
+
+@dataclass
+class JetStreamHarness:
+    js: JetStreamContext
+    name: str = "jetstream"
+    capabilities: frozenset[str] = frozenset({"queue_groups", "acks"})
+
+    def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
+        return jetstream.Publisher(self.js, codec, telemetry=telemetry)
+
+    def subscriber(
+        self,
+        codec: Codec[T],
+        *,
+        telemetry: Telemetry | None = None,
+        queue: str | None = None,
+        manual_ack: bool = False,
+    ) -> Subscriber[T]:
+        if queue is not None:
+            return DurableGroupSubscriber(
+                self.js, codec, stream=STREAM, consumer=queue, telemetry=telemetry
+            )
+        return jetstream.Subscriber(
+            self.js, codec, stream=STREAM, manual_ack=manual_ack, telemetry=telemetry
+        )
 
 
 @asynccontextmanager
@@ -52,7 +107,23 @@ async def channel_harness() -> AsyncIterator[Harness]:
     yield ChannelHarness()
 
 
+@asynccontextmanager
+async def jetstream_harness() -> AsyncIterator[Harness]:
+    async with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await jetstream.ensure_stream(js, name=STREAM, subjects=STREAM_SUBJECTS)
+            yield JetStreamHarness(js)
+        finally:
+            await nc.close()
+
+
 HARNESSES: dict[str, Callable[[], AbstractAsyncContextManager[Harness]]] = {
     "channel": channel_harness,
+    "jetstream": jetstream_harness,
 }
-CAPABILITIES: dict[str, frozenset[str]] = {"channel": ChannelHarness.capabilities}
+CAPABILITIES: dict[str, frozenset[str]] = {
+    "channel": ChannelHarness.capabilities,
+    "jetstream": JetStreamHarness.capabilities,
+}

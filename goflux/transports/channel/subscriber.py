@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import TracebackType
-from typing import Generic, Self, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 from goflux.errors import DecodeError, SubscribeError
 from goflux.headers import Headers
 from goflux.interfaces import Handler
-from goflux.lifecycle import CloseOnExit
+from goflux.lifecycle import StopOnExit, SubscriberLifecycle
 from goflux.message import Message
 from goflux.subjects import is_wildcard, validate_pattern
 from goflux.telemetry import Telemetry
@@ -26,7 +25,7 @@ logger = logging.getLogger("goflux.transports.channel")
 DEFAULT_DRAIN_TIMEOUT = 30.0
 
 
-class ChannelSubscription(Generic[T]):
+class ChannelSubscription(StopOnExit, Generic[T]):
     """A running subscription on a :class:`Bus`; handlers run one message at a time.
 
     Messages reach the handler in publish order. A failing handler is logged and
@@ -148,11 +147,16 @@ class ChannelSubscription(Generic[T]):
                 raise  # the subscription itself is being cancelled (drain deadline)
             # The handler cancelled something of its own and let it escape.
             logger.error("handler for message on %r was cancelled", envelope.subject)
-        except DecodeError:
-            logger.exception("undecodable message on %r, skipped", envelope.subject)
-        except Exception:
+        except DecodeError as exc:
+            logger.exception("undecodable message on %r, skipped: %s", envelope.subject, exc)
+        except Exception as exc:
             self.failed += 1
-            logger.exception("handler failed for message on %r", envelope.subject)
+            logger.exception(
+                "handler failed for message on %r: %s: %s",
+                envelope.subject,
+                type(exc).__name__,
+                exc,
+            )
         else:
             self.handled += 1
 
@@ -218,19 +222,8 @@ class ChannelSubscription(Generic[T]):
         if exc is not None:
             raise SubscribeError(f"subscription to {self._pattern!r} failed: {exc}") from exc
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-
-class Subscriber(CloseOnExit, Generic[T]):
+class Subscriber(SubscriberLifecycle["ChannelSubscription[T]"], Generic[T]):
     """Subscribes handlers to subjects on a :class:`Bus`.
 
     Args:
@@ -265,8 +258,7 @@ class Subscriber(CloseOnExit, Generic[T]):
         self._buffer = buffer if buffer is not None else bus.buffer
         self._drain_timeout = drain_timeout
         self._tel = telemetry if telemetry is not None else Telemetry.default()
-        self._subscriptions: set[ChannelSubscription[T]] = set()
-        self._closed = False
+        super().__init__()
 
     async def start(self, subject: str, handler: Handler[T]) -> ChannelSubscription[T]:
         """Subscribe ``handler`` to ``subject``; messages published after this returns arrive.
@@ -276,8 +268,7 @@ class Subscriber(CloseOnExit, Generic[T]):
             SubscribeError: The subscriber is closed.
         """
         validate_pattern(subject)
-        if self._closed:
-            raise SubscribeError(f"cannot subscribe to {subject!r}: subscriber is closed")
+        self._refuse_if_closed(subject)
         subscription = ChannelSubscription(
             self._bus,
             subject,
@@ -287,9 +278,7 @@ class Subscriber(CloseOnExit, Generic[T]):
             drain_timeout=self._drain_timeout,
             telemetry=self._tel,
         )
-        task = subscription._start()
-        self._subscriptions.add(subscription)
-        task.add_done_callback(lambda _: self._subscriptions.discard(subscription))
+        self._track(subscription, subscription._start())
         return subscription
 
     async def subscribe(self, subject: str, handler: Handler[T]) -> None:
@@ -299,13 +288,4 @@ class Subscriber(CloseOnExit, Generic[T]):
             InvalidSubject: ``subject`` is not a valid pattern.
             SubscribeError: The subscriber is closed.
         """
-        subscription = await self.start(subject, handler)
-        try:
-            await subscription.wait()
-        finally:
-            await subscription.stop()
-
-    async def close(self) -> None:
-        """Drain and stop every subscription; later ``start`` calls raise."""
-        self._closed = True
-        await asyncio.gather(*(s.stop() for s in list(self._subscriptions)))
+        await self._run(await self.start(subject, handler))

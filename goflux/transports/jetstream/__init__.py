@@ -1,0 +1,52 @@
+"""JetStream transport: durable, acknowledged publish/subscribe (needs ``goflux[nats]``).
+
+::
+
+    from goflux.transports import jetstream
+
+    await jetstream.ensure_stream(js, name="ORDERS", subjects=["orders.>"])
+    publisher = jetstream.Publisher(js, JsonCodec(Order))
+    receipt = await publisher.publish("orders.created", order, message_id=order.id)
+    subscriber = jetstream.Subscriber(js, JsonCodec(Order), stream="ORDERS")
+    await subscriber.start("orders.*", handle)
+
+The caller owns the nats-py connection and its JetStream context.
+"""
+
+try:
+    import nats  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "goflux.transports.jetstream needs nats-py: pip install 'goflux[nats]'"
+    ) from exc
+
+from goflux.errors import (
+    ConsumerNotFound,
+    ExpectationFailed,
+    IncompatibleConfig,
+    ProvisioningError,
+    StreamNotFound,
+    SubjectOverlap,
+)
+from goflux.transports.jetstream.acker import JetStreamAcker
+from goflux.transports.jetstream.provision import ensure_consumer, ensure_stream
+from goflux.transports.jetstream.publisher import Outgoing, Publisher
+from goflux.transports.jetstream.subscriber import JetStreamSubscription, Subscriber
+from goflux.transports.jetstream.system import SYSTEM
+
+__all__ = (
+    "SYSTEM",
+    "ConsumerNotFound",
+    "ExpectationFailed",
+    "IncompatibleConfig",
+    "JetStreamAcker",
+    "JetStreamSubscription",
+    "Outgoing",
+    "ProvisioningError",
+    "Publisher",
+    "StreamNotFound",
+    "SubjectOverlap",
+    "Subscriber",
+    "ensure_consumer",
+    "ensure_stream",
+)

@@ -1,0 +1,125 @@
+"""Settlement of one JetStream message, and the delivery facts its reply subject carries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Protocol
+
+import nats.errors
+from nats.aio.client import Client
+
+from goflux.errors import SettlementError
+from goflux.message import Delivery, Outcome
+
+__all__ = ("JetStreamAcker", "SettlementOwner")
+
+_ACK = b"+ACK"
+_NAK = b"-NAK"
+_TERM = b"+TERM"
+_PROGRESS = b"+WPI"
+
+
+class SettlementOwner(Protocol):
+    """What an acker reports to: the subscription that received the message."""
+
+    def on_settled(self, acker: JetStreamAcker, outcome: Outcome | None) -> None:
+        """A message was settled (``outcome``), or ``None`` for an in-progress signal."""
+
+
+class JetStreamAcker:
+    """Acknowledges one message through its ``$JS.ACK`` reply subject.
+
+    The reply subject carries the delivery facts: ``$JS.ACK.<stream>.<consumer>.
+    <delivered>.<stream seq>.<consumer seq>.<timestamp ns>.<pending>`` (with a domain
+    and account hash after ``ACK`` on newer servers).
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+
+    __slots__ = (
+        "_nc",
+        "_no_acks",
+        "_offset",
+        "_owner",
+        "_reply",
+        "_tokens",
+        "last_progress",
+        "num_delivered",
+        "stream_sequence",
+    )
+
+    def __init__(
+        self, nc: Client, owner: SettlementOwner, reply: str, *, no_acks: bool = False
+    ) -> None:
+        tokens = reply.split(".")
+        if len(tokens) == 9:
+            offset = 2
+        elif len(tokens) >= 11:
+            offset = 4
+        else:
+            raise ValueError(f"not a JetStream ack subject: {reply!r}")
+        self._nc = nc
+        self._no_acks = no_acks  # an AckNone consumer (ordered mode): nothing to send
+        self._owner = owner
+        self._reply = reply
+        self._tokens = tokens
+        self._offset = offset
+        self.num_delivered = int(tokens[offset + 2])
+        self.stream_sequence = int(tokens[offset + 3])
+        self.last_progress = 0.0
+
+    @property
+    def consumer(self) -> str:
+        """The name of the consumer that delivered the message."""
+        return self._tokens[self._offset + 1]
+
+    @property
+    def consumer_sequence(self) -> int:
+        """This delivery's sequence for the consumer."""
+        return int(self._tokens[self._offset + 4])
+
+    @property
+    def delivery(self) -> Delivery:
+        """The delivery facts from the reply subject."""
+        tokens, offset = self._tokens, self._offset
+        return Delivery(
+            stream=tokens[offset],
+            consumer=tokens[offset + 1],
+            stream_sequence=self.stream_sequence,
+            consumer_sequence=int(tokens[offset + 4]),
+            num_delivered=self.num_delivered,
+            num_pending=int(tokens[offset + 6]),
+            timestamp=datetime.fromtimestamp(int(tokens[offset + 5]) / 1e9, UTC),
+        )
+
+    async def _send(self, payload: bytes, outcome: Outcome | None) -> None:
+        if self._no_acks:
+            self._owner.on_settled(self, outcome)
+            return
+        try:
+            await self._nc.publish(self._reply, payload)
+        except nats.errors.Error as exc:
+            action = outcome or "in_progress"
+            raise SettlementError(f"could not {action} message: {exc}") from exc
+        self._owner.on_settled(self, outcome)
+
+    async def ack(self) -> None:
+        """Acknowledge: the consumer will not deliver the message again."""
+        await self._send(_ACK, "ack")
+
+    async def nak(self, delay: float | None) -> None:
+        """Ask for redelivery, after ``delay`` seconds if given (server-side delay)."""
+        if delay:
+            await self._send(b'%s {"delay": %d}' % (_NAK, int(delay * 1e9)), "nak")
+        else:
+            await self._send(_NAK, "nak")
+
+    async def term(self, reason: str | None) -> None:
+        """Stop redelivery for good; the reason appears in the server's advisory."""
+        payload = _TERM + b" " + " ".join(reason.split()).encode() if reason else _TERM
+        await self._send(payload, "term")
+
+    async def in_progress(self) -> None:
+        """Reset the message's ack_wait timer on the server."""
+        await self._send(_PROGRESS, None)
