@@ -24,8 +24,8 @@ from goflux.transports import jetstream
 
 STREAM = "BENCH"
 SEQUENTIAL = 2_000
-PIPELINED = 20_000
-CONSUMED = 20_000
+PIPELINED = 30_000
+CONSUMED = 30_000
 WINDOW = 4_000
 ADAPTER = TypeAdapter(Order)
 

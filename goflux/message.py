@@ -106,7 +106,7 @@ class Message(Generic[T_co]):
     ) -> None:
         self._subject = subject
         self._payload = payload
-        self._headers = headers if headers is not None else Headers()
+        self._headers: Headers | None = headers
         self._id = id
         self._delivery = delivery
         self._data = data
@@ -126,7 +126,10 @@ class Message(Generic[T_co]):
     @property
     def headers(self) -> Headers:
         """User headers, without transport prefixes."""
-        return self._headers
+        headers = self._headers
+        if headers is None:  # none were received: made on first use
+            headers = self._headers = Headers()
+        return headers
 
     @property
     def id(self) -> str | None:
@@ -238,7 +241,7 @@ class Message(Generic[T_co]):
 def received(
     subject: str,
     payload: T,
-    headers: Headers,
+    headers: Headers | None,
     id: str | None,
     data: bytes | None,
     acker: Acker | None,

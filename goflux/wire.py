@@ -88,14 +88,15 @@ def write_headers(
     return out
 
 
-def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers, str | None]:
+def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers | None, str | None]:
     """Split received transport headers into user headers (prefix removed) and message ID.
 
     Names are matched case-insensitively; ``Nats-Msg-Id`` stands in for a missing
-    ``X-Message-ID`` (a plain JetStream publisher sets only that one).
+    ``X-Message-ID`` (a plain JetStream publisher sets only that one). The headers are
+    None when there are no user headers (the message then makes empty ones on demand).
     """
     if not raw:
-        return Headers(), None
+        return None, None
     message_id: str | None = None
     pairs: list[tuple[str, str]] = []
     nats_msg_id: str | None = None
@@ -107,4 +108,5 @@ def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers, str | None]:
             message_id = value
         elif lowered == "nats-msg-id":
             nats_msg_id = value
-    return Headers._trusted(pairs), message_id if message_id is not None else nats_msg_id
+    headers = Headers._trusted(pairs) if pairs else None
+    return headers, message_id if message_id is not None else nats_msg_id

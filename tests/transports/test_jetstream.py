@@ -28,23 +28,9 @@ from goflux.transports import jetstream
 from tests.conftest import Otel
 from tests.helpers import Inbox, settle_loop
 from tests.models import Order, order
+from tests.transports.conftest import STREAM
 
 CODEC = JsonCodec(Order)
-STREAM = "ORDERS"
-
-
-@pytest.fixture
-async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await nats.connect(nats_server.url)
-    yield client
-    await client.close()
-
-
-@pytest.fixture
-async def js(nc: Client) -> JetStreamContext:
-    context = nc.jetstream()
-    await jetstream.ensure_stream(context, name=STREAM, subjects=["orders.>"])
-    return context
 
 
 async def consumer_state(js: JetStreamContext, consumer: str) -> tuple[int, int, int]:

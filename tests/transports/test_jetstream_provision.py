@@ -2,66 +2,56 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import nats
 import pytest
 from nats.js import JetStreamContext
 
-from goflux.testing import NatsServer
 from goflux.transports import jetstream
 
 
-@pytest.fixture
-async def js(nats_server: NatsServer) -> AsyncIterator[JetStreamContext]:
-    client = await nats.connect(nats_server.url)
-    yield client.jetstream()
-    await client.close()
-
-
-async def test_ensure_stream_creates_then_is_idempotent(js: JetStreamContext) -> None:
+async def test_ensure_stream_creates_then_is_idempotent(bare_js: JetStreamContext) -> None:
     created = await jetstream.ensure_stream(
-        js, name="EVENTS", subjects=["events.*"], storage="memory", max_msgs=1000
+        bare_js, name="EVENTS", subjects=["events.*"], storage="memory", max_msgs=1000
     )
     again = await jetstream.ensure_stream(
-        js, name="EVENTS", subjects=["events.*"], storage="memory", max_msgs=1000
+        bare_js, name="EVENTS", subjects=["events.*"], storage="memory", max_msgs=1000
     )
     assert created.config.max_msgs == again.config.max_msgs == 1000
     assert again.config.storage == "memory"
     assert again.created == created.created  # not recreated
-    assert [s.config.name for s in await js.streams_info()] == ["EVENTS"]
+    assert [s.config.name for s in await bare_js.streams_info()] == ["EVENTS"]
 
 
-async def test_limits_change_on_a_live_stream(js: JetStreamContext) -> None:
+async def test_limits_change_on_a_live_stream(bare_js: JetStreamContext) -> None:
     # The reference "limits-based stream" walk-through, done with ensure_stream.
-    await jetstream.ensure_stream(js, name="events", subjects=["events.*"], storage="file")
+    await jetstream.ensure_stream(bare_js, name="events", subjects=["events.*"], storage="file")
     for n in range(6):
-        await js.publish(f"events.e{n % 3}", b"")
-    assert (await js.stream_info("events")).state.messages == 6
+        await bare_js.publish(f"events.e{n % 3}", b"")
+    assert (await bare_js.stream_info("events")).state.messages == 6
 
-    info = await jetstream.ensure_stream(js, name="events", subjects=["events.*"], max_msgs=4)
+    info = await jetstream.ensure_stream(bare_js, name="events", subjects=["events.*"], max_msgs=4)
     assert info.config.max_msgs == 4
-    assert (await js.stream_info("events")).state.messages == 4
+    assert (await bare_js.stream_info("events")).state.messages == 4
 
     for _ in range(10):
-        await js.publish("events.big", b"x" * 50)
+        await bare_js.publish("events.big", b"x" * 50)
     info = await jetstream.ensure_stream(
-        js, name="events", subjects=["events.*"], max_msgs=4, max_bytes=300
+        bare_js, name="events", subjects=["events.*"], max_msgs=4, max_bytes=300
     )
     assert info.config.max_bytes == 300
-    assert (await js.stream_info("events")).state.bytes <= 300
+    assert (await bare_js.stream_info("events")).state.bytes <= 300
 
     info = await jetstream.ensure_stream(
-        js, name="events", subjects=["events.*"], max_age=3600.0, max_msgs_per_subject=1
+        bare_js, name="events", subjects=["events.*"], max_age=3600.0, max_msgs_per_subject=1
     )
     assert info.config.max_age == pytest.approx(3600.0)
     assert info.config.max_msgs == 4  # settings not given keep their values
-    assert (await js.stream_info("events")).state.messages == 1  # one subject left
+    assert (await bare_js.stream_info("events")).state.messages == 1  # one subject left
 
 
-async def test_retention_duplicate_window_replicas_and_discard(js: JetStreamContext) -> None:
+async def test_retention_duplicate_window_replicas_and_discard(bare_js: JetStreamContext) -> None:
     info = await jetstream.ensure_stream(
-        js,
+        bare_js,
         name="WORK",
         subjects=["work.>"],
         retention="workqueue",
@@ -73,24 +63,24 @@ async def test_retention_duplicate_window_replicas_and_discard(js: JetStreamCont
     assert info.config.retention == "workqueue"
     assert info.config.duplicate_window == pytest.approx(30.0)
     assert info.config.discard == "new"
-    await js.publish("work.a", b"1")
-    await js.publish("work.a", b"2")
+    await bare_js.publish("work.a", b"1")
+    await bare_js.publish("work.a", b"2")
     with pytest.raises(nats.js.errors.APIError, match="maximum messages exceeded"):
-        await js.publish("work.a", b"3")  # discard new: the limit refuses, keeps old
+        await bare_js.publish("work.a", b"3")  # discard new: the limit refuses, keeps old
 
 
-async def test_overlapping_subjects_name_the_other_stream(js: JetStreamContext) -> None:
-    await jetstream.ensure_stream(js, name="ORDERS", subjects=["orders.>"])
+async def test_overlapping_subjects_name_the_other_stream(bare_js: JetStreamContext) -> None:
+    await jetstream.ensure_stream(bare_js, name="ORDERS", subjects=["orders.>"])
     with pytest.raises(jetstream.SubjectOverlap, match=r"overlap with ORDERS") as info:
-        await jetstream.ensure_stream(js, name="EU", subjects=["orders.eu.*"])
+        await jetstream.ensure_stream(bare_js, name="EU", subjects=["orders.eu.*"])
     assert info.value.streams == ("ORDERS",)
     assert info.value.err_code == 10065
 
 
-async def test_an_impossible_change_is_an_incompatible_config(js: JetStreamContext) -> None:
-    await jetstream.ensure_stream(js, name="S", subjects=["s.>"], storage="file")
+async def test_an_impossible_change_is_an_incompatible_config(bare_js: JetStreamContext) -> None:
+    await jetstream.ensure_stream(bare_js, name="S", subjects=["s.>"], storage="file")
     with pytest.raises(jetstream.IncompatibleConfig, match="storage type"):
-        await jetstream.ensure_stream(js, name="S", subjects=["s.>"], storage="memory")
+        await jetstream.ensure_stream(bare_js, name="S", subjects=["s.>"], storage="memory")
 
 
 @pytest.mark.parametrize(
@@ -104,49 +94,53 @@ async def test_an_impossible_change_is_an_incompatible_config(js: JetStreamConte
     ],
 )
 async def test_bad_stream_input_is_refused_before_the_server(
-    js: JetStreamContext, kwargs: dict[str, object], error: type[Exception], message: str
+    bare_js: JetStreamContext, kwargs: dict[str, object], error: type[Exception], message: str
 ) -> None:
     with pytest.raises(error, match=message):
-        await jetstream.ensure_stream(js, **kwargs)  # type: ignore[arg-type]
+        await jetstream.ensure_stream(bare_js, **kwargs)  # type: ignore[arg-type]
 
 
-async def test_ensure_consumer_durable_idempotent_and_updatable(js: JetStreamContext) -> None:
-    await jetstream.ensure_stream(js, name="S", subjects=["s.>"])
+async def test_ensure_consumer_durable_idempotent_and_updatable(bare_js: JetStreamContext) -> None:
+    await jetstream.ensure_stream(bare_js, name="S", subjects=["s.>"])
     first = await jetstream.ensure_consumer(
-        js, stream="S", name="worker", filter_subject="s.jobs.>", ack_wait=10, max_deliver=5
+        bare_js, stream="S", name="worker", filter_subject="s.jobs.>", ack_wait=10, max_deliver=5
     )
     again = await jetstream.ensure_consumer(
-        js, stream="S", name="worker", filter_subject="s.jobs.>", ack_wait=10, max_deliver=5
+        bare_js, stream="S", name="worker", filter_subject="s.jobs.>", ack_wait=10, max_deliver=5
     )
     assert again.created == first.created
     assert (again.config.durable_name, again.config.ack_wait) == ("worker", 10.0)
     updated = await jetstream.ensure_consumer(
-        js, stream="S", name="worker", filter_subject="s.jobs.>", max_deliver=7, backoff=[1, 5]
+        bare_js, stream="S", name="worker", filter_subject="s.jobs.>", max_deliver=7, backoff=[1, 5]
     )
     assert updated.config.max_deliver == 7
     assert updated.config.backoff == [1.0, 5.0]
 
 
-async def test_ensure_consumer_options_and_errors(js: JetStreamContext) -> None:
-    await jetstream.ensure_stream(js, name="S", subjects=["s.>"])
+async def test_ensure_consumer_options_and_errors(bare_js: JetStreamContext) -> None:
+    await jetstream.ensure_stream(bare_js, name="S", subjects=["s.>"])
     ephemeral = await jetstream.ensure_consumer(
-        js, stream="S", deliver_policy="by_start_sequence", opt_start_seq=3, inactive_threshold=5
+        bare_js,
+        stream="S",
+        deliver_policy="by_start_sequence",
+        opt_start_seq=3,
+        inactive_threshold=5,
     )
     assert ephemeral.name
     assert not ephemeral.config.durable_name
     assert ephemeral.config.opt_start_seq == 3
     multi = await jetstream.ensure_consumer(
-        js, stream="S", name="multi", filter_subjects=["s.a", "s.b"], max_ack_pending=10
+        bare_js, stream="S", name="multi", filter_subjects=["s.a", "s.b"], max_ack_pending=10
     )
     assert sorted(multi.config.filter_subjects or []) == ["s.a", "s.b"]
 
     with pytest.raises(jetstream.StreamNotFound):
-        await jetstream.ensure_consumer(js, stream="NOPE", name="c")
+        await jetstream.ensure_consumer(bare_js, stream="NOPE", name="c")
     with pytest.raises(jetstream.IncompatibleConfig, match="ack policy"):
-        await jetstream.ensure_consumer(js, stream="S", name="multi", ack_policy="all")
+        await jetstream.ensure_consumer(bare_js, stream="S", name="multi", ack_policy="all")
     with pytest.raises(TypeError, match="unknown consumer option"):
-        await jetstream.ensure_consumer(js, stream="S", name="x", ack_wiat=3)
+        await jetstream.ensure_consumer(bare_js, stream="S", name="x", ack_wiat=3)
     with pytest.raises(ValueError, match="pull consumers"):
-        await jetstream.ensure_consumer(js, stream="S", name="x", deliver_subject="push.here")
+        await jetstream.ensure_consumer(bare_js, stream="S", name="x", deliver_subject="push.here")
     with pytest.raises(ValueError, match="invalid consumer name"):
-        await jetstream.ensure_consumer(js, stream="S", name="has space")
+        await jetstream.ensure_consumer(bare_js, stream="S", name="has space")

@@ -7,7 +7,6 @@ import logging
 from typing import Generic, TypeVar, cast
 
 from goflux.errors import DecodeError, SubscribeError
-from goflux.headers import Headers
 from goflux.interfaces import Handler
 from goflux.lifecycle import StopOnExit, SubscriberLifecycle
 from goflux.message import Message
@@ -135,7 +134,7 @@ class ChannelSubscription(StopOnExit, Generic[T]):
                 message: Message[T] = Message(
                     envelope.subject,
                     cast("T", payload),
-                    headers=envelope.headers.copy() if envelope.headers else Headers(),
+                    headers=envelope.headers.copy() if envelope.headers else None,
                     id=envelope.message_id,
                     data=envelope.data,
                 )

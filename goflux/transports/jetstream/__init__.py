@@ -31,7 +31,8 @@ from goflux.errors import (
 from goflux.transports.jetstream.acker import JetStreamAcker
 from goflux.transports.jetstream.provision import ensure_consumer, ensure_stream
 from goflux.transports.jetstream.publisher import Outgoing, Publisher
-from goflux.transports.jetstream.subscriber import JetStreamSubscription, Subscriber
+from goflux.transports.jetstream.subscriber import Subscriber
+from goflux.transports.jetstream.subscription import JetStreamSubscription
 from goflux.transports.jetstream.system import SYSTEM
 
 __all__ = (

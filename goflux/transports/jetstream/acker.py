@@ -46,7 +46,7 @@ class JetStreamAcker:
         "_tokens",
         "last_progress",
         "num_delivered",
-        "stream_sequence",
+        "released",
     )
 
     def __init__(
@@ -66,8 +66,13 @@ class JetStreamAcker:
         self._tokens = tokens
         self._offset = offset
         self.num_delivered = int(tokens[offset + 2])
-        self.stream_sequence = int(tokens[offset + 3])
         self.last_progress = 0.0
+        self.released = False  # its in-flight room was given back (at most once)
+
+    @property
+    def stream_sequence(self) -> int:
+        """The message's sequence in its stream."""
+        return int(self._tokens[self._offset + 3])
 
     @property
     def consumer(self) -> str:

@@ -248,7 +248,8 @@ class Publisher(CloseOnExit, Generic[T]):
             ValueError: ``window`` < 1.
             PublishError: The first failure (after every publish in flight settled),
                 unless ``return_exceptions``. Bad input (subject, headers, encoding) of
-                a message raises before anything after it is sent.
+                a message raises before anything after it is sent. Once the publisher
+                or the connection is closed, each message left gets a PublishError.
         """
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
@@ -290,14 +291,27 @@ class Publisher(CloseOnExit, Generic[T]):
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         subject = item.subject
+        if self._closed or self._nc.is_closed:
+            # Not bad input: this and the remaining messages each get their error.
+            why = "publisher is closed" if self._closed else "the connection is closed"
+            results.append(PublishError(f"cannot publish to {subject!r}: {why}", subject=subject))
+            return
         data, wire = self._prepare(subject, item.value, item.headers, item.message_id, None)
         scope = self._tel.publish(SYSTEM, subject, wire, message_id=item.message_id)
         scope.__enter__()
         scope.set_body_size(len(data))
         results.append(_PENDING)
         try:
+            # No wait_stall: with it nats-py wraps every call in wait_for (a task and a
+            # timer per message). The window keeps us within its pending limit, and a
+            # closed connection is caught above, so its slots cannot run out.
             ack = await self._js.publish_async(subject, data, headers=wire)
         except nats.errors.Error as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # nats-py turns our cancellation into TooManyStalledMsgsError: undo that.
+                scope.__exit__(asyncio.CancelledError, asyncio.CancelledError(), None)
+                raise asyncio.CancelledError from exc
             error = _send_error(subject, exc)
             scope.__exit__(type(error), error, None)
             results[index] = error
