@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ def interleave(cases: dict[str, Callable[[], int]], rounds: int) -> dict[str, Re
     results = {name: Result(name) for name in cases}
     for _ in range(rounds):
         for name, case in cases.items():
+            gc.collect()  # every case starts without garbage left by the one before
             wall, cpu = time.perf_counter(), time.process_time()
             ops = case()
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
