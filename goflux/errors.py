@@ -26,6 +26,7 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    ├── RequestTimeout (also TimeoutError)   no reply within the timeout
      │    ├── NoResponders                   nobody is listening on the subject
      │    └── RemoteError                    the responder replied with an error
+     ├── ServiceError                        raised by responders: reply with this code
      └── NonRetryable                        raised by handlers: a permanent failure
 
 ``NonRetryable`` is meant to be raised by application handlers (``raise
@@ -56,6 +57,7 @@ __all__ = (
     "RemoteError",
     "RequestError",
     "RequestTimeout",
+    "ServiceError",
     "SettlementError",
     "StreamNotFound",
     "SubjectOverlap",
@@ -256,6 +258,28 @@ class RemoteError(RequestError):
         super().__init__(message, subject=subject)
         self.remote_message = remote_message
         self.code = code
+
+
+class ServiceError(GofluxError):
+    """Raise from a responder's handler to reply with a specific error code and message.
+
+    The requester raises :class:`RemoteError` with the same ``code`` and message.
+    Any other exception replies with code 500, an undecodable request with 400.
+
+    Attributes:
+        code: The error code sent back (HTTP-like, 400 to 599).
+        description: The message sent back.
+
+    Raises:
+        ValueError: ``code`` is outside 400 to 599.
+    """
+
+    def __init__(self, code: int, description: str) -> None:
+        if not 400 <= code <= 599:
+            raise ValueError(f"service error codes are 400 to 599, got {code}")
+        super().__init__(f"{code} {description}")
+        self.code = code
+        self.description = description
 
 
 class NonRetryable(GofluxError):

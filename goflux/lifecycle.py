@@ -75,6 +75,12 @@ class SubscriberLifecycle(CloseOnExit, Generic[SubscriptionT]):
     async def _run(self, subscription: SubscriptionT) -> None:
         """Wait until ``subscription`` stops (or the caller is cancelled), then drain it."""
         try:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # Cancelled while starting, but the cancellation was swallowed on the way
+                # (Python 3.11's asyncio.wait_for does that when its future completes at
+                # the same moment, and nats-py's flush uses it): honour it now.
+                raise asyncio.CancelledError
             await subscription.wait()
         finally:
             await subscription.stop()

@@ -64,6 +64,7 @@ SERVER_PORT: Final = "server.port"
 SETTLEMENT_OUTCOME: Final = "goflux.settlement.outcome"
 SETTLEMENTS_METRIC: Final = "goflux.consumer.settlements"
 REDELIVERIES_METRIC: Final = "goflux.consumer.redeliveries"
+DROPPED_METRIC: Final = "goflux.consumer.dropped"
 
 
 def error_type(exc: BaseException) -> str:
@@ -127,6 +128,7 @@ class Telemetry:
 
     __slots__ = (
         "_consumed",
+        "_dropped",
         "_meter_proxy",
         "_metering_on",
         "_operation_duration",
@@ -195,6 +197,11 @@ class Telemetry:
             unit="{message}",
             description="Settlements sent by consumers, by outcome (ack, nak, term, in_progress).",
         )
+        self._dropped = meter.create_counter(
+            DROPPED_METRIC,
+            unit="{message}",
+            description="Messages dropped because a slow consumer's pending limits overflowed.",
+        )
         self._redeliveries = meter.create_counter(
             REDELIVERIES_METRIC,
             unit="{message}",
@@ -205,6 +212,11 @@ class Telemetry:
         """Count one settlement; ``attributes`` carry ``goflux.settlement.outcome``."""
         if self.metering:
             self._settlements.add(1, attributes)
+
+    def record_dropped(self, attributes: Mapping[str, AttributeValue], count: int) -> None:
+        """Count messages a slow consumer dropped (its pending limits overflowed)."""
+        if self.metering:
+            self._dropped.add(count, attributes)
 
     def record_redelivery(self, attributes: Mapping[str, AttributeValue]) -> None:
         """Count one delivery of a message that had been delivered before."""
@@ -295,6 +307,68 @@ class Telemetry:
         if not self.active:
             return NULL_SCOPE
         return PublishScope(self, system, subject, carrier, message_id, server_address, server_port)
+
+    def request(
+        self,
+        system: str,
+        subject: str,
+        carrier: MutableMapping[str, str],
+        *,
+        message_id: str | None = None,
+        server_address: str | None = None,
+        server_port: int | None = None,
+    ) -> PublishScope | NullScope:
+        """Return the scope of one request: a CLIENT span ``send <subject>``.
+
+        Like :meth:`publish`, but the span is a client span: the caller waits for the
+        reply, and the responder's span becomes its child.
+        """
+        if not self.active:
+            return NULL_SCOPE
+        return PublishScope(
+            self,
+            system,
+            subject,
+            carrier,
+            message_id,
+            server_address,
+            server_port,
+            SpanKind.CLIENT,
+        )
+
+    def respond(
+        self,
+        system: str,
+        subject: str,
+        carrier: Mapping[str, str] | None,
+        *,
+        template: str | None = None,
+        message_id: str | None = None,
+        body_size: int | None = None,
+        consumer_group: str | None = None,
+    ) -> ProcessScope | NullScope:
+        """Return the scope of answering one request: a SERVER span, child of the caller.
+
+        Request/reply is synchronous, so unlike :meth:`process` the span continues the
+        requester's trace as its child instead of linking to it.
+        """
+        if not self.active:
+            return NULL_SCOPE
+        return ProcessScope(
+            self,
+            system,
+            subject,
+            carrier,
+            template,
+            message_id,
+            body_size,
+            consumer_group,
+            None,
+            None,
+            None,
+            SpanKind.SERVER,
+            True,
+        )
 
     def process(
         self,
@@ -390,6 +464,7 @@ class PublishScope:
 
     __slots__ = (
         "_carrier",
+        "_kind",
         "_message_id",
         "_server_address",
         "_server_port",
@@ -409,8 +484,10 @@ class PublishScope:
         message_id: str | None,
         server_address: str | None,
         server_port: int | None,
+        kind: SpanKind = SpanKind.PRODUCER,
     ) -> None:
         self._tel = tel
+        self._kind = kind
         self._system = system
         self._subject = subject
         self._carrier = carrier
@@ -439,7 +516,7 @@ class PublishScope:
             if self._message_id is not None:
                 span_attrs[MESSAGE_ID] = self._message_id
             span = tel._tracer.start_span(
-                f"send {self._subject}", kind=SpanKind.PRODUCER, attributes=span_attrs
+                f"send {self._subject}", kind=self._kind, attributes=span_attrs
             )
             self._span = span
             tel.propagator.inject(
@@ -485,7 +562,9 @@ class ProcessScope:
         "_carrier",
         "_consumer_group",
         "_extra",
+        "_kind",
         "_message_id",
+        "_parented",
         "_server_address",
         "_server_port",
         "_span",
@@ -510,8 +589,12 @@ class ProcessScope:
         server_address: str | None,
         server_port: int | None,
         extra: Mapping[str, AttributeValue] | None = None,
+        kind: SpanKind = SpanKind.CONSUMER,
+        parented: bool = False,
     ) -> None:
         self._tel = tel
+        self._kind = kind
+        self._parented = parented
         self._system = system
         self._subject = subject
         self._carrier = carrier
@@ -549,11 +632,14 @@ class ProcessScope:
         parent = Context()
         if self._carrier:
             remote = tel.propagator.extract(self._carrier, getter=_GETTER)
-            producer = trace.get_current_span(remote).get_span_context()
-            if producer.is_valid:
-                links = [Link(producer)]
-            # Keep what else travelled (baggage) but not the producer as parent.
-            parent = trace.set_span_in_context(trace.INVALID_SPAN, remote)
+            if self._parented:
+                parent = remote  # synchronous request/reply: a child of the caller
+            else:
+                producer = trace.get_current_span(remote).get_span_context()
+                if producer.is_valid:
+                    links = [Link(producer)]
+                # Keep what else travelled (baggage) but not the producer as parent.
+                parent = trace.set_span_in_context(trace.INVALID_SPAN, remote)
         span_attrs = self._attributes()
         span_attrs[OPERATION_TYPE] = "process"
         if self._message_id is not None:
@@ -564,14 +650,14 @@ class ProcessScope:
             span_attrs.update(self._extra)
         name = f"process {self._template if self._template is not None else self._subject}"
         span = tel._tracer.start_span(
-            name, context=parent, kind=SpanKind.CONSUMER, attributes=span_attrs, links=links
+            name, context=parent, kind=self._kind, attributes=span_attrs, links=links
         )
         self._span = span
         self._token = otel_context.attach(trace.set_span_in_context(span, parent))
 
     @property
     def span(self) -> trace.Span:
-        """The CONSUMER span (valid once entered, while tracing is configured)."""
+        """The span (valid once entered, while tracing is configured)."""
         return self._span
 
     def __exit__(

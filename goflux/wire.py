@@ -13,13 +13,15 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, Mapping
 from typing import Final
 
-from goflux.headers import Headers
+from goflux.headers import Headers, HeadersLike, check_message_id
+from goflux.subjects import validate_subject
 
 __all__ = (
     "MESSAGE_ID_HEADER",
     "NATS_MSG_ID_HEADER",
     "USER_HEADER_PREFIX",
     "RepeatedHeaders",
+    "outgoing",
     "read_headers",
     "write_headers",
 )
@@ -110,3 +112,22 @@ def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers | None, str | N
             nats_msg_id = value
     headers = Headers._trusted(pairs) if pairs else None
     return headers, message_id if message_id is not None else nats_msg_id
+
+
+def outgoing(
+    subject: str,
+    headers: HeadersLike | None,
+    message_id: str | None,
+    *,
+    jetstream: bool,
+) -> dict[str, str]:
+    """Check a publish's subject and message ID, and return its transport headers.
+
+    Raises:
+        InvalidSubject: ``subject`` is not a valid publish subject.
+        InvalidHeader: A header or the message ID cannot travel on the wire.
+    """
+    validate_subject(subject)
+    if message_id is not None:
+        check_message_id(message_id)
+    return write_headers(Headers(headers) if headers else None, message_id, jetstream=jetstream)

@@ -13,6 +13,7 @@ BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 EXPECTED_OUTPUT = [
     "orders.created: o-1 9.50 id=o-1\n",
     "stored at ORDERS#1\ngot o-1 (delivery 1)\n",
+    "sku='apple' total=10.0\nremote error 404: unknown sku\n",
     "nats-server back on nats://127.0.0.1:",
 ]
 

@@ -18,6 +18,7 @@ from nats.js import JetStreamContext
 from goflux import Codec, Handler, Publisher, Subscriber, Telemetry
 from goflux.testing import NatsServer
 from goflux.transports import channel, jetstream
+from goflux.transports import nats as gnats
 
 T = TypeVar("T")
 
@@ -102,6 +103,36 @@ class JetStreamHarness:
         )
 
 
+@dataclass
+class NatsHarness:
+    nc: nats.aio.client.Client
+    name: str = "nats"
+    capabilities: frozenset[str] = frozenset({"queue_groups"})
+
+    def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
+        return gnats.Publisher(self.nc, codec, telemetry=telemetry)
+
+    def subscriber(
+        self,
+        codec: Codec[T],
+        *,
+        telemetry: Telemetry | None = None,
+        queue: str | None = None,
+        manual_ack: bool = False,
+    ) -> Subscriber[T]:
+        return gnats.Subscriber(self.nc, codec, queue=queue, telemetry=telemetry)
+
+
+@asynccontextmanager
+async def nats_harness() -> AsyncIterator[Harness]:
+    async with NatsServer(jetstream=False) as server:
+        nc = await nats.connect(server.url)
+        try:
+            yield NatsHarness(nc)
+        finally:
+            await nc.close()
+
+
 @asynccontextmanager
 async def channel_harness() -> AsyncIterator[Harness]:
     yield ChannelHarness()
@@ -122,8 +153,10 @@ async def jetstream_harness() -> AsyncIterator[Harness]:
 HARNESSES: dict[str, Callable[[], AbstractAsyncContextManager[Harness]]] = {
     "channel": channel_harness,
     "jetstream": jetstream_harness,
+    "nats": nats_harness,
 }
 CAPABILITIES: dict[str, frozenset[str]] = {
     "channel": ChannelHarness.capabilities,
     "jetstream": JetStreamHarness.capabilities,
+    "nats": NatsHarness.capabilities,
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self, TypeVar, assert_type
 
+from nats.aio.client import Client
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
@@ -31,6 +32,7 @@ from goflux import (
     chain,
 )
 from goflux.transports import channel
+from goflux.transports import nats as gnats
 
 T = TypeVar("T")
 
@@ -144,3 +146,20 @@ class Lookup:
 requester: Requester[Order, Customer] = Lookup()
 wider_reply: Requester[Order, object] = Lookup()  # covariant reply: fine
 wrong_request: Requester[Customer, Customer] = Lookup()  # type: ignore[assignment]
+
+
+# --- core NATS request/reply ----------------------------------------------------------
+async def request_reply(nc: Client) -> None:
+    typed: Requester[Order, Customer] = gnats.Requester(nc, order_codec, JsonCodec(Customer))
+    assert_type(await typed.request("q", Order(id="1")), Customer)
+    await typed.request("q", Customer(name="x"))  # type: ignore[arg-type]
+
+    async def answer(order: Order) -> Customer:
+        return Customer(name=order.id)
+
+    async def wrong_answer(order: Order) -> Order:
+        return order
+
+    responder = gnats.Responder(nc, order_codec, JsonCodec(Customer))
+    await responder.start("q", answer)
+    await responder.start("q", wrong_answer)  # type: ignore[arg-type]

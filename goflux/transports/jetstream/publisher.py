@@ -16,13 +16,12 @@ from nats.js.api import PubAck
 
 from goflux.codecs import Codec
 from goflux.errors import ExpectationFailed, PublishError
-from goflux.headers import Headers, HeadersLike, check_message_id
+from goflux.headers import HeadersLike
 from goflux.lifecycle import CloseOnExit
 from goflux.receipt import PublishReceipt
-from goflux.subjects import validate_subject
 from goflux.telemetry import NullScope, PublishScope, Telemetry
 from goflux.transports.jetstream.system import SYSTEM
-from goflux.wire import write_headers
+from goflux.wire import outgoing
 
 __all__ = ("Outgoing", "Publisher")
 
@@ -147,10 +146,7 @@ class Publisher(CloseOnExit, Generic[T]):
             raise PublishError(
                 f"cannot publish to {subject!r}: publisher is closed", subject=subject
             )
-        validate_subject(subject)
-        if message_id is not None:
-            check_message_id(message_id)
-        wire = write_headers(Headers(headers) if headers else None, message_id, jetstream=True)
+        wire = outgoing(subject, headers, message_id, jetstream=True)
         if expected:
             wire.update(expected)
         return self._codec.encode(value), wire

@@ -1,0 +1,39 @@
+"""Core NATS transport: fire-and-forget publish/subscribe, queue groups, request/reply.
+
+Import it module-qualified (it shares its name with the nats-py package)::
+
+    from goflux.transports import nats as gnats
+
+    publisher = gnats.Publisher(nc, JsonCodec(Order))
+    subscriber = gnats.Subscriber(nc, JsonCodec(Order), queue="billing")
+    requester = gnats.Requester(nc, JsonCodec(Quote), JsonCodec(Price))
+    responder = gnats.Responder(nc, JsonCodec(Quote), JsonCodec(Price), queue="pricing")
+
+Needs ``goflux[nats]``. The caller owns the nats-py connection.
+"""
+
+try:
+    import nats  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError("goflux.transports.nats needs nats-py: pip install 'goflux[nats]'") from exc
+
+from goflux.transports.nats.publisher import Publisher
+from goflux.transports.nats.requester import ERROR_CODE_HEADER, ERROR_HEADER, Requester
+from goflux.transports.nats.responder import Responder, ResponderSubscription
+from goflux.transports.nats.subscriber import NatsSubscription, Subscriber
+from goflux.transports.nats.subscription import CoreSubscription, DispatchOptions
+from goflux.transports.nats.system import SYSTEM
+
+__all__ = (
+    "ERROR_CODE_HEADER",
+    "ERROR_HEADER",
+    "SYSTEM",
+    "CoreSubscription",
+    "DispatchOptions",
+    "NatsSubscription",
+    "Publisher",
+    "Requester",
+    "Responder",
+    "ResponderSubscription",
+    "Subscriber",
+)
