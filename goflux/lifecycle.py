@@ -3,15 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from goflux.errors import SubscribeError
 from goflux.interfaces import Subscription
 
-__all__ = ("CloseOnExit", "StopOnExit", "SubscriberLifecycle")
+__all__ = (
+    "CloseOnExit",
+    "StopOnExit",
+    "SubscriberLifecycle",
+    "enter_handler_context",
+    "in_handler_context",
+)
 
 SubscriptionT = TypeVar("SubscriptionT", bound=Subscription)
+
+# The subscription whose handlers run in this context. Tasks inherit it, so a task a
+# handler spawns is recognised too.
+_HANDLING: ContextVar[object | None] = ContextVar("goflux_handling", default=None)
+
+
+def enter_handler_context(subscription: object) -> None:
+    """Mark the current task (and tasks it creates) as running ``subscription``'s handlers."""
+    if _HANDLING.get() is not subscription:
+        _HANDLING.set(subscription)
+
+
+def in_handler_context(subscription: object) -> bool:
+    """Whether the caller runs inside (or was spawned by) ``subscription``'s handler.
+
+    A drain started from there must not wait for itself.
+    """
+    return _HANDLING.get() is subscription
 
 
 class CloseOnExit:

@@ -562,6 +562,7 @@ class ProcessScope:
         "_carrier",
         "_consumer_group",
         "_extra",
+        "_failure",
         "_kind",
         "_message_id",
         "_parented",
@@ -595,6 +596,7 @@ class ProcessScope:
         self._tel = tel
         self._kind = kind
         self._parented = parented
+        self._failure: BaseException | None = None
         self._system = system
         self._subject = subject
         self._carrier = carrier
@@ -660,6 +662,10 @@ class ProcessScope:
         """The span (valid once entered, while tracing is configured)."""
         return self._span
 
+    def fail(self, exc: BaseException) -> None:
+        """Record a failure that was handled (no exception leaves the scope)."""
+        self._failure = exc
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -667,6 +673,8 @@ class ProcessScope:
         tb: TracebackType | None,
     ) -> None:
         elapsed = time.perf_counter() - self._start
+        if exc is None:
+            exc = self._failure
         kind = error_type(exc) if exc is not None else None
         if self._token is not None:
             otel_context.detach(self._token)
@@ -703,6 +711,9 @@ class NullScope:
     def span(self) -> trace.Span:
         """No span: the invalid one."""
         return trace.INVALID_SPAN
+
+    def fail(self, exc: BaseException) -> None:
+        """Nothing to record."""
 
 
 NULL_SCOPE: Final = NullScope()

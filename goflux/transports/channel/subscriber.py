@@ -8,7 +8,12 @@ from typing import Generic, TypeVar, cast
 
 from goflux.errors import DecodeError, SubscribeError
 from goflux.interfaces import Handler
-from goflux.lifecycle import StopOnExit, SubscriberLifecycle
+from goflux.lifecycle import (
+    StopOnExit,
+    SubscriberLifecycle,
+    enter_handler_context,
+    in_handler_context,
+)
 from goflux.message import Message
 from goflux.subjects import is_wildcard, validate_pattern
 from goflux.telemetry import Telemetry
@@ -89,6 +94,7 @@ class ChannelSubscription(StopOnExit, Generic[T]):
         return self._route.pending
 
     async def _run(self) -> None:
+        enter_handler_context(self)
         route = self._route
         try:
             while True:
@@ -180,8 +186,8 @@ class ChannelSubscription(StopOnExit, Generic[T]):
             self._drainer = asyncio.get_running_loop().create_task(
                 self._enforce_deadline(task, deadline), name=f"goflux-drain-{self._pattern}"
             )
-        if task is asyncio.current_task():
-            return
+        if in_handler_context(self):
+            return  # called from a handler (or a task it spawned): don't wait for itself
         await asyncio.shield(self._drainer)
 
     async def _enforce_deadline(self, task: asyncio.Task[None], deadline: float) -> None:

@@ -21,7 +21,7 @@ from opentelemetry.util.types import AttributeValue
 from goflux.codecs import Codec
 from goflux.errors import DecodeError, SettlementError, SubscribeError
 from goflux.interfaces import Handler
-from goflux.lifecycle import StopOnExit
+from goflux.lifecycle import StopOnExit, enter_handler_context, in_handler_context
 from goflux.message import Message, Outcome, received
 from goflux.subjects import is_wildcard
 from goflux.telemetry import (
@@ -218,8 +218,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             self._drainer = self._loop.create_task(
                 self._drain(deadline), name=f"goflux-jetstream-{self._consumer}-drain"
             )
-        if asyncio.current_task() in self._workers:
-            return  # called from a handler: the drain waits for that handler
+        if in_handler_context(self):
+            return  # called from a handler (or a task it spawned): the drain waits for it
         await asyncio.shield(self._drainer)
 
     async def _drain(self, deadline: float) -> None:
@@ -527,6 +527,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     return
 
     async def _work(self) -> None:
+        enter_handler_context(self)
         ready = self._ready
         while not self._draining:
             if not ready:

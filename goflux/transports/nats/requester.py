@@ -96,6 +96,11 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
             except nats.errors.NoRespondersError as exc:
                 raise NoResponders(f"no responder serves {subject!r}", subject=subject) from exc
             except nats.errors.TimeoutError as exc:
+                if self._nc.is_closed:
+                    raise RequestError(
+                        f"request to {subject!r} failed: the connection closed before the reply",
+                        subject=subject,
+                    ) from exc
                 raise RequestTimeout(
                     f"no reply from {subject!r} within {wait}s", subject=subject, timeout=wait
                 ) from exc

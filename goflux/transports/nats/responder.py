@@ -37,10 +37,6 @@ logger = logging.getLogger("goflux.transports.nats")
 _MAX_ERROR_TEXT = 1024
 
 
-class _Failed(Exception):
-    """Marks a request answered with an error reply (recorded on the span)."""
-
-
 class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
     """A running responder: each request gets the handler's reply, or an error reply.
 
@@ -85,43 +81,59 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
                 message_id=message_id,
                 body_size=len(msg.data),
                 consumer_group=self._o.queue,
-            ):
-                await self._serve(msg, reply_headers)
-        except _Failed:
-            self.failed += 1
+            ) as scope:
+                failure = await self._serve(msg, reply_headers)
+                if failure is not None:
+                    scope.fail(failure)
         except asyncio.CancelledError:
             self.failed += 1
             task = asyncio.current_task()
-            if task is not None and task.cancelling():
+            stopping = task is not None and task.cancelling() > 0
+            why = "the responder is stopping" if stopping else "the handler was cancelled"
+            await self._reply_error(msg, 503 if stopping else 500, why, reply_headers)
+            if stopping:
                 raise  # the responder is being stopped (drain deadline)
-            await self._reply_error(msg, 500, "the handler was cancelled", reply_headers)
-        else:
+            return
+        if failure is None:
             self.answered += 1
+        else:
+            self.failed += 1
 
-    async def _serve(self, msg: Msg, reply_headers: dict[str, str]) -> None:
+    async def _leftover(self, msg: Msg) -> None:
+        """Answer a request the drain deadline left unprocessed: 503, not silence."""
+        self.received += 1
+        self.failed += 1
+        if msg.reply:
+            _, message_id = read_headers(msg.headers)
+            headers = {MESSAGE_ID_HEADER: message_id} if message_id is not None else {}
+            await self._reply_error(msg, 503, "the responder is stopping", headers)
+
+    async def _serve(self, msg: Msg, reply_headers: dict[str, str]) -> BaseException | None:
+        """Answer one request; return the failure that got an error reply, if any."""
         try:
             request = self._request_codec.decode(msg.data)
         except DecodeError as exc:
             logger.error("undecodable request on %r: %s", msg.subject, exc)
             await self._reply_error(msg, 400, f"bad request: {exc}", reply_headers)
-            raise _Failed from exc
+            return exc
         try:
             response = await self._handle(request)
             data = self._response_codec.encode(response)
         except ServiceError as exc:
             await self._reply_error(msg, exc.code, exc.description, reply_headers)
-            raise _Failed from exc
+            return exc
         except EncodeError as exc:
             logger.error("cannot encode the reply on %r: %s", msg.subject, exc)
             await self._reply_error(msg, 500, f"cannot encode the reply: {exc}", reply_headers)
-            raise _Failed from exc
+            return exc
         except Exception as exc:
             logger.exception(
                 "handler failed for request on %r: %s: %s", msg.subject, type(exc).__name__, exc
             )
             await self._reply_error(msg, 500, f"{type(exc).__name__}: {exc}", reply_headers)
-            raise _Failed from exc
+            return exc
         await self._reply(msg, data, reply_headers or None)
+        return None
 
     async def _reply(self, msg: Msg, data: bytes, headers: dict[str, str] | None) -> None:
         try:

@@ -15,7 +15,7 @@ from nats.aio.subscription import Subscription as NatsSubscription
 from opentelemetry.util.types import AttributeValue
 
 from goflux.errors import SubscribeError
-from goflux.lifecycle import StopOnExit
+from goflux.lifecycle import StopOnExit, enter_handler_context, in_handler_context
 from goflux.telemetry import CONSUMER_GROUP, DESTINATION_TEMPLATE, Telemetry
 from goflux.telemetry import SYSTEM as SYSTEM_ATTR
 from goflux.transports.nats.system import SYSTEM
@@ -33,6 +33,7 @@ logger = logging.getLogger("goflux.transports.nats")
 DEFAULT_PENDING_MESSAGES = 65_536
 DEFAULT_PENDING_BYTES = 64 * 1024 * 1024
 DEFAULT_DRAIN_TIMEOUT = 30.0
+_SETTLE_TIMEOUT = 5.0  # seconds for nats-py's drain to finish once the queue is settled
 
 
 class DispatchOptions:
@@ -152,19 +153,27 @@ class CoreSubscription(StopOnExit):
         if not self._draining and not self._done.done():
             self._loop.create_task(self._finish(nats.errors.ConnectionClosedError()))
 
-    def _count_drops(self) -> None:
+    def _dispatch(self) -> asyncio.Task[None] | None:
+        """nats-py's task that runs the callbacks (private to nats-py; None if renamed)."""
+        task = getattr(self._sub, "_wait_for_msgs_task", None)
+        return task if isinstance(task, asyncio.Task) else None
+
+    def _count_drops(self, *, final: bool = False) -> None:
         sub = self._sub
         if sub is None:
             return
-        # nats-py counts every message it received, dropped ones included.
-        dropped = sub.delivered - self.received - sub.pending_msgs
+        # nats-py counts every message it received, dropped ones included; what was not
+        # taken for processing (and, while running, is not waiting) was dropped.
+        waiting = 0 if final else sub.pending_msgs
+        dropped = sub.delivered - self.received - waiting
         if dropped > self.dropped:
             new = dropped - self.dropped
             self.dropped = dropped
             self._tel.record_dropped(self._attrs, new)
             logger.warning(
-                "slow consumer on %r: %d messages dropped (pending limits %d messages, "
-                "%d bytes); %d dropped so far",
+                "%s on %r: %d messages dropped (pending limits %d messages, %d bytes); "
+                "%d dropped so far",
+                "subscription ended" if final or self._expired else "slow consumer",
                 self._pattern,
                 new,
                 self._o.pending_messages,
@@ -173,18 +182,24 @@ class CoreSubscription(StopOnExit):
             )
 
     async def _on_message(self, msg: Msg) -> None:
+        enter_handler_context(self)
         if self._expired:
-            self.dropped += 1  # left behind by a drain deadline
+            await self._leftover(msg)
             return
-        self.received += 1
-        self._count_drops()
         if self._o.concurrency == 1:
+            self.received += 1
+            self._count_drops()
             await self._process(msg)
             return
         await self._slots.acquire()  # back-pressure: the pending queue holds the rest
+        self.received += 1
+        self._count_drops()
         task = self._loop.create_task(self._process(msg))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+
+    async def _leftover(self, msg: Msg) -> None:
+        """A message delivered but not processed before the drain deadline (counted later)."""
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -201,28 +216,16 @@ class CoreSubscription(StopOnExit):
             self._draining = True
             deadline = self._o.drain_timeout if timeout is None else timeout
             self._drainer = self._loop.create_task(self._drain(deadline))
-        if self._inside():
-            return  # called from a handler: the drain waits for that handler
+        if in_handler_context(self):
+            return  # called from a handler (or a task it spawned): the drain waits for it
         await asyncio.shield(self._drainer)
-
-    def _inside(self) -> bool:
-        current = asyncio.current_task()
-        dispatch = getattr(self._sub, "_wait_for_msgs_task", None)
-        return current is dispatch or current in self._tasks
 
     async def _drain(self, deadline: float) -> None:
         until = self._loop.time() + deadline
         sub = self._sub
         try:
             if sub is not None:
-                try:
-                    # UNSUB, then every message already delivered goes through _on_message.
-                    drained = sub.drain()  # type: ignore[no-untyped-call]
-                    await asyncio.wait_for(drained, timeout=max(deadline, 0.0))
-                except TimeoutError:
-                    self._expire(sub)
-                except nats.errors.Error as exc:
-                    logger.warning("drain of %r failed: %s", self._pattern, exc)
+                await self._drain_subscription(sub, deadline)
             if self._tasks:
                 _, pending = await asyncio.wait(
                     self._tasks, timeout=max(until - self._loop.time(), 0.0)
@@ -234,20 +237,59 @@ class CoreSubscription(StopOnExit):
         finally:
             await self._finish(None)
 
-    def _expire(self, sub: NatsSubscription) -> None:
-        """The drain deadline passed: cancel the stuck handler, drop what is left."""
+    async def _drain_subscription(self, sub: NatsSubscription, deadline: float) -> None:
+        # UNSUB, then every message already delivered goes through _on_message. The
+        # drain runs as a task of its own so its UNSUB is sent even with no time left.
+        drain = self._loop.create_task(sub.drain())  # type: ignore[no-untyped-call]
+        dispatch = self._dispatch()
+        watched: set[asyncio.Task[None]] = {drain}
+        if dispatch is not None:
+            watched.add(dispatch)  # ends early if the connection closes
+        await asyncio.sleep(0)  # let the drain send its UNSUB first
+        done, _ = await asyncio.wait(watched, timeout=deadline, return_when=asyncio.FIRST_COMPLETED)
+        if drain in done:
+            if not drain.cancelled() and drain.exception() is not None:
+                logger.warning("drain of %r failed: %s", self._pattern, drain.exception())
+            return
+        if not done:
+            await self._expire(sub, dispatch)
+        # With the queue settled, the drain finishes by itself. Cancelling it while it
+        # awaits its PONG would break nats-py's read loop (it sets a result on the
+        # cancelled future and loses the rest of that read), so only as a last resort.
+        await asyncio.wait({drain}, timeout=_SETTLE_TIMEOUT)
+        if not drain.done():
+            drain.cancel()
+        with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
+            await drain
+        await self._forget(sub)
+
+    async def _expire(self, sub: NatsSubscription, dispatch: asyncio.Task[None] | None) -> None:
+        """The drain deadline passed: cancel the running handler, settle what is left."""
         self._expired = True
-        left = sub.pending_msgs
-        dispatch = getattr(sub, "_wait_for_msgs_task", None)
-        if isinstance(dispatch, asyncio.Task):
+        logger.warning("drain of %r timed out; cancelling the running handler", self._pattern)
+        if dispatch is not None:
             dispatch.cancel()  # the handler running inside it gets CancelledError
-            self.dropped += left  # its queue is discarded
-        # Otherwise each message still dispatched is counted in _on_message.
-        logger.warning(
-            "drain of %r timed out; cancelling the running handler, %d messages dropped",
-            self._pattern,
-            left,
-        )
+            with contextlib.suppress(asyncio.CancelledError):
+                await dispatch
+        queue = getattr(sub, "_pending_queue", None)
+        if isinstance(queue, asyncio.Queue):
+            while not queue.empty():
+                msg = queue.get_nowait()
+                try:
+                    await self._leftover(msg)
+                finally:
+                    queue.task_done()  # lets nats-py's drain (join) complete
+
+    async def _forget(self, sub: NatsSubscription) -> None:
+        """Remove the subscription at the server and in the client (after an expired drain)."""
+        send_unsubscribe = getattr(self._nc, "_send_unsubscribe", None)
+        remove = getattr(self._nc, "_remove_sub", None)
+        sid = getattr(sub, "_id", None)
+        if sid is None or send_unsubscribe is None or remove is None:
+            return
+        with contextlib.suppress(nats.errors.Error):
+            await send_unsubscribe(sid)  # harmless if the drain already sent it
+        remove(sid)
 
     async def _finish(self, failure: BaseException | None) -> None:
         if self._done.done():
@@ -259,6 +301,7 @@ class CoreSubscription(StopOnExit):
             if self._sub is not None:
                 with contextlib.suppress(nats.errors.Error):
                     await self._sub.unsubscribe()
+        self._count_drops(final=True)
         self._failure = failure
         self._done.set_result(None)
 
