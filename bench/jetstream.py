@@ -3,7 +3,8 @@
 Raw nats-py gets its best paths: ``await js.publish`` for sequential publishing,
 ``publish_async`` for pipelined publishing, and a callback subscription driven by
 hand-sent pull requests (batch 100, re-pulled at half) for consuming. Both sides
-encode/decode the same 10-field pydantic model and ack every message.
+encode/decode the same 10-field pydantic model and ack every message. The consume
+table also runs goflux with the usual middleware chain, to show what it costs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pydantic import TypeAdapter
 
 from bench.codecs import ORDER, Order
 from bench.harness import Result, interleave
-from goflux import JsonCodec, Message
+from goflux import JsonCodec, Message, chain
+from goflux.middleware import RetryPolicy, message_context, retry_ack, timeout
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 
@@ -28,6 +30,8 @@ PIPELINED = 30_000
 CONSUMED = 30_000
 WINDOW = 4_000
 ADAPTER = TypeAdapter(Order)
+# The resilience chain a production service would use (heartbeats only after 10 s).
+RESILIENT = chain(retry_ack(RetryPolicy()), timeout(30), message_context())
 
 
 async def raw_sequential(js: JetStreamContext) -> int:
@@ -93,7 +97,7 @@ async def raw_consume(js: JetStreamContext) -> int:
     return CONSUMED
 
 
-async def goflux_consume(js: JetStreamContext) -> int:
+async def goflux_consume(js: JetStreamContext, *, middleware: bool = False) -> int:
     count = 0
     done = asyncio.Event()
 
@@ -103,8 +107,9 @@ async def goflux_consume(js: JetStreamContext) -> int:
         if count == CONSUMED:
             done.set()
 
+    handler = RESILIENT(handle) if middleware else handle
     sub = jetstream.Subscriber(js, JsonCodec(Order), stream=STREAM)
-    await sub.start("bench.data", handle)
+    await sub.start("bench.data", handler)
     await done.wait()
     await sub.close()
     return CONSUMED
@@ -148,6 +153,9 @@ def run(rounds: int) -> dict[str, dict[str, Result]]:
                 {
                     "raw callback pull + ack": on(lambda: raw_consume(js)),
                     "goflux Subscriber (auto-ack)": on(lambda: goflux_consume(js)),
+                    "goflux + retry_ack, timeout, message_context": on(
+                        lambda: goflux_consume(js, middleware=True)
+                    ),
                 },
                 rounds,
             ),

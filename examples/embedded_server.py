@@ -14,6 +14,7 @@ import contextlib
 import os
 
 import nats
+from nats.aio.msg import Msg
 
 from goflux.testing import NatsServer
 
@@ -31,9 +32,9 @@ async def main() -> None:
 
         nc = await nats.connect(url, allow_reconnect=False)
         stack.push_async_callback(nc.close)
-        received: asyncio.Queue[nats.aio.msg.Msg] = asyncio.Queue()
+        received: asyncio.Queue[Msg] = asyncio.Queue()
 
-        async def on_message(msg: nats.aio.msg.Msg) -> None:
+        async def on_message(msg: Msg) -> None:
             await received.put(msg)
 
         await nc.subscribe("smoke.ping", cb=on_message)

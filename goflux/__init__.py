@@ -6,7 +6,7 @@ Application code is written against ``Publisher[T]``, ``Subscriber[T]``,
 """
 
 from goflux._version import __version__
-from goflux.chain import chain
+from goflux.chain import chain, chain_publishers
 from goflux.codecs import BytesCodec, Codec, JsonCodec, StrCodec
 from goflux.errors import (
     AlreadySettled,
@@ -16,11 +16,13 @@ from goflux.errors import (
     EncodeError,
     ExpectationFailed,
     GofluxError,
+    HandlerTimeout,
     IncompatibleConfig,
     InvalidHeader,
     InvalidSubject,
     NonRetryable,
     NoResponders,
+    PayloadTooLarge,
     ProvisioningError,
     PublishError,
     RemoteError,
@@ -37,9 +39,12 @@ from goflux.errors import (
 from goflux.headers import Headers, HeadersLike
 from goflux.interfaces import (
     Closeable,
+    GenericMiddleware,
+    GenericPublisherMiddleware,
     Handler,
     Middleware,
     Publisher,
+    PublisherMiddleware,
     Requester,
     RequestHandler,
     Responder,
@@ -62,8 +67,11 @@ __all__ = (
     "Delivery",
     "EncodeError",
     "ExpectationFailed",
+    "GenericMiddleware",
+    "GenericPublisherMiddleware",
     "GofluxError",
     "Handler",
+    "HandlerTimeout",
     "Headers",
     "HeadersLike",
     "IncompatibleConfig",
@@ -74,10 +82,12 @@ __all__ = (
     "Middleware",
     "NoResponders",
     "NonRetryable",
+    "PayloadTooLarge",
     "ProvisioningError",
     "PublishError",
     "PublishReceipt",
     "Publisher",
+    "PublisherMiddleware",
     "RemoteError",
     "RequestError",
     "RequestHandler",
@@ -96,5 +106,6 @@ __all__ = (
     "TransportError",
     "__version__",
     "chain",
+    "chain_publishers",
     "is_non_retryable",
 )

@@ -13,8 +13,9 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    └── AlreadySettled                 ack/nak/term after the message was settled
      ├── PublishError                        a publish failed; ``may_be_stored`` says
      │    │                                  whether the broker may still have stored it
-     │    └── ExpectationFailed              optimistic concurrency: the stream was not
-     │                                       in the expected state (JetStream)
+     │    ├── ExpectationFailed              optimistic concurrency: the stream was not
+     │    │                                  in the expected state (JetStream)
+     │    └── PayloadTooLarge                headers and body exceed the server's limit
      ├── SubscribeError                      a subscription could not start or failed
      ├── TransportError                      the connection or broker failed
      │    └── ProvisioningError              a stream/consumer could not be provisioned
@@ -27,11 +28,12 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    ├── NoResponders                   nobody is listening on the subject
      │    └── RemoteError                    the responder replied with an error
      ├── ServiceError                        raised by responders: reply with this code
+     ├── HandlerTimeout (also TimeoutError)  a handler ran longer than its timeout
      └── NonRetryable                        raised by handlers: a permanent failure
 
 ``NonRetryable`` is meant to be raised by application handlers (``raise
 NonRetryable("bad order") from cause``); :func:`is_non_retryable` recognises it
-anywhere in an exception's cause/context chain or inside an exception group, so a
+anywhere in an exception's ``raise ... from`` chain or inside an exception group, so a
 wrapper exception raised around it still counts as permanent.
 """
 
@@ -47,11 +49,13 @@ __all__ = (
     "EncodeError",
     "ExpectationFailed",
     "GofluxError",
+    "HandlerTimeout",
     "IncompatibleConfig",
     "InvalidHeader",
     "InvalidSubject",
     "NoResponders",
     "NonRetryable",
+    "PayloadTooLarge",
     "ProvisioningError",
     "PublishError",
     "RemoteError",
@@ -140,12 +144,27 @@ class PublishError(GofluxError):
         may_be_stored: True when the broker may have stored the message despite the
             error (for example an acknowledgement timeout): retry with the same
             message ID so the server de-duplicates it.
+        permanent: True when publishing the same message again cannot succeed (the
+            publisher or its connection is closed, the payload is too large, the
+            server refused it as a bad request, an expectation failed); retry
+            middleware gives up at once.
+        err_code: The JetStream error code of a refusal (e.g. 10077), if any.
     """
 
-    def __init__(self, message: str, *, subject: str, may_be_stored: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str,
+        may_be_stored: bool = False,
+        permanent: bool = False,
+        err_code: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.subject = subject
         self.may_be_stored = may_be_stored
+        self.permanent = permanent
+        self.err_code = err_code
 
 
 class ExpectationFailed(PublishError):
@@ -159,8 +178,24 @@ class ExpectationFailed(PublishError):
     """
 
     def __init__(self, message: str, *, subject: str, expectation: str) -> None:
-        super().__init__(message, subject=subject, may_be_stored=False)
+        super().__init__(message, subject=subject, may_be_stored=False, permanent=True)
         self.expectation = expectation
+
+
+class PayloadTooLarge(PublishError):
+    """The message (headers and body) exceeds the server's ``max_payload``; nothing was sent.
+
+    Sending it anyway would make the server close the connection.
+
+    Attributes:
+        size: Bytes of headers and body.
+        limit: The server's limit in bytes.
+    """
+
+    def __init__(self, message: str, *, subject: str, size: int, limit: int) -> None:
+        super().__init__(message, subject=subject, permanent=True)
+        self.size = size
+        self.limit = limit
 
 
 class SubscribeError(GofluxError):
@@ -282,6 +317,18 @@ class ServiceError(GofluxError):
         self.description = description
 
 
+class HandlerTimeout(GofluxError, TimeoutError):
+    """A handler ran longer than the ``timeout`` middleware allows (a retryable failure).
+
+    Attributes:
+        seconds: The timeout that expired.
+    """
+
+    def __init__(self, message: str, *, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class NonRetryable(GofluxError):
     """Marks a handler failure as permanent: the message must not be redelivered.
 
@@ -298,11 +345,12 @@ class NonRetryable(GofluxError):
 _E = TypeVar("_E", bound=BaseException)
 
 
-def find_in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
+def find_in_chain(exc: BaseException, kind: type[_E], *, context: bool = True) -> _E | None:
     """Return the first exception of type ``kind`` in ``exc``'s chain, or None.
 
-    Looks at ``exc`` itself, its ``__cause__`` and ``__context__`` links, and inside
-    exception groups, guarding against cycles.
+    Looks at ``exc`` itself, its ``__cause__`` links, its ``__context__`` links (unless
+    ``context`` is False: then only explicit ``raise ... from`` causes count), and
+    inside exception groups, guarding against cycles.
     """
     seen: set[int] = set()
     stack: list[BaseException] = [exc]
@@ -315,7 +363,7 @@ def find_in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
             return current
         if isinstance(current, BaseExceptionGroup):
             stack.extend(reversed(current.exceptions))
-        if current.__context__ is not None and not current.__suppress_context__:
+        if context and current.__context__ is not None and not current.__suppress_context__:
             stack.append(current.__context__)
         if current.__cause__ is not None:
             stack.append(current.__cause__)
@@ -323,5 +371,10 @@ def find_in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
 
 
 def is_non_retryable(exc: BaseException) -> bool:
-    """Report whether ``exc`` is, wraps, or was caused by a :class:`NonRetryable`."""
-    return find_in_chain(exc, NonRetryable) is not None
+    """Report whether ``exc`` is, or was explicitly caused by, a :class:`NonRetryable`.
+
+    Looks through ``raise ... from`` causes and exception groups, not through the
+    implicit context: an error raised while handling a ``NonRetryable`` (a failing
+    cleanup, say) is a new failure of its own.
+    """
+    return find_in_chain(exc, NonRetryable, context=False) is not None

@@ -8,7 +8,7 @@ from typing import TypeAlias
 
 from goflux.errors import InvalidHeader
 
-__all__ = ("Headers", "HeadersLike", "check_message_id")
+__all__ = ("Headers", "HeadersLike", "check_message_id", "escape_header_value")
 
 # RFC 9110 token characters: what NATS (and HTTP) accept in a header name.
 _NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -19,6 +19,18 @@ HeadersLike: TypeAlias = (
     "Headers | Mapping[str, str] | Mapping[str, Sequence[str]] | Iterable[tuple[str, str]]"
 )
 """Anything :class:`Headers` can be built from."""
+
+
+_ESCAPES = str.maketrans({"\r": "\\r", "\n": "\\n", "\x00": "\\x00"})
+
+
+def escape_header_value(value: str) -> str:
+    """Return ``value`` fit for a header: CR, LF, NUL and lone surrogates as escapes."""
+    if _BAD_VALUE.search(value):
+        value = value.translate(_ESCAPES)
+    if not value.isascii():
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 def _check_name(name: object) -> str:
@@ -34,6 +46,11 @@ def _check_value(name: str, value: object) -> str:
         raise InvalidHeader(f"header {name!r} value must be str, got {type(value).__name__}")
     if _BAD_VALUE.search(value):
         raise InvalidHeader(f"header {name!r} value contains CR, LF or NUL: {value!r}")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidHeader(f"header {name!r} value is not valid UTF-8: {value!r}") from exc
     return value
 
 
@@ -149,6 +166,25 @@ class Headers(MutableMapping[str, str]):
     def copy(self) -> Headers:
         """Return an independent copy."""
         return Headers(self)
+
+    def sendable(self) -> tuple[Headers, list[str]]:
+        """Return a copy that can be published, and the names left out of it.
+
+        Received headers are taken as the peer sent them; a peer may use names or
+        values that goflux refuses to send (a ``/`` in a name, a NUL in a value).
+        Such names are left out; CR, LF and NUL in values, and characters UTF-8
+        cannot encode (lone surrogates), become backslash escapes.
+        """
+        out: dict[str, tuple[str, list[str]]] = {}
+        dropped: list[str] = []
+        for key, (name, values) in self._data.items():
+            if not _NAME.fullmatch(name):
+                dropped.append(name)
+                continue
+            out[key] = (name, [escape_header_value(value) for value in values])
+        copy = Headers.__new__(Headers)
+        copy._data = out
+        return copy, dropped
 
 
 def check_message_id(message_id: object) -> str:

@@ -17,9 +17,12 @@ from goflux.receipt import PublishReceipt
 
 __all__ = (
     "Closeable",
+    "GenericMiddleware",
+    "GenericPublisherMiddleware",
     "Handler",
     "Middleware",
     "Publisher",
+    "PublisherMiddleware",
     "RequestHandler",
     "Requester",
     "Responder",
@@ -62,18 +65,19 @@ class Middleware(Protocol[T]):
         ...
 
 
-class Closeable(Protocol):
-    """Something with resources to release; ``async with`` closes it on exit.
+class _Closing(Protocol):
+    """``close()`` and the exit half of ``async with`` (the entry half is typed per protocol).
 
-    Closing drains: publishers stop accepting work, subscribers and responders stop
-    taking messages and let in-flight handlers finish. The caller owns connections.
+    The protocols below declare ``__aenter__`` returning their own protocol type rather
+    than ``Self``: with ``Self``, mypy cannot infer a generic call on a constructor,
+    such as ``retry_publish()(jetstream.Publisher(js, codec))``. Implementations still
+    return ``Self``; a protocol that extends one of these re-declares ``__aenter__``
+    to keep its own type in ``async with``.
     """
 
     async def close(self) -> None:
         """Drain and release resources; later use raises."""
         ...
-
-    async def __aenter__(self) -> Self: ...
 
     async def __aexit__(
         self,
@@ -81,6 +85,16 @@ class Closeable(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+class Closeable(_Closing, Protocol):
+    """Something with resources to release; ``async with`` closes it on exit.
+
+    Closing drains: publishers stop accepting work, subscribers and responders stop
+    taking messages and let in-flight handlers finish. The caller owns connections.
+    """
+
+    async def __aenter__(self) -> Closeable: ...
 
 
 class Subscription(Protocol):
@@ -118,8 +132,10 @@ class Subscription(Protocol):
     ) -> None: ...
 
 
-class Publisher(Closeable, Protocol[T_contra]):
-    """Publishes typed values to subjects."""
+class Publisher(_Closing, Protocol[T_contra]):
+    """Publishes typed values to subjects; a :class:`Closeable`."""
+
+    async def __aenter__(self) -> Publisher[T_contra]: ...
 
     async def publish(
         self,
@@ -143,8 +159,10 @@ class Publisher(Closeable, Protocol[T_contra]):
         ...
 
 
-class Subscriber(Closeable, Protocol[T_co]):
-    """Delivers typed messages from subjects to handlers."""
+class Subscriber(_Closing, Protocol[T_co]):
+    """Delivers typed messages from subjects to handlers; a :class:`Closeable`."""
+
+    async def __aenter__(self) -> Subscriber[T_co]: ...
 
     async def start(self, subject: str, handler: Handler[T_co]) -> Subscription:
         """Subscribe and return once the subscription is ready to receive.
@@ -162,8 +180,10 @@ class Subscriber(Closeable, Protocol[T_co]):
         ...
 
 
-class Requester(Closeable, Protocol[Req_contra, Resp_co]):
-    """Sends typed requests and returns typed replies."""
+class Requester(_Closing, Protocol[Req_contra, Resp_co]):
+    """Sends typed requests and returns typed replies; a :class:`Closeable`."""
+
+    async def __aenter__(self) -> Requester[Req_contra, Resp_co]: ...
 
     async def request(
         self,
@@ -184,8 +204,10 @@ class Requester(Closeable, Protocol[Req_contra, Resp_co]):
         ...
 
 
-class Responder(Closeable, Protocol[Req_co, Resp_contra]):
-    """Serves typed requests on a subject with a request handler."""
+class Responder(_Closing, Protocol[Req_co, Resp_contra]):
+    """Serves typed requests on a subject with a request handler; a :class:`Closeable`."""
+
+    async def __aenter__(self) -> Responder[Req_co, Resp_contra]: ...
 
     async def start(
         self, subject: str, handle: Callable[[Req_co], Awaitable[Resp_contra]]
@@ -195,4 +217,39 @@ class Responder(Closeable, Protocol[Req_co, Resp_contra]):
 
     async def serve(self, subject: str, handle: Callable[[Req_co], Awaitable[Resp_contra]]) -> None:
         """Serve ``subject`` until cancelled or closed, then drain."""
+        ...
+
+
+class PublisherMiddleware(Protocol[T]):
+    """Wraps a publisher in another publisher (retries, header forwarding, ...).
+
+    The wrapper owns the publisher it wraps: closing the wrapper closes it.
+    """
+
+    def __call__(self, publisher: Publisher[T], /) -> Publisher[T]:
+        """Return a publisher that wraps ``publisher``."""
+        ...
+
+
+class GenericMiddleware(Protocol):
+    """Handler middleware that works for every payload type (goflux's own middleware).
+
+    It is a :class:`Middleware` of any ``T``: applied to a ``Handler[Order]`` it returns
+    a ``Handler[Order]``, and it composes with typed middleware in :func:`goflux.chain`.
+    """
+
+    def __call__(self, handler: Handler[T], /) -> Handler[T]:
+        """Return a handler that wraps ``handler``."""
+        ...
+
+
+class GenericPublisherMiddleware(Protocol):
+    """Publisher middleware that works for every payload type (goflux's own middleware).
+
+    It is a :class:`PublisherMiddleware` of any ``T``: applied to a ``Publisher[Order]``
+    it returns a ``Publisher[Order]`` that owns the original.
+    """
+
+    def __call__(self, publisher: Publisher[T], /) -> Publisher[T]:
+        """Return a publisher that wraps ``publisher``."""
         ...

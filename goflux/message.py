@@ -14,6 +14,8 @@ __all__ = ("Acker", "Delivery", "Message", "Outcome", "received")
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
+_MAX_NAK_DELAY = 365 * 24 * 3600.0  # the broker keeps delays in int64 nanoseconds
+
 Outcome: TypeAlias = Literal["ack", "nak", "term"]
 """How a message was settled."""
 
@@ -196,10 +198,10 @@ class Message(Generic[T_co]):
 
         Raises:
             AlreadySettled: The message was settled before.
-            ValueError: ``delay`` is negative.
+            ValueError: ``delay`` is negative, NaN or longer than a year.
         """
-        if delay is not None and delay < 0:
-            raise ValueError(f"nak delay must be >= 0 seconds, got {delay}")
+        if delay is not None and not 0 <= delay <= _MAX_NAK_DELAY:  # also refuses NaN
+            raise ValueError(f"nak delay must be between 0 and one year, got {delay}")
         self._claim("nak")
         if self._acker is not None:
             try:

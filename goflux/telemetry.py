@@ -65,6 +65,8 @@ SETTLEMENT_OUTCOME: Final = "goflux.settlement.outcome"
 SETTLEMENTS_METRIC: Final = "goflux.consumer.settlements"
 REDELIVERIES_METRIC: Final = "goflux.consumer.redeliveries"
 DROPPED_METRIC: Final = "goflux.consumer.dropped"
+DEAD_LETTERS_METRIC: Final = "goflux.consumer.dead_letters"
+DEAD_LETTER_REASON: Final = "goflux.dead_letter.reason"
 
 
 def error_type(exc: BaseException) -> str:
@@ -128,6 +130,7 @@ class Telemetry:
 
     __slots__ = (
         "_consumed",
+        "_dead_letters",
         "_dropped",
         "_meter_proxy",
         "_metering_on",
@@ -197,6 +200,11 @@ class Telemetry:
             unit="{message}",
             description="Settlements sent by consumers, by outcome (ack, nak, term, in_progress).",
         )
+        self._dead_letters = meter.create_counter(
+            DEAD_LETTERS_METRIC,
+            unit="{message}",
+            description="Messages sent to a dead-letter destination, by reason.",
+        )
         self._dropped = meter.create_counter(
             DROPPED_METRIC,
             unit="{message}",
@@ -212,6 +220,11 @@ class Telemetry:
         """Count one settlement; ``attributes`` carry ``goflux.settlement.outcome``."""
         if self.metering:
             self._settlements.add(1, attributes)
+
+    def record_dead_letter(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Count one dead letter; ``attributes`` carry ``goflux.dead_letter.reason``."""
+        if self.metering:
+            self._dead_letters.add(1, attributes)
 
     def record_dropped(self, attributes: Mapping[str, AttributeValue], count: int) -> None:
         """Count messages a slow consumer dropped (its pending limits overflowed)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, Mapping
 from typing import Final
 
+from goflux.errors import PayloadTooLarge
 from goflux.headers import Headers, HeadersLike, check_message_id
 from goflux.subjects import validate_subject
 
@@ -21,6 +22,7 @@ __all__ = (
     "NATS_MSG_ID_HEADER",
     "USER_HEADER_PREFIX",
     "RepeatedHeaders",
+    "check_size",
     "outgoing",
     "read_headers",
     "write_headers",
@@ -131,3 +133,37 @@ def outgoing(
     if message_id is not None:
         check_message_id(message_id)
     return write_headers(Headers(headers) if headers else None, message_id, jetstream=jetstream)
+
+
+_HEADER_FRAME: Final = len(b"NATS/1.0\r\n\r\n")
+
+
+def check_size(subject: str, headers: Mapping[str, str] | None, data: bytes, limit: int) -> None:
+    """Refuse a message whose headers and body exceed the server's ``max_payload``.
+
+    nats-py checks only the body; a message over the limit because of its headers
+    makes the server close the connection.
+
+    Raises:
+        PayloadTooLarge: Headers and body together exceed ``limit`` bytes.
+    """
+    if limit <= 0:
+        return  # not connected yet: the server's limit is unknown
+    size = len(data)
+    if headers:
+        chars = _HEADER_FRAME
+        for name, value in headers.items():
+            chars += len(name) + len(value) + 4  # "name: value\r\n"
+        if size + 4 * chars <= limit:  # a character takes at most 4 bytes in UTF-8
+            return
+        size += _HEADER_FRAME + sum(
+            len(name.encode()) + len(value.strip().encode()) + 4 for name, value in headers.items()
+        )
+    if size > limit:
+        raise PayloadTooLarge(
+            f"publish to {subject!r}: {size} bytes of headers and body exceed the server's "
+            f"max_payload of {limit} bytes",
+            subject=subject,
+            size=size,
+            limit=limit,
+        )

@@ -6,5 +6,5 @@ source scripts/setup.sh
 
 echo "== ruff check";  .venv/bin/ruff check .
 echo "== ruff format"; .venv/bin/ruff format --check .
-echo "== mypy --strict goflux tests/typing"; .venv/bin/mypy goflux tests/typing
+echo "== mypy --strict goflux tests/typing examples"; .venv/bin/mypy goflux tests/typing examples
 echo "== pytest";      .venv/bin/pytest "$@"

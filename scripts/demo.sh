@@ -12,3 +12,6 @@ echo "== a real nats-server (embedded unless NATS_URL is set)"
 echo
 echo "== durable, typed orders on JetStream (retries, de-duplication, poison messages)"
 .venv/bin/python examples/jetstream_orders.py
+echo
+echo "== retry policy, dead letters and timeouts (middleware on JetStream)"
+.venv/bin/python examples/retry_dead_letter.py

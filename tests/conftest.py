@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
+import nats
 import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.metrics import MeterProvider
@@ -16,6 +19,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from goflux import Telemetry
+from goflux.testing import NatsServer
+from goflux.transports import jetstream
+
+STREAM = "ORDERS"
 
 
 @dataclass
@@ -57,3 +64,24 @@ def otel() -> Iterator[Otel]:
     yield Otel(telemetry, tracer_provider, exporter, reader)
     tracer_provider.shutdown()
     meter_provider.shutdown()
+
+
+@pytest.fixture
+async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await nats.connect(nats_server.url)
+    yield client
+    if not client.is_closed:
+        await client.close()
+
+
+@pytest.fixture
+async def bare_js(nc: Client) -> JetStreamContext:
+    """A JetStream context on a server with no streams yet."""
+    return nc.jetstream()
+
+
+@pytest.fixture
+async def js(bare_js: JetStreamContext) -> JetStreamContext:
+    """A JetStream context with the ORDERS stream capturing orders.>."""
+    await jetstream.ensure_stream(bare_js, name=STREAM, subjects=["orders.>"])
+    return bare_js

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
-from goflux import Message
+from goflux import Headers, Message, PublishError, PublishReceipt
 
 T = TypeVar("T")
 
@@ -37,3 +37,68 @@ async def settle_loop(rounds: int = 50) -> None:
     """Let every ready task run a few times (to show something does NOT happen)."""
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+class ScriptedPublisher:
+    """A Publisher test double: records each publish and fails the first ``failures``.
+
+    For middleware tests (never for transports: those talk to a real server).
+    """
+
+    def __init__(self, failures: int = 0, error: PublishError | None = None) -> None:
+        self.failures = failures
+        self.error = error or PublishError("no PubAck", subject="s", may_be_stored=True)
+        self.calls: list[tuple[str, object, Headers | None, str | None]] = []
+        self.failed_once = asyncio.Event()
+        self.closed = False
+
+    async def publish(
+        self,
+        subject: str,
+        value: object,
+        /,
+        *,
+        headers: object = None,
+        message_id: str | None = None,
+    ) -> PublishReceipt | None:
+        recorded = Headers(headers) if headers else None  # type: ignore[arg-type]
+        self.calls.append((subject, value, recorded, message_id))
+        if len(self.calls) <= self.failures:
+            self.failed_once.set()
+            raise self.error
+        return PublishReceipt(stream="S", sequence=len(self.calls), duplicate=False)
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def __aenter__(self) -> ScriptedPublisher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def raw_publish(url: str, subject: str, header_lines: bytes, payload: bytes) -> None:
+    """Publish with hand-written NATS protocol, as a peer with laxer rules may.
+
+    ``header_lines`` are ``b"Name: value\\r\\n"`` lines sent exactly as given; returns
+    once the server has processed the message (its PONG to our PING).
+    """
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        await reader.readline()  # INFO
+        block = b"NATS/1.0\r\n" + header_lines + b"\r\n"
+        writer.write(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n')
+        writer.write(
+            b"HPUB %s %d %d\r\n%s%s\r\nPING\r\n"
+            % (subject.encode(), len(block), len(block) + len(payload), block, payload)
+        )
+        await writer.drain()
+        async with asyncio.timeout(10):
+            while (line := await reader.readline()) != b"PONG\r\n":
+                if not line or line.startswith(b"-ERR"):
+                    raise ConnectionError(f"the server refused the message: {line!r}")
+    finally:
+        writer.close()
+        await writer.wait_closed()

@@ -45,7 +45,8 @@ def test_non_retryable_is_found_through_the_chain() -> None:
 
     with pytest.raises(RuntimeError) as info:
         wrap_keeping_context()
-    assert is_non_retryable(info.value)
+    assert not is_non_retryable(info.value)  # raised while handling it: a new failure
+    assert find_in_chain(info.value, NonRetryable) is not None  # but still in the chain
 
     explicit = RuntimeError("wrapper")
     explicit.__cause__ = NonRetryable("bad")

@@ -26,7 +26,12 @@ def run(name: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_every_example_is_covered_here() -> None:
-    covered = {"channel_orders.py", "embedded_server.py", "jetstream_orders.py"}
+    covered = {
+        "channel_orders.py",
+        "embedded_server.py",
+        "jetstream_orders.py",
+        "retry_dead_letter.py",
+    }
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered
 
 
@@ -68,3 +73,23 @@ def test_jetstream_orders() -> None:
 def test_jetstream_orders_on_a_given_server(nats_server: NatsServer) -> None:
     out = run("jetstream_orders.py", {**os.environ, "NATS_URL": nats_server.url})
     assert "handled 5" in out
+
+
+def test_retry_dead_letter() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    out = run("retry_dead_letter.py", env)
+    for order_id, deliveries in (("o-1", 1), ("o-2", 3), ("o-3", 1), ("o-4", 3)):
+        for n in range(1, deliveries + 1):
+            assert f"{order_id}: delivery {n}\n" in out
+        assert f"{order_id}: delivery {deliveries + 1}\n" not in out
+    assert "attempts: {'o-1': 1, 'o-2': 3, 'o-3': 1, 'o-4': 3}" in out
+    assert (
+        "dead letter o-3: non_retryable after 1 deliveries, goflux.errors.NonRetryable: "
+        "negative amount -5.0"
+    ) in out
+    assert (
+        "dead letter o-4: max_attempts after 3 deliveries, goflux.errors.HandlerTimeout: "
+        "handler for the message on 'payments.requested' ran longer than 0.5s"
+    ) in out
+    assert "invoices stored: 2" in out
+    assert "first invoice id o-1:charger:invoices.created, caused by o-1" in out

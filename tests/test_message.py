@@ -113,3 +113,11 @@ def test_delivery_comes_from_the_acker_when_not_given() -> None:
     )
     assert Message("s", 1, acker=RecordingAcker(delivery=delivery)).delivery is delivery
     assert Message("s", 1, acker=RecordingAcker()).delivery is None
+
+
+@pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf"), 1e300])
+async def test_nak_refuses_delays_the_broker_cannot_keep(delay: float) -> None:
+    msg = Message("s", 1, acker=RecordingAcker())
+    with pytest.raises(ValueError, match="nak delay"):
+        await msg.nak(delay)
+    assert msg.settled is None

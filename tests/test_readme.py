@@ -14,6 +14,7 @@ EXPECTED_OUTPUT = [
     "orders.created: o-1 9.50 id=o-1\n",
     "stored at ORDERS#1\ngot o-1 (delivery 1)\n",
     "sku='apple' total=10.0\nremote error 404: unknown sku\n",
+    "o-1: delivery 1\no-2: delivery 1\no-2: delivery 2\no-2: delivery 3\ndead letters: 1\n",
     "nats-server back on nats://127.0.0.1:",
 ]
 

@@ -1,6 +1,56 @@
-"""Handler and publisher middleware (ack policies, retries, dead letters, timeouts).
+"""Handler and publisher middleware: ack policies, retries, dead letters, timeouts, context.
 
-Compose middleware with :func:`goflux.chain`; the first given is the outermost.
+Handler middleware wraps a ``Handler[T]``; compose it with :func:`goflux.chain`, where
+the first given is the outermost (it sees the message first and the outcome last)::
+
+    handler = chain(
+        retry_ack(RetryPolicy(max_attempts=5, dead_letter=DeadLetter(dlq, "orders.dlq"))),
+        timeout(30),
+        message_context(),
+    )(handle_order)
+
+Publisher middleware wraps a ``Publisher[T]``; compose it with
+:func:`goflux.chain_publishers` the same way::
+
+    publisher = chain_publishers(forward_context(), retry_publish(attempts=5))(js_publisher)
 """
 
-__all__ = ()
+from goflux.middleware.ack import auto_ack
+from goflux.middleware.backoff import Backoff, BackoffLike, ExponentialBackoff, FixedBackoff
+from goflux.middleware.context import (
+    current_headers,
+    current_message,
+    current_message_id,
+    forward_context,
+    message_context,
+)
+from goflux.middleware.deadletter import DeadLetter, DeadLetterReason, dead_letter_headers
+from goflux.middleware.publish import retry_publish
+from goflux.middleware.retry import Decision, RetryPolicy, retry_ack
+from goflux.middleware.timeout import timeout
+from goflux.middleware.types import GenericMiddleware, GenericPublisherMiddleware
+from goflux.middleware.wrapping import WrappingPublisher
+
+__all__ = (
+    "Backoff",
+    "BackoffLike",
+    "DeadLetter",
+    "DeadLetterReason",
+    "Decision",
+    "ExponentialBackoff",
+    "FixedBackoff",
+    "GenericMiddleware",
+    "GenericPublisherMiddleware",
+    "RetryPolicy",
+    "WrappingPublisher",
+    "auto_ack",
+    "current_headers",
+    "current_message",
+    "current_message_id",
+    "dead_letter_headers",
+    "forward_context",
+    "message_context",
+    "retry_ack",
+    "retry_publish",
+    "timeout",
+)

@@ -358,15 +358,18 @@ class NatsServer:
             raise
         self._ready(process, began)
 
-    def stop(self) -> None:
+    def stop(self, *, keep_store: bool = False) -> None:
         """Stop the server gracefully and delete the temporary store (if it made one).
 
-        A server whose temporary store was deleted cannot :meth:`restart`.
+        With ``keep_store`` the store stays, for a :meth:`restart` later (an outage
+        that lasts as long as the test wants). A server whose temporary store was
+        deleted cannot :meth:`restart`.
         """
         process = self._resources.process
         if process is not None:
             process.terminate(kill=False)
-        self._resources.release()
+        if not keep_store:
+            self._resources.release()
 
     def kill(self) -> None:
         """Kill the server with SIGKILL (no shutdown), keeping its store for :meth:`restart`."""
@@ -377,7 +380,8 @@ class NatsServer:
     async def restart(self) -> None:
         """Start the server again on the same port with the same store.
 
-        A running server is stopped gracefully first; a killed one is just started.
+        A running server is stopped gracefully first; a killed one, or one stopped with
+        ``keep_store=True``, is just started.
 
         Raises:
             NatsServerError: It was never started, its temporary store was deleted by

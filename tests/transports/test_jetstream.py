@@ -25,10 +25,9 @@ from goflux import (
 )
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
-from tests.conftest import Otel
+from tests.conftest import STREAM, Otel
 from tests.helpers import Inbox, settle_loop
 from tests.models import Order, order
-from tests.transports.conftest import STREAM
 
 CODEC = JsonCodec(Order)
 

@@ -14,9 +14,9 @@ from nats.js import JetStreamContext
 
 from goflux import JsonCodec, Message, PublishError, PublishReceipt, SubscribeError
 from goflux.transports import jetstream
+from tests.conftest import STREAM
 from tests.helpers import Inbox
 from tests.models import Order, order
-from tests.transports.conftest import STREAM
 
 CODEC = JsonCodec(Order)
 

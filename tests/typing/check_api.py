@@ -18,6 +18,7 @@ from typing_extensions import TypedDict
 
 from goflux import (
     BytesCodec,
+    Closeable,
     Codec,
     Handler,
     HeadersLike,
@@ -30,6 +31,19 @@ from goflux import (
     StrCodec,
     Subscriber,
     chain,
+    chain_publishers,
+)
+from goflux.middleware import (
+    DeadLetter,
+    ExponentialBackoff,
+    RetryPolicy,
+    auto_ack,
+    current_message,
+    forward_context,
+    message_context,
+    retry_ack,
+    retry_publish,
+    timeout,
 )
 from goflux.transports import channel
 from goflux.transports import nats as gnats
@@ -163,3 +177,33 @@ async def request_reply(nc: Client) -> None:
     responder = gnats.Responder(nc, order_codec, JsonCodec(Customer))
     await responder.start("q", answer)
     await responder.start("q", wrong_answer)  # type: ignore[arg-type]
+
+
+# --- goflux.middleware keeps the payload type ------------------------------------------
+policy = RetryPolicy(backoff=ExponentialBackoff(initial=0.5), max_attempts=3)
+resilient = chain(retry_ack(policy), timeout(5), message_context(), audit)(on_order)
+assert_type(resilient, Handler[Order])
+generic_only = chain(auto_ack(), retry_ack())
+assert_type(generic_only(on_customer), Handler[Customer])
+mixed_types = chain(audit, retry_ack())(on_customer)  # type: ignore[arg-type]
+RetryPolicy(backoff="1s")  # type: ignore[arg-type]
+timeout("5")  # type: ignore[arg-type]
+
+retrying = chain_publishers(forward_context(), retry_publish(attempts=3))(publisher)
+assert_type(retrying, Publisher[Order])
+wrong_value = retry_publish()(publisher).publish("s", Customer(name="x"))  # type: ignore[arg-type]
+dead_letter = DeadLetter(channel.Publisher(channel.Bus(codec=bytes_codec)), "dlq")
+DeadLetter(publisher, "dlq")  # type: ignore[arg-type]
+assert_type(current_message(), Message[object] | None)
+
+inline = retry_publish()(channel.Publisher(channel.Bus(codec=order_codec)))
+assert_type(inline, Publisher[Order])
+as_closeable: Closeable = inline
+
+
+async def publish_in_block() -> None:
+    async with retry_publish()(channel.Publisher(channel.Bus(codec=order_codec))) as entered:
+        assert_type(entered, Publisher[Order])
+
+
+closeables: list[Closeable] = [channel.Publisher(channel.Bus(codec=order_codec))]

@@ -54,7 +54,9 @@ class Publisher(CloseOnExit, Generic[T]):
         """
         if self._closed:
             raise PublishError(
-                f"cannot publish to {subject!r}: publisher is closed", subject=subject
+                f"cannot publish to {subject!r}: publisher is closed",
+                subject=subject,
+                permanent=True,
             )
         validate_subject(subject)
         if message_id is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -122,9 +123,12 @@ class JetStreamAcker:
 
     async def term(self, reason: str | None) -> None:
         """Stop redelivery for good; the reason appears in the server's advisory."""
-        payload = _TERM + b" " + " ".join(reason.split()).encode() if reason else _TERM
+        text = " ".join(reason.split()).encode("utf-8", "backslashreplace") if reason else b""
+        payload = _TERM + b" " + text if text else _TERM
         await self._send(payload, "term")
 
     async def in_progress(self) -> None:
         """Reset the message's ack_wait timer on the server."""
         await self._send(_PROGRESS, None)
+        # The subscription's keep-alive need not signal again for another half ack_wait.
+        self.last_progress = asyncio.get_running_loop().time()

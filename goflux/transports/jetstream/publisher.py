@@ -15,13 +15,13 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
 from goflux.codecs import Codec
-from goflux.errors import ExpectationFailed, PublishError
+from goflux.errors import ExpectationFailed, PayloadTooLarge, PublishError
 from goflux.headers import HeadersLike
 from goflux.lifecycle import CloseOnExit
 from goflux.receipt import PublishReceipt
 from goflux.telemetry import NullScope, PublishScope, Telemetry
 from goflux.transports.jetstream.system import SYSTEM
-from goflux.wire import outgoing
+from goflux.wire import check_size, outgoing
 
 __all__ = ("Outgoing", "Publisher")
 
@@ -36,6 +36,9 @@ _EXPECTATIONS = {
     10070: "last_message_id",
     10071: "last_sequence",
 }
+# Refusals that a retry of the same message cannot overcome whatever their status
+# code: the message or its headers exceed the stream's maximum size.
+_PERMANENT_REFUSALS = frozenset({10054, 10097})
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,9 @@ class Outgoing(Generic[T]):
     message_id: str | None = None
 
 
-def _refused(subject: str, err_code: int | None, description: str) -> PublishError:
+def _refused(
+    subject: str, code: int | None, err_code: int | None, description: str
+) -> PublishError:
     expectation = _EXPECTATIONS.get(err_code) if err_code is not None else None
     if expectation is not None:
         return ExpectationFailed(
@@ -56,7 +61,15 @@ def _refused(subject: str, err_code: int | None, description: str) -> PublishErr
             subject=subject,
             expectation=expectation,
         )
-    return PublishError(f"publish to {subject!r} refused: {description}", subject=subject)
+    # A 4xx refusal (a sealed stream, a bad request) cannot succeed on retry; a 503
+    # (a full stream, JetStream starting up) may.
+    permanent = err_code in _PERMANENT_REFUSALS or (code is not None and 400 <= code < 500)
+    return PublishError(
+        f"publish to {subject!r} refused: {description}",
+        subject=subject,
+        permanent=permanent,
+        err_code=err_code,
+    )
 
 
 def _receipt(data: bytes, subject: str) -> PublishReceipt:
@@ -66,7 +79,9 @@ def _receipt(data: bytes, subject: str) -> PublishReceipt:
         raise PublishError(f"publish to {subject!r}: unreadable PubAck", subject=subject) from exc
     error = reply.get("error")
     if error is not None:
-        raise _refused(subject, error.get("err_code"), error.get("description", ""))
+        raise _refused(
+            subject, error.get("code"), error.get("err_code"), error.get("description", "")
+        )
     return PublishReceipt(
         stream=reply["stream"],
         sequence=reply["seq"],
@@ -92,8 +107,11 @@ def _send_error(subject: str, exc: BaseException) -> PublishError:
     if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
         return _no_stream(subject)
     if isinstance(exc, nats.js.errors.APIError):
-        return _refused(subject, exc.err_code, exc.description or str(exc))
-    return PublishError(f"publish to {subject!r} failed: {exc}", subject=subject)
+        return _refused(subject, exc.code, exc.err_code, exc.description or str(exc))
+    permanent = isinstance(exc, nats.errors.ConnectionClosedError | nats.errors.MaxPayloadError)
+    return PublishError(
+        f"publish to {subject!r} failed: {exc}", subject=subject, permanent=permanent
+    )
 
 
 # An entry awaiting its PubAck: (index, subject, ack future, deadline, timeout, scope).
@@ -144,7 +162,9 @@ class Publisher(CloseOnExit, Generic[T]):
     ) -> tuple[bytes, dict[str, str]]:
         if self._closed:
             raise PublishError(
-                f"cannot publish to {subject!r}: publisher is closed", subject=subject
+                f"cannot publish to {subject!r}: publisher is closed",
+                subject=subject,
+                permanent=True,
             )
         wire = outgoing(subject, headers, message_id, jetstream=True)
         if expected:
@@ -191,6 +211,7 @@ class Publisher(CloseOnExit, Generic[T]):
         data, wire = self._prepare(subject, value, headers, message_id, expected)
         with self._tel.publish(SYSTEM, subject, wire, message_id=message_id) as scope:
             scope.set_body_size(len(data))
+            check_size(subject, wire, data, self._nc.max_payload)
             try:
                 reply = await self._nc.request(subject, data, timeout=wait, headers=wire)
             except nats.errors.TimeoutError as exc:
@@ -290,12 +311,22 @@ class Publisher(CloseOnExit, Generic[T]):
         if self._closed or self._nc.is_closed:
             # Not bad input: this and the remaining messages each get their error.
             why = "publisher is closed" if self._closed else "the connection is closed"
-            results.append(PublishError(f"cannot publish to {subject!r}: {why}", subject=subject))
+            results.append(
+                PublishError(
+                    f"cannot publish to {subject!r}: {why}", subject=subject, permanent=True
+                )
+            )
             return
         data, wire = self._prepare(subject, item.value, item.headers, item.message_id, None)
         scope = self._tel.publish(SYSTEM, subject, wire, message_id=item.message_id)
         scope.__enter__()
         scope.set_body_size(len(data))
+        try:
+            check_size(subject, wire, data, self._nc.max_payload)
+        except PayloadTooLarge as too_large:
+            scope.__exit__(PayloadTooLarge, too_large, None)
+            results.append(too_large)
+            return
         results.append(_PENDING)
         try:
             # No wait_stall: with it nats-py wraps every call in wait_for (a task and a

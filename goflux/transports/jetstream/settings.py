@@ -7,6 +7,8 @@ from typing import Any
 
 from nats.js.api import ConsumerConfig
 
+from goflux.middleware.deadletter import DeadLetter
+
 __all__ = (
     "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_EXPIRES",
@@ -31,6 +33,7 @@ class Settings:
         "batch",
         "concurrency",
         "consumer_config",
+        "dead_letter",
         "drain_timeout",
         "expires",
         "heartbeat",
@@ -53,6 +56,7 @@ class Settings:
         drain_timeout: float,
         consumer_config: Mapping[str, Any] | None,
         ordered: bool,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         if ordered and (manual_ack or concurrency != 1):
             raise ValueError("ordered mode delivers in order: no manual_ack, concurrency 1")
@@ -85,6 +89,7 @@ class Settings:
         self.drain_timeout = drain_timeout
         self.consumer_config = dict(consumer_config or {})
         self.ordered = ordered
+        self.dead_letter = dead_letter
 
 
 def ordered_consumer_config(

@@ -15,6 +15,7 @@ from goflux.codecs import Codec
 from goflux.errors import SubscribeError
 from goflux.interfaces import Handler
 from goflux.lifecycle import SubscriberLifecycle
+from goflux.middleware.deadletter import DeadLetter
 from goflux.subjects import covers, validate_pattern
 from goflux.telemetry import Telemetry
 from goflux.transports.jetstream.settings import (
@@ -65,8 +66,9 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Generic[T]):
     that returns acks its message and one that raises naks it (redelivered at once;
     retry middleware can choose a delay or a term instead); with ``manual_ack`` the
     handler settles. An undecodable payload is terminated and counted, never
-    redelivered. Handlers running longer than half the consumer's ``ack_wait`` get
-    ``in_progress`` signals so the server does not redeliver them meanwhile.
+    redelivered (after a copy is published to ``dead_letter``, if given). Handlers
+    running longer than half the consumer's ``ack_wait`` get ``in_progress`` signals so
+    the server does not redeliver them meanwhile.
 
     Args:
         js: A JetStream context of a connected nats-py client (the caller owns it).
@@ -88,6 +90,10 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Generic[T]):
         drain_timeout: Seconds a drain waits for running handlers.
         consumer_config: Settings for the ephemeral consumers (nats-py
             ``ConsumerConfig`` fields, such as ``deliver_policy`` or ``ack_wait``).
+        dead_letter: Where undecodable payloads are published (bytes unchanged, with
+            failure headers) before they are terminated; see
+            :class:`goflux.middleware.DeadLetter`. Handler failures are dead-lettered
+            by :func:`goflux.middleware.retry_ack`.
         ordered: Replay in stream order without acknowledgements, through an
             ephemeral consumer that is recreated after the last message seen whenever
             a gap, a missed heartbeat or a reconnect is detected (no durable needed;
@@ -115,6 +121,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Generic[T]):
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
         consumer_config: Mapping[str, Any] | None = None,
         ordered: bool = False,
+        dead_letter: DeadLetter | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         self._settings = Settings(
@@ -128,6 +135,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Generic[T]):
             drain_timeout=drain_timeout,
             consumer_config=consumer_config,
             ordered=ordered,
+            dead_letter=dead_letter,
         )
         if consumer is not None and (consumer_config or ordered):
             raise ValueError(

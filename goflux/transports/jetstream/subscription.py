@@ -20,9 +20,11 @@ from opentelemetry.util.types import AttributeValue
 
 from goflux.codecs import Codec
 from goflux.errors import DecodeError, SettlementError, SubscribeError
+from goflux.headers import Headers
 from goflux.interfaces import Handler
 from goflux.lifecycle import StopOnExit, enter_handler_context, in_handler_context
 from goflux.message import Message, Outcome, received
+from goflux.middleware.deadletter import is_dead_letter
 from goflux.subjects import is_wildcard
 from goflux.telemetry import (
     CONSUMER_GROUP,
@@ -42,10 +44,12 @@ from goflux.wire import read_headers
 __all__ = ("JetStreamSubscription", "PullLimits")
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 logger = logging.getLogger("goflux.transports.jetstream")
 
 _NS = 1_000_000_000
+DEAD_LETTER_RETRY_DELAY = 5.0  # seconds before an undecodable message is dead-lettered again
 
 STREAM_ATTR = "messaging.nats.stream"
 SEQUENCE_ATTR = "messaging.nats.stream.sequence"
@@ -108,6 +112,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._ack_wait = ack_wait
         self._limits = limits
         self._s = settings
+        # How a received message is made: with its acker, or without (ordered mode).
+        self._make = self._unacknowledged if settings.ordered else received
         self._tel = telemetry
         self._next_subject = f"{js._prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._threshold = max(1, limits.batch // 2)
@@ -496,6 +502,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         """Reset ack_wait of messages held longer than half of it, queued or running."""
         half = self._ack_wait / 2
         for acker, started in list(self._running.items()):
+            if acker.released:  # settled while the handler still runs: nothing to keep
+                continue
             if now - max(started, acker.last_progress) > half:
                 acker.last_progress = now
                 with contextlib.suppress(SettlementError):
@@ -581,6 +589,20 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             else None,
         )
 
+    @staticmethod
+    def _unacknowledged(
+        subject: str,
+        payload: P,
+        headers: Headers | None,
+        message_id: str | None,
+        data: bytes,
+        acker: JetStreamAcker,
+    ) -> Message[P]:
+        """Ordered mode: no acknowledgement, so settling is a no-op, as on core NATS."""
+        return Message(
+            subject, payload, headers=headers, id=message_id, delivery=acker.delivery, data=data
+        )
+
     async def _process(self, msg: Msg, arrival: float) -> None:
         acker = JetStreamAcker(self._nc, self, msg.reply, no_acks=self._s.ordered)
         if acker.num_delivered > 1:
@@ -595,40 +617,23 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     payload = self._codec.decode(data)
                 except DecodeError as exc:
                     self.undecodable += 1
-                    await acker.term(f"goflux: undecodable payload: {exc}"[:200])
+                    letter = self._make(msg.subject, data, headers, message_id, data, acker)
+                    await self._reject(letter, acker, exc)
                     raise
-                message = received(msg.subject, payload, headers, message_id, data, acker)
+                message = self._make(msg.subject, payload, headers, message_id, data, acker)
                 running = self._running
                 running[acker] = arrival  # ack_wait has run since then
                 try:
                     await self._handler(message)
                 finally:
                     del running[acker]
-        except DecodeError as exc:
-            logger.exception(
-                "undecodable message %s on %r terminated: %s",
-                acker.stream_sequence,
-                msg.subject,
-                exc,
-            )
-            return
         except asyncio.CancelledError:
-            worker = asyncio.current_task()
-            if worker is not None and worker.cancelling():
-                # The worker itself is cancelled (drain deadline): hand the message
-                # back for redelivery at once.
-                self.failed += 1
-                if message is not None:
-                    await self._settle_after(message, acker, failed=True, force_nak=True)
+            if await self._after_cancellation(msg, message, acker):
                 raise
-            self.failed += 1  # a cancellation of the handler's own escaped it
-            logger.error(
-                "handler for message %s on %r was cancelled", acker.stream_sequence, msg.subject
-            )
-            if message is not None:
-                await self._settle_after(message, acker, failed=True)
             return
         except Exception as exc:
+            if message is None and isinstance(exc, DecodeError):
+                return  # rejected (and logged) before any handler ran
             self.failed += 1
             logger.exception(
                 "handler failed for message %s on %r (delivery %d): %s: %s",
@@ -642,8 +647,76 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._settle_after(message, acker, failed=True)
             return
         self.handled += 1
-        if message.settled is None:
+        if message.settled is None or not message.acknowledgeable:
             await self._settle_after(message, acker, failed=False)
+
+    async def _after_cancellation(
+        self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker
+    ) -> bool:
+        """Settle after a cancellation; True if the worker itself is cancelled (re-raise)."""
+        self.failed += 1
+        worker = asyncio.current_task()
+        drained = worker is not None and worker.cancelling() > 0
+        if not drained:  # a cancellation of the handler's own escaped it
+            logger.error(
+                "handler for message %s on %r was cancelled", acker.stream_sequence, msg.subject
+            )
+        if message is not None:
+            # A drain deadline hands the message back for redelivery at once.
+            await self._settle_after(message, acker, failed=True, force_nak=drained)
+        elif self._s.ordered:
+            self._release(acker)
+        elif not acker.released:  # cancelled while rejecting: hand it back at once
+            with contextlib.suppress(SettlementError):
+                await acker.nak(None)
+        return drained
+
+    async def _reject(
+        self, letter: Message[bytes], acker: JetStreamAcker, exc: DecodeError
+    ) -> None:
+        """Give up an undecodable message: dead-letter it (if configured), then terminate it.
+
+        A dead letter that cannot be published keeps the message: it is naked with a
+        delay and dead-lettered on a later delivery (in ordered mode, which cannot
+        redeliver, it is lost and logged).
+        """
+        dead_letter = self._s.dead_letter
+        ordered = self._s.ordered
+        outcome = "skipped" if ordered else "terminated"
+        if dead_letter is not None and is_dead_letter(letter, dead_letter.subject):
+            outcome += " (it is itself a dead letter: not dead-lettered again)"
+        elif dead_letter is not None:
+            try:
+                await dead_letter.send(letter, exc, "undecodable")
+                outcome = f"dead-lettered to {dead_letter.subject!r} and {outcome}"
+            except Exception as failure:
+                if ordered:
+                    outcome = f"LOST: the dead letter failed ({failure})"
+                else:
+                    logger.error(
+                        "undecodable message %s on %r could not be dead-lettered (%s); "
+                        "it is kept and tried again in %ss",
+                        acker.stream_sequence,
+                        letter.subject,
+                        failure,
+                        DEAD_LETTER_RETRY_DELAY,
+                        exc_info=exc,
+                    )
+                    with contextlib.suppress(SettlementError):
+                        await acker.nak(DEAD_LETTER_RETRY_DELAY)
+                    return
+        logger.error(
+            "undecodable message %s on %r %s: %s",
+            acker.stream_sequence,
+            letter.subject,
+            outcome,
+            exc,
+            exc_info=exc,
+        )
+        if ordered:
+            self._release(acker)
+        else:
+            await acker.term(f"goflux: undecodable payload: {exc}"[:200])
 
     async def _settle_after(
         self,
@@ -654,6 +727,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         force_nak: bool = False,
     ) -> None:
         """Settle what the handler left unsettled: auto-ack/nak, or free its room (manual)."""
+        if not message.acknowledgeable:  # ordered mode: nothing to send, the room is free
+            self._release(acker)
+            return
         if message.settled is not None:
             return
         if not self._s.manual_ack or force_nak:

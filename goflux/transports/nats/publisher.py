@@ -14,7 +14,7 @@ from goflux.headers import HeadersLike
 from goflux.lifecycle import CloseOnExit
 from goflux.telemetry import Telemetry
 from goflux.transports.nats.system import SYSTEM
-from goflux.wire import outgoing
+from goflux.wire import check_size, outgoing
 
 __all__ = ("Publisher",)
 
@@ -62,12 +62,15 @@ class Publisher(CloseOnExit, Generic[T]):
         """
         if self._closed:
             raise PublishError(
-                f"cannot publish to {subject!r}: publisher is closed", subject=subject
+                f"cannot publish to {subject!r}: publisher is closed",
+                subject=subject,
+                permanent=True,
             )
         wire = outgoing(subject, headers, message_id, jetstream=False)
         with self._tel.publish(SYSTEM, subject, wire, message_id=message_id) as scope:
             data = self._codec.encode(value)
             scope.set_body_size(len(data))
+            check_size(subject, wire, data, self._nc.max_payload)
             try:
                 await self._nc.publish(subject, data, headers=wire or None)
             except nats.errors.MaxPayloadError as exc:
@@ -75,10 +78,13 @@ class Publisher(CloseOnExit, Generic[T]):
                     f"publish to {subject!r}: {len(data)} bytes exceed the server's "
                     f"max_payload of {self._nc.max_payload} bytes",
                     subject=subject,
+                    permanent=True,
                 ) from exc
             except nats.errors.Error as exc:
                 raise PublishError(
-                    f"publish to {subject!r} failed: {exc}", subject=subject
+                    f"publish to {subject!r} failed: {exc}",
+                    subject=subject,
+                    permanent=isinstance(exc, nats.errors.ConnectionClosedError),
                 ) from exc
 
     async def close(self) -> None:

@@ -8,12 +8,18 @@ import nats.errors
 from nats.aio.client import Client
 
 from goflux.codecs import Codec
-from goflux.errors import NoResponders, RemoteError, RequestError, RequestTimeout
+from goflux.errors import (
+    NoResponders,
+    PayloadTooLarge,
+    RemoteError,
+    RequestError,
+    RequestTimeout,
+)
 from goflux.headers import HeadersLike
 from goflux.lifecycle import CloseOnExit
 from goflux.telemetry import Telemetry
 from goflux.transports.nats.system import SYSTEM
-from goflux.wire import outgoing
+from goflux.wire import check_size, outgoing
 
 __all__ = ("ERROR_CODE_HEADER", "ERROR_HEADER", "Requester")
 
@@ -91,6 +97,10 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
         with self._tel.request(SYSTEM, subject, wire, message_id=message_id) as scope:
             data = self._request_codec.encode(request)
             scope.set_body_size(len(data))
+            try:
+                check_size(subject, wire, data, self._nc.max_payload)
+            except PayloadTooLarge as exc:
+                raise RequestError(str(exc), subject=subject) from exc
             try:
                 reply = await self._nc.request(subject, data, timeout=wait, headers=wire or None)
             except nats.errors.NoRespondersError as exc:

@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from goflux.codecs import Codec
-from goflux.errors import DecodeError, EncodeError, ServiceError
+from goflux.errors import DecodeError, EncodeError, PayloadTooLarge, ServiceError
 from goflux.lifecycle import SubscriberLifecycle
 from goflux.subjects import is_wildcard, validate_pattern
 from goflux.telemetry import Telemetry
@@ -25,7 +25,7 @@ from goflux.transports.nats.subscription import (
     DispatchOptions,
 )
 from goflux.transports.nats.system import SYSTEM
-from goflux.wire import MESSAGE_ID_HEADER, read_headers
+from goflux.wire import MESSAGE_ID_HEADER, check_size, read_headers
 
 __all__ = ("Responder", "ResponderSubscription")
 
@@ -131,6 +131,12 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
                 "handler failed for request on %r: %s: %s", msg.subject, type(exc).__name__, exc
             )
             await self._reply_error(msg, 500, f"{type(exc).__name__}: {exc}", reply_headers)
+            return exc
+        try:
+            check_size(msg.reply, reply_headers, data, self._nc.max_payload)
+        except PayloadTooLarge as exc:
+            logger.error("the reply on %r is too large: %s", msg.subject, exc)
+            await self._reply_error(msg, 500, f"the reply is too large: {exc}", reply_headers)
             return exc
         await self._reply(msg, data, reply_headers or None)
         return None

@@ -1,0 +1,152 @@
+"""How long to wait before the next attempt: exponential or a fixed list of delays."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol, TypeAlias
+
+__all__ = (
+    "MAX_DELAY",
+    "Backoff",
+    "BackoffLike",
+    "ExponentialBackoff",
+    "FixedBackoff",
+    "as_backoff",
+)
+
+
+class Backoff(Protocol):
+    """Computes the delay before the next attempt from the number of attempts so far."""
+
+    def delay(self, attempt: int, /) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1 for the first)."""
+        ...
+
+
+BackoffLike: TypeAlias = "Backoff | Sequence[float]"
+"""A :class:`Backoff`, or a list of delays in seconds (see :class:`FixedBackoff`)."""
+
+
+MAX_DELAY: Final = 365 * 24 * 3600.0
+"""The longest delay accepted, one year (JetStream keeps delays in int64 nanoseconds)."""
+
+
+def _check_delay(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not 0 <= value <= MAX_DELAY:  # also refuses NaN
+        raise ValueError(f"{name} must be between 0 and {MAX_DELAY:.0f} seconds, got {value!r}")
+    return float(value)
+
+
+def _check_attempt(attempt: int) -> None:
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise ValueError(f"attempt must be an int >= 1, got {attempt!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExponentialBackoff:
+    """Delays growing by ``multiplier`` per attempt, capped at ``max``, with jitter.
+
+    After attempt ``n`` the delay is ``min(max, initial * multiplier ** (n - 1))``,
+    reduced by a random fraction of up to ``jitter`` (``0.2`` waits between 80% and
+    100% of it) so that many failing consumers do not retry in lockstep. The delay
+    never exceeds ``max``.
+
+    Raises:
+        ValueError: A delay is negative or above :data:`MAX_DELAY`, ``multiplier`` is
+            below 1, ``max`` is below ``initial``, or ``jitter`` is outside ``[0, 1]``.
+    """
+
+    initial: float = 1.0
+    multiplier: float = 2.0
+    max: float = 60.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check_delay("initial", self.initial)
+        _check_delay("max", self.max)
+        if not math.isfinite(self.multiplier) or self.multiplier < 1:
+            raise ValueError(f"multiplier must be a finite number >= 1, got {self.multiplier!r}")
+        if self.max < self.initial:
+            raise ValueError(f"max ({self.max}) must be >= initial ({self.initial})")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"jitter must be between 0 and 1, got {self.jitter!r}")
+
+    def delay(self, attempt: int, /) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1 for the first).
+
+        Raises:
+            ValueError: ``attempt`` is not an int >= 1.
+        """
+        _check_attempt(attempt)
+        try:
+            base = min(self.max, self.initial * self.multiplier ** (attempt - 1))
+        except OverflowError:  # a huge attempt count: the cap applies
+            base = self.max
+        if self.jitter:
+            base *= 1 - self.jitter * random.random()
+        return base
+
+
+class FixedBackoff:
+    """A fixed list of delays, like a JetStream consumer's ``backoff``.
+
+    Attempt ``n`` waits ``delays[n - 1]``; attempts past the end of the list repeat
+    its last delay.
+
+    Raises:
+        ValueError: The list is empty, or a delay is negative or above :data:`MAX_DELAY`.
+        TypeError: A delay is not a number.
+    """
+
+    __slots__ = ("_delays",)
+
+    def __init__(self, delays: Iterable[float], /) -> None:
+        checked = tuple(_check_delay(f"delay {i}", d) for i, d in enumerate(delays))
+        if not checked:
+            raise ValueError("a fixed backoff needs at least one delay")
+        self._delays = checked
+
+    @property
+    def delays(self) -> tuple[float, ...]:
+        """The delays in seconds, in order."""
+        return self._delays
+
+    def __repr__(self) -> str:
+        return f"FixedBackoff({list(self._delays)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FixedBackoff) and other._delays == self._delays
+
+    def __hash__(self) -> int:
+        return hash(self._delays)
+
+    def delay(self, attempt: int, /) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1 for the first).
+
+        Raises:
+            ValueError: ``attempt`` is not an int >= 1.
+        """
+        _check_attempt(attempt)
+        delays = self._delays
+        return delays[min(attempt, len(delays)) - 1]
+
+
+def as_backoff(backoff: BackoffLike) -> Backoff:
+    """Return ``backoff`` as a :class:`Backoff`: a list of delays becomes a :class:`FixedBackoff`.
+
+    Raises:
+        TypeError: ``backoff`` is neither a Backoff nor a sequence of delays.
+        ValueError: The sequence is empty or holds a negative or non-finite delay.
+    """
+    if isinstance(backoff, str | bytes):
+        raise TypeError(f"backoff must be a Backoff or a list of delays, got {backoff!r}")
+    if isinstance(backoff, Sequence):
+        return FixedBackoff(backoff)
+    if not callable(getattr(backoff, "delay", None)):
+        raise TypeError(f"backoff must be a Backoff or a list of delays, got {backoff!r}")
+    return backoff
