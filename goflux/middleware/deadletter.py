@@ -89,8 +89,8 @@ def dead_letter_headers(
         message: The failed message.
         error: Why it failed.
         reason: Why it is dead-lettered.
-        attempts: How many times it was processed, where the transport does not count
-            deliveries itself.
+        attempts: How many times it was processed, where the attempts ran in place
+            (the transport cannot redeliver); otherwise the delivery count is used.
         now: The failure time; default: the current time.
         headers: The user headers to carry (default: the message's); pass the headers
             as received when the handler may have changed them.
@@ -111,7 +111,7 @@ def dead_letter_headers(
     out[ERROR_TYPE] = error_type(error)
     if not compact:
         out[ERROR] = _error_text(error)
-    out[SUBJECT] = message.subject
+    out[SUBJECT] = escape_header_value(message.subject)
     if message.id is not None:
         out[MESSAGE_ID] = escape_header_value(message.id)
     delivery = message.delivery
@@ -119,10 +119,11 @@ def dead_letter_headers(
         out[STREAM] = delivery.stream
         out[SEQUENCE] = str(delivery.stream_sequence)
         out[CONSUMER] = delivery.consumer
-        out[DELIVERY_COUNT] = str(delivery.num_delivered)
         out[TIMESTAMP] = _timestamp(delivery.timestamp)
-    elif attempts is not None:
+    if attempts is not None:
         out[DELIVERY_COUNT] = str(attempts)
+    elif delivery is not None:
+        out[DELIVERY_COUNT] = str(delivery.num_delivered)
     out[FAILED_AT] = _timestamp(now or datetime.now(UTC))
     return out
 

@@ -26,6 +26,7 @@ T = TypeVar("T")
 logger = logging.getLogger("goflux.middleware")
 
 DEFAULT_MAX_ATTEMPTS: Final = 5
+DEAD_LETTER_RETRY: Final = 1.0  # the least wait before a failed dead letter is tried again
 _TERM_REASON_LENGTH: Final = 200
 _SPACE = re.compile(r"\s+")
 
@@ -227,7 +228,8 @@ class _Retrier:
                 message,
                 attempt.error,
                 reason,
-                attempts=None if message.delivery is not None else attempt.number,
+                # The broker counts deliveries; where attempts run in place, we do.
+                attempts=None if message.acknowledgeable else attempt.number,
                 headers=attempt.headers,
             )
         except Exception as failure:
@@ -264,7 +266,7 @@ class _Retrier:
             if not await self.dead_letter(attempt, decision.reason):
                 # Keep the message: it comes back after a delay and is dead-lettered
                 # then (the destination may be down, or misconfigured: see the log).
-                retry_in = self._policy.backoff.delay(attempt.number)
+                retry_in = max(self._policy.backoff.delay(attempt.number), DEAD_LETTER_RETRY)
                 logger.error(
                     "message %s on %r is kept and dead-lettered on a later delivery "
                     "(in %.3gs at the earliest)",
@@ -272,7 +274,7 @@ class _Retrier:
                     message.subject,
                     retry_in,
                 )
-                await message.nak(retry_in or None)
+                await message.nak(retry_in)
                 return
             logger.warning(
                 "message %s on %r given up on delivery %d (%s)%s; terminating it",
@@ -324,6 +326,7 @@ class _Retrier:
                 message.payload,
                 headers=(attempt.headers or message.headers).copy(),
                 id=message.id,
+                delivery=message.delivery,
                 data=message.data,
             )
             try:

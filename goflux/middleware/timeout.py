@@ -71,6 +71,10 @@ def timeout(seconds: float, *, heartbeat: float | None = DEFAULT_HEARTBEAT) -> G
                         seconds=seconds,
                     ) from exc
                 raise
+            except BaseException:
+                if run.expired:  # it turned our cancellation into another error
+                    run.outcome_of_cancellation()  # undo our cancellation request
+                raise
             finally:
                 watchdog.stop(run)
                 if run.sending is not None:  # let a heartbeat on its way arrive

@@ -9,7 +9,9 @@ most one second) after its deadline.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import weakref
 from typing import Final
 
 from goflux.errors import AlreadySettled, SettlementError
@@ -50,18 +52,30 @@ class Run:
             await asyncio.shield(sending)
 
 
-class Watchdog:
-    """Watches the runs of one ``timeout`` middleware."""
+class _LoopWatch:
+    """The runs of one event loop and the task watching them."""
 
-    __slots__ = ("_heartbeat", "_runs", "_seconds", "_task", "_tick")
+    __slots__ = ("runs", "task")
+
+    def __init__(self) -> None:
+        self.runs: set[Run] = set()
+        self.task: asyncio.Task[None] | None = None
+
+
+class Watchdog:
+    """Watches the runs of one ``timeout`` middleware, with one task per event loop."""
+
+    __slots__ = ("_heartbeat", "_loops", "_seconds", "_tick")
 
     def __init__(self, seconds: float, heartbeat: float | None) -> None:
         self._seconds = seconds
         self._heartbeat = heartbeat
         shortest = min(seconds, heartbeat) if heartbeat is not None else seconds
         self._tick = min(max(shortest / 10, _MIN_TICK), _MAX_TICK)
-        self._runs: set[Run] = set()
-        self._task: asyncio.Task[None] | None = None
+        # Per loop, so that loops in other threads neither share nor keep each other's runs.
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def start(self, message: Message[object]) -> Run:
         """Watch the current task's handler call for ``message``."""
@@ -74,24 +88,27 @@ class Watchdog:
         if beats:
             assert self._heartbeat is not None
             run.next_beat = now + self._heartbeat
-        self._runs.add(run)
-        watcher = self._task
-        if watcher is None or watcher.done() or watcher.get_loop() is not loop:
-            self._task = loop.create_task(self._watch(loop))
+        watch = self._loops.get(loop)
+        if watch is None:
+            watch = self._loops[loop] = _LoopWatch()
+        watch.runs.add(run)
+        if watch.task is None or watch.task.done():
+            # A fresh context: the watcher must not keep the first handler's alive.
+            watch.task = loop.create_task(self._watch(loop, watch), context=contextvars.Context())
         return run
 
     def stop(self, run: Run) -> None:
         """Stop watching ``run`` (call it before awaiting anything else)."""
-        self._runs.discard(run)
+        watch = self._loops.get(run.task.get_loop())
+        if watch is not None:
+            watch.runs.discard(run)
 
-    async def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        runs = self._runs
+    async def _watch(self, loop: asyncio.AbstractEventLoop, watch: _LoopWatch) -> None:
+        runs = watch.runs
         while runs:
             await asyncio.sleep(self._tick)
             now = loop.time()
             for run in list(runs):
-                if run.task.get_loop() is not loop:
-                    continue  # watched by the watchdog of its own loop
                 if not run.expired and now >= run.deadline:
                     run.expired = True
                     run.task.cancel()

@@ -81,3 +81,9 @@ def test_a_dead_letter_needs_a_valid_subject() -> None:
     dead_letter = DeadLetter(publisher, "dlq.orders")
     assert (dead_letter.subject, dead_letter.publisher) == ("dlq.orders", publisher)
     assert repr(dead_letter) == "DeadLetter(subject='dlq.orders')"
+
+
+def test_an_unencodable_subject_is_escaped() -> None:
+    message = Message("in.\udcff", b"x")
+    headers = dead_letter_headers(message, ValueError("x"), "non_retryable", now=NOW)
+    assert headers["Dead-Letter-Subject"] == "in.\\udcff"

@@ -19,6 +19,7 @@ from goflux import (
     Message,
     NonRetryable,
     PayloadTooLarge,
+    PublishError,
     PublishReceipt,
 )
 from goflux.middleware import DeadLetter, RetryPolicy, retry_ack
@@ -125,15 +126,18 @@ async def test_an_ordered_subscriber_retries_in_place_and_dead_letters(
     """Ordered mode cannot redeliver: the attempts run in the handler's place."""
     js = dlq_stream
     calls: list[str] = []
+    sequences: list[int] = []
     done = asyncio.Event()
 
     async def handle(msg: Message[Order]) -> None:
         calls.append(msg.payload.id)
         assert not msg.acknowledgeable
+        assert msg.delivery is not None  # every attempt, not only the first
+        sequences.append(msg.delivery.stream_sequence)
         if msg.payload.id == "o-1" and calls.count("o-1") < 3:
             raise ConnectionError("flaky")
         if msg.payload.id == "o-2":
-            raise NonRetryable("bad")
+            raise ConnectionError("down for good")
         if msg.payload.id == "o-3":
             done.set()
 
@@ -145,10 +149,13 @@ async def test_an_ordered_subscriber_retries_in_place_and_dead_letters(
     await sub.start("orders.>", retry_ack(policy)(handle))
     await asyncio.wait_for(done.wait(), 10)
     await sub.close()
-    assert calls == ["o-1", "o-1", "o-1", "o-2", "o-3"]
+    assert calls == ["o-1"] * 3 + ["o-2"] * 3 + ["o-3"]
+    assert sequences == [1, 1, 1, 2, 2, 2, 3]
     [letter] = await dead_letters(js)
-    assert letter.headers["Dead-Letter-Reason"] == "non_retryable"
+    assert letter.headers["Dead-Letter-Reason"] == "max_attempts"
     assert letter.headers["Dead-Letter-Sequence"] == "2"
+    assert letter.headers["Dead-Letter-Stream"] == STREAM
+    assert letter.headers["Dead-Letter-Delivery-Count"] == "3"  # attempts made in place
 
 
 @contextlib.asynccontextmanager
@@ -211,6 +218,12 @@ async def test_headers_over_max_payload_are_refused_before_sending(
         assert isinstance(result, PayloadTooLarge)
         receipt = await jetstream.Publisher(js, JsonCodec(str)).publish("orders.a", "fits")
         assert receipt.sequence == 1  # the connection is still open and usable
+        # Without any header the body may use the whole limit (no header block is sent).
+        full = await jetstream.Publisher(js, BytesCodec()).publish("orders.a", b"x" * 1024)
+        assert full.sequence == 2
+        with pytest.raises(PublishError):  # over it: nats-py refuses, nothing is sent
+            await jetstream.Publisher(js, BytesCodec()).publish("orders.a", b"x" * 1025)
+        assert nc.is_connected
 
 
 async def test_a_failing_dead_letter_destination_keeps_the_message(

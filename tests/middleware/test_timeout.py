@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 
 import pytest
 
@@ -95,3 +96,48 @@ async def test_no_heartbeats_without_acknowledgement() -> None:
 def test_bad_settings_are_rejected(seconds: float, heartbeat: float | None) -> None:
     with pytest.raises(ValueError, match="positive number"):
         timeout(seconds, heartbeat=heartbeat)
+
+
+async def test_a_cancellation_turned_into_another_error_leaves_the_task_clean() -> None:
+    """Our cancel request is undone on every exit, or later drains would be misjudged."""
+
+    async def converts(msg: Message[int]) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    with pytest.raises(RuntimeError, match="cleanup failed"):
+        await timeout(0.05)(converts)(Message("s", 1))
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0
+
+
+def test_one_timeout_serves_loops_in_several_threads_with_one_watcher_each() -> None:
+    middleware = timeout(5)
+
+    async def quick(msg: Message[int]) -> None:
+        await asyncio.sleep(0.001)
+
+    handler = middleware(quick)
+    most: list[int] = []
+
+    async def main() -> None:
+        peak = 0
+        for _ in range(100):
+            await asyncio.gather(*(handler(Message("s", n)) for n in range(5)))
+            watchers = [
+                t
+                for t in asyncio.all_tasks()
+                if getattr(t.get_coro(), "__qualname__", "") == "Watchdog._watch"
+            ]
+            peak = max(peak, len(watchers))
+        most.append(peak)
+
+    threads = [threading.Thread(target=asyncio.run, args=(main(),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert most == [1, 1]

@@ -84,6 +84,22 @@ async def test_restart_of_a_running_server_is_graceful_and_keeps_data() -> None:
         assert await stream_count(server.url, "GRACE") == 1
 
 
+async def test_stop_keeping_the_store_allows_an_outage_then_a_restart() -> None:
+    async with NatsServer() as server:
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        js = nc.jetstream()
+        await js.add_stream(name="OUTAGE", subjects=["outage"])
+        await js.publish("outage", b"x")
+        await nc.close()
+        pid = server.pid
+        assert pid is not None
+        server.stop(keep_store=True)
+        assert not server.running
+        assert not alive(pid)
+        await server.restart()
+        assert await stream_count(server.url, "OUTAGE") == 1
+
+
 def test_stop_removes_the_process_and_the_temporary_store() -> None:
     with NatsServer() as server:
         pid = server.pid

@@ -213,7 +213,7 @@ class Publisher(CloseOnExit, Generic[T]):
             scope.set_body_size(len(data))
             check_size(subject, wire, data, self._nc.max_payload)
             try:
-                reply = await self._nc.request(subject, data, timeout=wait, headers=wire)
+                reply = await self._nc.request(subject, data, timeout=wait, headers=wire or None)
             except nats.errors.TimeoutError as exc:
                 raise _timeout_error(subject, wait) from exc
             except nats.errors.Error as exc:
@@ -332,7 +332,7 @@ class Publisher(CloseOnExit, Generic[T]):
             # No wait_stall: with it nats-py wraps every call in wait_for (a task and a
             # timer per message). The window keeps us within its pending limit, and a
             # closed connection is caught above, so its slots cannot run out.
-            ack = await self._js.publish_async(subject, data, headers=wire)
+            ack = await self._js.publish_async(subject, data, headers=wire or None)
         except nats.errors.Error as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

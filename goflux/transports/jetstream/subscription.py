@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 from collections import deque
+from collections.abc import Awaitable
 from typing import Generic, TypeVar
 
 import nats.errors
@@ -667,9 +668,23 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         elif self._s.ordered:
             self._release(acker)
         elif not acker.released:  # cancelled while rejecting: hand it back at once
-            with contextlib.suppress(SettlementError):
-                await acker.nak(None)
+            await self._send_or_release(acker, acker.nak(None))
         return drained
+
+    async def _send_or_release(self, acker: JetStreamAcker, sending: Awaitable[None]) -> None:
+        """Send a settlement; if that fails, give its in-flight room back all the same.
+
+        The server redelivers the message after ack_wait.
+        """
+        try:
+            await sending
+        except SettlementError as exc:
+            logger.warning(
+                "could not settle message %s (%s); the server redelivers it after ack_wait",
+                acker.stream_sequence,
+                exc,
+            )
+            self._release(acker)
 
     async def _reject(
         self, letter: Message[bytes], acker: JetStreamAcker, exc: DecodeError
@@ -702,8 +717,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                         DEAD_LETTER_RETRY_DELAY,
                         exc_info=exc,
                     )
-                    with contextlib.suppress(SettlementError):
-                        await acker.nak(DEAD_LETTER_RETRY_DELAY)
+                    await self._send_or_release(acker, acker.nak(DEAD_LETTER_RETRY_DELAY))
                     return
         logger.error(
             "undecodable message %s on %r %s: %s",
@@ -716,7 +730,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if ordered:
             self._release(acker)
         else:
-            await acker.term(f"goflux: undecodable payload: {exc}"[:200])
+            await self._send_or_release(
+                acker, acker.term(f"goflux: undecodable payload: {exc}"[:200])
+            )
 
     async def _settle_after(
         self,
@@ -733,11 +749,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if message.settled is not None:
             return
         if not self._s.manual_ack or force_nak:
-            try:
-                await (message.nak() if failed else message.ack())
-            except SettlementError:
-                logger.exception("settling a message failed; the server redelivers it")
-                self._release(acker)
+            await self._send_or_release(acker, message.nak() if failed else message.ack())
             return
         if not failed:
             logger.warning(
