@@ -6,6 +6,7 @@ Application code is written against ``Publisher[T]``, ``Subscriber[T]``,
 """
 
 from goflux._version import __version__
+from goflux.batches import MicroBatches, micro_batches
 from goflux.chain import chain, chain_publishers
 from goflux.codecs import BytesCodec, Codec, JsonCodec, StrCodec
 from goflux.errors import (
@@ -36,6 +37,7 @@ from goflux.errors import (
     TransportError,
     is_non_retryable,
 )
+from goflux.group import Group
 from goflux.headers import Headers, HeadersLike
 from goflux.interfaces import (
     Closeable,
@@ -52,12 +54,25 @@ from goflux.interfaces import (
     Subscription,
 )
 from goflux.message import Acker, Delivery, Message
+from goflux.pipes import pipe, pipe_flat_map, pipe_map
+from goflux.processing import ProcessStats, process
 from goflux.receipt import PublishReceipt
+from goflux.streams import MessageStream, message_stream
 from goflux.telemetry import Telemetry
+from goflux.topics import (
+    BoundPublisher,
+    BoundSubscriber,
+    Topic,
+    bind_publisher,
+    bind_subscriber,
+    bind_topic,
+)
 
 __all__ = (
     "Acker",
     "AlreadySettled",
+    "BoundPublisher",
+    "BoundSubscriber",
     "BytesCodec",
     "Closeable",
     "Codec",
@@ -70,6 +85,7 @@ __all__ = (
     "GenericMiddleware",
     "GenericPublisherMiddleware",
     "GofluxError",
+    "Group",
     "Handler",
     "HandlerTimeout",
     "Headers",
@@ -79,10 +95,13 @@ __all__ = (
     "InvalidSubject",
     "JsonCodec",
     "Message",
+    "MessageStream",
+    "MicroBatches",
     "Middleware",
     "NoResponders",
     "NonRetryable",
     "PayloadTooLarge",
+    "ProcessStats",
     "ProvisioningError",
     "PublishError",
     "PublishReceipt",
@@ -103,9 +122,19 @@ __all__ = (
     "Subscriber",
     "Subscription",
     "Telemetry",
+    "Topic",
     "TransportError",
     "__version__",
+    "bind_publisher",
+    "bind_subscriber",
+    "bind_topic",
     "chain",
     "chain_publishers",
     "is_non_retryable",
+    "message_stream",
+    "micro_batches",
+    "pipe",
+    "pipe_flat_map",
+    "pipe_map",
+    "process",
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
@@ -9,7 +10,15 @@ from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
 from goflux.errors import AlreadySettled
 from goflux.headers import Headers
 
-__all__ = ("Acker", "Delivery", "Message", "Outcome", "received")
+__all__ = (
+    "Acker",
+    "Delivery",
+    "Message",
+    "Outcome",
+    "SettlementObserver",
+    "observe_settlement",
+    "received",
+)
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -18,6 +27,9 @@ _MAX_NAK_DELAY = 365 * 24 * 3600.0  # the broker keeps delays in int64 nanosecon
 
 Outcome: TypeAlias = Literal["ack", "nak", "term"]
 """How a message was settled."""
+
+SettlementObserver: TypeAlias = Callable[[Outcome | None], None]
+"""Told how a message was settled, or None when a settlement failed to reach the broker."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +102,7 @@ class Message(Generic[T_co]):
         "_delivery",
         "_headers",
         "_id",
+        "_observer",
         "_payload",
         "_settled",
         "_subject",
@@ -114,6 +127,7 @@ class Message(Generic[T_co]):
         self._data = data
         self._acker = acker
         self._settled: Outcome | None = None
+        self._observer: SettlementObserver | None = None
 
     @property
     def subject(self) -> str:
@@ -176,6 +190,15 @@ class Message(Generic[T_co]):
             )
         self._settled = outcome
 
+    def _settling_failed(self) -> None:
+        self._settled = None
+        if self._observer is not None:
+            self._observer(None)
+
+    def _settled_as(self, outcome: Outcome) -> None:
+        if self._observer is not None:
+            self._observer(outcome)
+
     async def ack(self) -> None:
         """Acknowledge successful processing.
 
@@ -190,8 +213,10 @@ class Message(Generic[T_co]):
             try:
                 await acker.ack()
             except BaseException:
-                self._settled = None
+                self._settling_failed()
                 raise
+        if self._observer is not None:
+            self._observer("ack")
 
     async def nak(self, delay: float | None = None) -> None:
         """Ask for redelivery, after ``delay`` seconds where the transport supports it.
@@ -207,8 +232,9 @@ class Message(Generic[T_co]):
             try:
                 await self._acker.nak(delay)
             except BaseException:
-                self._settled = None
+                self._settling_failed()
                 raise
+        self._settled_as("nak")
 
     async def term(self, reason: str | None = None) -> None:
         """Stop redelivery for good (acks where the transport cannot terminate).
@@ -221,8 +247,9 @@ class Message(Generic[T_co]):
             try:
                 await self._acker.term(reason)
             except BaseException:
-                self._settled = None
+                self._settling_failed()
                 raise
+        self._settled_as("term")
 
     async def in_progress(self) -> None:
         """Report that work continues, so the broker does not redeliver yet.
@@ -258,4 +285,15 @@ def received(
     message._data = data
     message._acker = acker
     message._settled = None
+    message._observer = None
     return message
+
+
+def observe_settlement(message: Message[object], observer: SettlementObserver | None) -> None:
+    """Have ``observer`` told of ``message``'s settlement (one observer; None removes it).
+
+    It is called with the outcome once a settlement succeeded, and with None when a
+    settlement attempt failed (the message is unsettled again). Streams use it to learn
+    when a message they handed out is done.
+    """
+    message._observer = observer

@@ -15,3 +15,6 @@ echo "== durable, typed orders on JetStream (retries, de-duplication, poison mes
 echo
 echo "== retry policy, dead letters and timeouts (middleware on JetStream)"
 .venv/bin/python examples/retry_dead_letter.py
+echo
+echo "== composition: a fan-out pipe, bounded concurrency, micro-batches, a service group"
+.venv/bin/python examples/composition.py

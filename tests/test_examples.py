@@ -28,6 +28,7 @@ def run(name: str, env: dict[str, str] | None = None) -> str:
 def test_every_example_is_covered_here() -> None:
     covered = {
         "channel_orders.py",
+        "composition.py",
         "embedded_server.py",
         "jetstream_orders.py",
         "retry_dead_letter.py",
@@ -93,3 +94,13 @@ def test_retry_dead_letter() -> None:
     ) in out
     assert "invoices stored: 2" in out
     assert "first invoice id o-1:charger:invoices.created, caused by o-1" in out
+
+
+def test_composition() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    out = run("composition.py", env)
+    assert "orders published: 12" in out
+    assert "picks made: 24 of 24, by warehouse {'berlin': 12, 'lyon': 12}" in out
+    assert "pickers at work at once: at most 4" in out
+    assert "picks loaded: 24 in " in out
+    assert "group drained and closed" in out

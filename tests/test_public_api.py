@@ -17,6 +17,8 @@ DESIGN_CORE_NAMES = {
     "Handler", "Middleware", "chain", "Codec", "JsonCodec", "BytesCodec", "StrCodec",
     "Telemetry", "PublishReceipt", "GofluxError", "PublishError", "SubscribeError",
     "EncodeError", "DecodeError", "TransportError", "RequestTimeout", "NonRetryable",
+    "bind_publisher", "bind_subscriber", "Topic", "process", "micro_batches", "pipe",
+    "pipe_map", "pipe_flat_map", "Group",
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ EXPECTED_OUTPUT = [
     "stored at ORDERS#1\ngot o-1 (delivery 1)\n",
     "sku='apple' total=10.0\nremote error 404: unknown sku\n",
     "o-1: delivery 1\no-2: delivery 1\no-2: delivery 2\no-2: delivery 3\ndead letters: 1\n",
+    "[1, 4, 9, 16, 25]\n[0, 1]\n[2, 3]\n[4]\n",
     "nats-server back on nats://127.0.0.1:",
 ]
 

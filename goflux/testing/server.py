@@ -7,6 +7,7 @@ import collections
 import contextlib
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -91,6 +92,27 @@ def _lock(path: Path, *, wait: bool) -> int | None:
     return fd
 
 
+def _kill_and_wait(pid: int, timeout: float = 5.0) -> None:
+    """SIGKILL ``pid`` (not our child) and wait until it has exited, up to ``timeout``.
+
+    The kill is asynchronous; the store is only removed once its server is gone.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except OSError:  # no pidfd support: kill without waiting
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return
+    try:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        select.select([pidfd], [], [], timeout)  # readable once the process has exited
+    finally:
+        os.close(pidfd)
+
+
 def _sweep_abandoned_stores() -> None:
     """Remove temporary stores (and kill their servers) whose owner process died.
 
@@ -116,8 +138,7 @@ def _sweep_abandoned_stores() -> None:
             except (OSError, ValueError):
                 server, cmdline = 0, b""
             if server and b"nats-server" in cmdline and str(path).encode() in cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(server, signal.SIGKILL)
+                _kill_and_wait(server)
             shutil.rmtree(path, ignore_errors=True)
         finally:
             os.close(fd)

@@ -208,6 +208,9 @@ async def test_publish_many_accepts_async_iterators_and_stops_at_bad_input(
     with pytest.raises(InvalidSubject):
         await pub.publish_many(stream_of(), window=2)
     assert (await js.stream_info(STREAM)).state.messages == 5
+    with pytest.raises(TypeError, match=r"Outgoing messages, got \('orders.ok'"):
+        await pub.publish_many([jetstream.Outgoing("orders.ok", order(6)), ("orders.ok", order(7))])  # type: ignore[list-item]
+    assert (await js.stream_info(STREAM)).state.messages == 6
 
 
 # ---------------------------------------------------------------- consuming

@@ -20,18 +20,31 @@ from goflux import (
     BytesCodec,
     Closeable,
     Codec,
+    Group,
     Handler,
     HeadersLike,
     JsonCodec,
     Message,
+    MessageStream,
+    MicroBatches,
     Middleware,
+    ProcessStats,
     Publisher,
     PublishReceipt,
     Requester,
     StrCodec,
     Subscriber,
+    Topic,
+    bind_publisher,
+    bind_topic,
     chain,
     chain_publishers,
+    message_stream,
+    micro_batches,
+    pipe,
+    pipe_flat_map,
+    pipe_map,
+    process,
 )
 from goflux.middleware import (
     DeadLetter,
@@ -207,3 +220,49 @@ async def publish_in_block() -> None:
 
 
 closeables: list[Closeable] = [channel.Publisher(channel.Bus(codec=order_codec))]
+
+
+# --- composition keeps the payload type ------------------------------------------------
+order_bus = channel.Bus(codec=order_codec)
+order_sub = channel.Subscriber(order_bus)
+order_pub = channel.Publisher(order_bus)
+assert_type(order_sub.stream("orders"), MessageStream[Order])
+assert_type(message_stream(order_sub, "orders"), MessageStream[Order])
+assert_type(micro_batches(order_sub, "orders", max_messages=10, max_wait=1), MicroBatches[Order])
+topic = bind_topic(order_pub, order_sub, "orders")
+assert_type(topic, Topic[Order])
+wrong_bound = bind_publisher(order_pub, "orders").publish(Customer(name="x"))  # type: ignore[arg-type]
+bytes_sub = channel.Subscriber(channel.Bus(codec=bytes_codec))
+bind_topic(order_pub, bytes_sub, "s")  # type: ignore[misc]
+
+
+def amount_of(message: Message[Order]) -> float:
+    return float(len(message.payload.id))
+
+
+async def name_of(message: Message[Customer]) -> str:
+    return message.payload.name
+
+
+float_pub = channel.Publisher(channel.Bus(codec=JsonCodec(float)))
+str_pub = channel.Publisher(channel.Bus(codec=StrCodec()))
+assert_type(pipe_map(float_pub, amount_of, subject="amounts"), Handler[Order])
+assert_type(pipe_map(str_pub, name_of, subject="names"), Handler[Customer])
+assert_type(pipe(order_pub, subject="copy"), Handler[Order])
+pipe_map(str_pub, amount_of, subject="amounts")  # type: ignore[arg-type]
+
+
+def lines_of(message: Message[Order]) -> list[str]:
+    return [message.payload.id]
+
+
+assert_type(pipe_flat_map(str_pub, lines_of, subject="lines"), Handler[Order])
+
+
+async def handled_in_group() -> None:
+    stats = await process(order_sub.stream("orders"), on_order, concurrency=4)
+    assert_type(stats, ProcessStats)
+    group = Group()
+    group.subscribe(order_sub, "orders", on_order)
+    group.process(order_sub.stream("orders"), on_order)
+    group.subscribe(order_sub, "orders", on_customer)  # type: ignore[misc]

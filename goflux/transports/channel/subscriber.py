@@ -15,6 +15,7 @@ from goflux.lifecycle import (
     in_handler_context,
 )
 from goflux.message import Message
+from goflux.streams import Streaming
 from goflux.subjects import is_wildcard, validate_pattern
 from goflux.telemetry import Telemetry
 from goflux.transports.channel.bus import Bus, Envelope, Route
@@ -228,7 +229,7 @@ class ChannelSubscription(StopOnExit, Generic[T]):
             raise SubscribeError(f"subscription to {self._pattern!r} failed: {exc}") from exc
 
 
-class Subscriber(SubscriberLifecycle["ChannelSubscription[T]"], Generic[T]):
+class Subscriber(SubscriberLifecycle["ChannelSubscription[T]"], Streaming[T], Generic[T]):
     """Subscribes handlers to subjects on a :class:`Bus`.
 
     Args:

@@ -263,6 +263,7 @@ class Publisher(CloseOnExit, Generic[T]):
 
         Raises:
             ValueError: ``window`` < 1.
+            TypeError: An item is not an :class:`Outgoing` (raised where it is met).
             PublishError: The first failure (after every publish in flight settled),
                 unless ``return_exceptions``. Bad input (subject, headers, encoding) of
                 a message raises before anything after it is sent. Once the publisher
@@ -307,6 +308,8 @@ class Publisher(CloseOnExit, Generic[T]):
         results: list[PublishReceipt | PublishError],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        if not isinstance(item, Outgoing):
+            raise TypeError(f"publish_many takes Outgoing messages, got {item!r} (item {index})")
         subject = item.subject
         if self._closed or self._nc.is_closed:
             # Not bad input: this and the remaining messages each get their error.

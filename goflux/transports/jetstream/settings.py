@@ -91,6 +91,20 @@ class Settings:
         self.ordered = ordered
         self.dead_letter = dead_letter
 
+    def streaming(self) -> Settings:
+        """These settings for a message stream: a worker per message in flight.
+
+        A stream's handler holds each message until the stream's consumer settles it,
+        so as many may be out as ``max_in_flight`` allows (ordered mode holds none).
+        """
+        if self.ordered:
+            return self
+        copy = Settings.__new__(Settings)
+        for name in Settings.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.concurrency = self.max_in_flight
+        return copy
+
 
 def ordered_consumer_config(
     subject: str, settings: Settings, start_sequence: int | None

@@ -16,6 +16,7 @@ from goflux.errors import SubscribeError
 from goflux.interfaces import Handler
 from goflux.lifecycle import SubscriberLifecycle
 from goflux.middleware.deadletter import DeadLetter
+from goflux.streams import Starter, Streaming
 from goflux.subjects import covers, validate_pattern
 from goflux.telemetry import Telemetry
 from goflux.transports.jetstream.settings import (
@@ -52,7 +53,7 @@ def _filters(info: ConsumerInfo) -> list[str]:
     return []
 
 
-class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Generic[T]):
+class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], Generic[T]):
     """Consumes a JetStream stream with typed handlers, through a pull consumer.
 
     Without ``consumer``, each :meth:`start` creates an ephemeral consumer filtered on
@@ -228,6 +229,19 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Generic[T]):
             SubscribeError: The subscriber is closed, the stream or consumer does not
                 exist, the consumer does not fit, or the connection failed.
         """
+        return await self._start(subject, handler, self._settings)
+
+    def _stream_starter(self, subject: str) -> Starter[T]:
+        settings = self._settings.streaming()
+
+        async def start(handler: Handler[T]) -> JetStreamSubscription[T]:
+            return await self._start(subject, handler, settings)
+
+        return start
+
+    async def _start(
+        self, subject: str, handler: Handler[T], settings: Settings
+    ) -> JetStreamSubscription[T]:
         validate_pattern(subject)
         self._refuse_if_closed(subject)
         if self._consumer is None:
@@ -244,7 +258,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Generic[T]):
             ephemeral=binding.ephemeral,
             ack_wait=binding.ack_wait,
             limits=binding.limits,
-            settings=self._settings,
+            settings=settings,
             telemetry=self._tel,
             start_floor=binding.start_floor,
         )

@@ -233,24 +233,29 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._draining = True
         until = self._loop.time() + deadline
         try:
-            # Received but not started: hand back at once, before anything else runs.
-            while self._ready:
-                await self._nak_quietly(self._ready.popleft()[0])
             if self._sub is not None:
                 # Removes interest (the server drops our open pull requests), then
                 # passes what was already received to _on_message, which naks it.
+                # Interest goes first: a nak sent while a pull request is still open
+                # would be redelivered into it, to an inbox nobody reads any more,
+                # and come back only after ack_wait.
                 try:
                     drained = self._sub.drain()  # type: ignore[no-untyped-call]
                     await asyncio.wait_for(drained, timeout=max(deadline, 0.1))
                 except (nats.errors.Error, TimeoutError):
                     logger.warning("could not drain the pull inbox of %r", self._consumer)
+            # Received but not started: hand back for redelivery at once.
+            while self._ready:
+                await self._nak_quietly(self._ready.popleft()[0])
             self._wake(everyone=True)
             if self._workers:
                 _, pending = await asyncio.wait(
                     self._workers, timeout=max(until - self._loop.time(), 0.0)
                 )
                 if pending:
-                    logger.warning(
+                    # A zero deadline (a closing message stream) cancels on purpose.
+                    logger.log(
+                        logging.WARNING if deadline > 0 else logging.DEBUG,
                         "drain of %r timed out after %.3gs; cancelling %d handlers",
                         self._consumer,
                         deadline,

@@ -14,6 +14,7 @@ from goflux.errors import DecodeError
 from goflux.interfaces import Handler
 from goflux.lifecycle import SubscriberLifecycle
 from goflux.message import received
+from goflux.streams import Streaming
 from goflux.subjects import is_wildcard, validate_pattern
 from goflux.telemetry import Telemetry
 from goflux.transports.nats.subscription import (
@@ -95,7 +96,7 @@ class NatsSubscription(CoreSubscription, Generic[T]):
             self.handled += 1
 
 
-class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Generic[T]):
+class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Streaming[T], Generic[T]):
     """Delivers typed messages from core NATS subjects to handlers.
 
     Wildcard subscriptions hand each handler the concrete subject. Subscribers with the
