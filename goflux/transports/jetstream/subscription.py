@@ -219,6 +219,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         messages nak'd too. An ephemeral consumer created for the subscription is
         deleted. The deadline holds even if the caller is cancelled.
         """
+        if self._drainer is None and self._done.done():
+            return  # it has ended already (failed): nothing left to drain
         if self._drainer is None:
             self._draining = True  # from now on no new message starts
             deadline = self._s.drain_timeout if timeout is None else timeout
