@@ -29,7 +29,11 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    └── RemoteError                    the responder replied with an error
      ├── ServiceError                        raised by responders: reply with this code
      ├── HandlerTimeout (also TimeoutError)  a handler ran longer than its timeout
-     └── NonRetryable                        raised by handlers: a permanent failure
+     ├── NonRetryable                        raised by handlers: a permanent failure
+     └── SparkError                          the Spark adapter (goflux.transports.spark)
+          ├── SchemaError (also TypeError)   a payload type has no Spark schema
+          ├── SourceOptionError (also ValueError)  a bad source/sink option
+          └── DataLossError                  a range the query still needed was deleted
 
 ``NonRetryable`` is meant to be raised by application handlers (``raise
 NonRetryable("bad order") from cause``); :func:`is_non_retryable` recognises it
@@ -45,6 +49,7 @@ __all__ = (
     "AlreadySettled",
     "CodecError",
     "ConsumerNotFound",
+    "DataLossError",
     "DecodeError",
     "EncodeError",
     "ExpectationFailed",
@@ -61,8 +66,11 @@ __all__ = (
     "RemoteError",
     "RequestError",
     "RequestTimeout",
+    "SchemaError",
     "ServiceError",
     "SettlementError",
+    "SourceOptionError",
+    "SparkError",
     "StreamNotFound",
     "SubjectOverlap",
     "SubscribeError",
@@ -340,6 +348,48 @@ class NonRetryable(GofluxError):
     retrying them. It is recognised through wrapping exceptions; see
     :func:`is_non_retryable`.
     """
+
+
+class SparkError(GofluxError):
+    """A failure in the Spark adapter (:mod:`goflux.transports.spark`)."""
+
+
+class SchemaError(SparkError, TypeError):
+    """A payload type cannot be represented as Spark columns (or rows as the type).
+
+    Raised for unions of unrelated types, ``Any``, dicts with non-string keys and
+    other shapes Spark SQL has no type for; the message names the offending field.
+    """
+
+
+class SourceOptionError(SparkError, ValueError):
+    """A source or sink option is missing, unknown or malformed."""
+
+
+class DataLossError(SparkError):
+    """Messages a query still had to read were deleted from the stream.
+
+    Raised (failing the query) when ``fail_on_data_loss`` is true and the stream's
+    first sequence has moved past the start of the range being read.
+
+    Attributes:
+        stream: The stream name.
+        expected: The first sequence the query needed.
+        first: The stream's first sequence now.
+    """
+
+    def __init__(self, message: str, *, stream: str, expected: int, first: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.expected = expected
+        self.first = first
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_data_loss, (str(self), self.stream, self.expected, self.first))
+
+
+def _rebuild_data_loss(message: str, stream: str, expected: int, first: int) -> DataLossError:
+    return DataLossError(message, stream=stream, expected=expected, first=first)
 
 
 _E = TypeVar("_E", bound=BaseException)

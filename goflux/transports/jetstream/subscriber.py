@@ -150,6 +150,11 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         self._tel = telemetry if telemetry is not None else Telemetry.default()
         super().__init__()
 
+    @property
+    def codec(self) -> Codec[T]:
+        """The codec that decodes the payloads."""
+        return self._codec
+
     async def _create_consumer(self, subject: str) -> _Binding:
         """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""
         settings, stream = self._settings, self._stream

@@ -144,6 +144,11 @@ class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Streaming[T], Gener
         self._tel = telemetry if telemetry is not None else Telemetry.default()
         super().__init__()
 
+    @property
+    def codec(self) -> Codec[T]:
+        """The codec that decodes the payloads."""
+        return self._codec
+
     async def start(self, subject: str, handler: Handler[T]) -> NatsSubscription[T]:
         """Subscribe; return once the server has the subscription (flushed).
 

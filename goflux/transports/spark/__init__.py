@@ -1,0 +1,63 @@
+"""Spark adapter: JetStream as a Structured Streaming source, foreachBatch sinks.
+
+Needs ``goflux[spark]`` (pyspark 4 with pyarrow) and ``goflux[nats]``::
+
+    from goflux.transports import spark as gspark
+
+    spark = gspark.local_session()
+    orders = gspark.read_stream(spark, Order, servers=url, stream="ORDERS")
+    publish = gspark.foreach_batch_publisher(
+        servers=url, subject="totals.by_customer", codec=JsonCodec(Total), key_column="id"
+    )
+    totals.writeStream.foreachBatch(publish).option("checkpointLocation", path).start()
+
+- :func:`read_stream` / :func:`read`: typed DataFrames over a stream; offsets are
+  stream sequences in Spark's checkpoint, so processing is exactly-once.
+- :func:`foreach_batch_publisher` and the ``goflux-jetstream`` stream sink: each row
+  published with a deterministic message ID, so a replayed batch is de-duplicated.
+- :func:`run_micro_batches`: any subscriber fed to a ``foreachBatch``-style function,
+  acknowledged after the function returns (at-least-once).
+"""
+
+try:
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError("goflux.transports.spark needs pyspark: pip install 'goflux[spark]'") from exc
+
+from goflux.errors import DataLossError, SchemaError, SourceOptionError, SparkError
+from goflux.transports.spark.connection import ConnectionSettings
+from goflux.transports.spark.micro import MicroBatchStats, run_micro_batches
+from goflux.transports.spark.options import SourceOptions
+from goflux.transports.spark.reading import local_session, read, read_stream, register
+from goflux.transports.spark.schema import PayloadColumns
+from goflux.transports.spark.sink import (
+    BatchPublisher,
+    SinkOptions,
+    SinkStats,
+    foreach_batch_publisher,
+    write_stream,
+)
+from goflux.transports.spark.source import FORMAT, JetStreamDataSource
+
+__all__ = (
+    "FORMAT",
+    "BatchPublisher",
+    "ConnectionSettings",
+    "DataLossError",
+    "JetStreamDataSource",
+    "MicroBatchStats",
+    "PayloadColumns",
+    "SchemaError",
+    "SinkOptions",
+    "SinkStats",
+    "SourceOptionError",
+    "SourceOptions",
+    "SparkError",
+    "foreach_batch_publisher",
+    "local_session",
+    "read",
+    "read_stream",
+    "register",
+    "run_micro_batches",
+    "write_stream",
+)

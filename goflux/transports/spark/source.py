@@ -1,0 +1,388 @@
+"""JetStream as a Spark data source: Structured Streaming micro-batches and batch reads.
+
+Offsets are stream sequences, ``{"stream": name, "seq": next}``: a micro-batch is the
+range ``[start, end)``, planned on the driver from the stream's state and read on
+executors in parallel partitions. Reading a range is deterministic (the same stored
+messages, in order), so a batch Spark replays after a crash yields the same rows, and
+Spark's checkpoint makes processing exactly-once. Nothing is acknowledged: the
+stream must keep messages by limits (age, count, size), not by interest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from types import ModuleType
+from typing import Any, Final
+
+import nats
+import pyarrow as pa
+from nats.aio.client import Client
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from goflux.errors import DataLossError, SourceOptionError, TransportError
+from goflux.transports.spark.connection import TaskLoop
+from goflux.transports.spark.options import SourceOptions
+from goflux.transports.spark.ranges import (
+    LineKeepingClient,
+    RangeReader,
+    StreamBounds,
+    stream_bounds,
+)
+from goflux.transports.spark.rows import RowBuilder, source_schema
+
+_admission: ModuleType | None
+try:  # admission control and Trigger.AvailableNow: PySpark >= 4.2
+    from pyspark.sql.streaming import datasource as _admission
+except ImportError:  # pragma: no cover - PySpark 4.0 / 4.1 read everything available
+    _admission = None
+
+_AvailableNow: type = _admission.SupportsTriggerAvailableNow if _admission else object
+
+
+__all__ = (
+    "FORMAT",
+    "JetStreamBatchReader",
+    "JetStreamDataSource",
+    "JetStreamStreamReader",
+    "SequenceRange",
+    "offset",
+    "read_range",
+    "split_range",
+)
+
+FORMAT: Final = "goflux-jetstream"
+_log = logging.getLogger(__name__)
+
+
+def offset(stream: str, seq: int) -> dict[str, Any]:
+    """The offset for "next sequence to read is ``seq``" (stable key order)."""
+    return {"stream": stream, "seq": seq}
+
+
+class SequenceRange(InputPartition):
+    """The part of a micro-batch one Spark task reads: sequences ``[start, end)``."""
+
+    def __init__(self, stream: str, start: int, end: int) -> None:
+        super().__init__((stream, start, end))
+        self.stream = stream
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"SequenceRange({self.stream!r}, {self.start}, {self.end})"
+
+
+def split_range(
+    stream: str, start: int, end: int, *, per_partition: int, max_partitions: int
+) -> list[SequenceRange]:
+    """Split ``[start, end)`` into contiguous ranges of about ``per_partition`` sequences."""
+    total = end - start
+    if total <= 0:
+        return []
+    count = max(1, min(max_partitions, math.ceil(total / per_partition)))
+    bounds = [start + total * index // count for index in range(count + 1)]
+    return [SequenceRange(stream, lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def read_range(options: SourceOptions, part: SequenceRange) -> Iterator[pa.RecordBatch]:
+    """Read one partition on an executor: connect, read the range, yield Arrow batches.
+
+    Raises:
+        DataLossError: ``fail_on_data_loss`` and the range starts before the stream's
+            first sequence (the messages were deleted before being read).
+        DecodeError: A payload does not decode and ``on_decode_error`` is ``fail``.
+        TransportError: The server cannot be reached or stops answering.
+    """
+    if part.end <= part.start:
+        return
+    builder = RowBuilder(options)
+    loop = TaskLoop()
+    nc: Client | None = None
+    reader: RangeReader | None = None
+    try:
+        client = LineKeepingClient if options.include_headers else Client
+        nc = loop.run(options.connection.connect(client=client, name="goflux-spark-reader"))
+        if options.fail_on_data_loss:
+            bounds = loop.run(stream_bounds(nc, part.stream))
+            _check_loss(part.stream, part.start, bounds)
+        reader = RangeReader(
+            nc,
+            part.stream,
+            part.start,
+            part.end,
+            filters=options.subjects,
+            chunk=options.fetch_size,
+            idle_timeout=options.idle_timeout,
+        )
+        loop.run(reader.open())
+        while chunk := loop.run(reader.next_chunk()):
+            yield builder.build(chunk)
+    finally:
+        if reader is not None:
+            loop.run(reader.close())
+        if nc is not None:
+            loop.run(nc.close())
+        loop.close()
+
+
+def _sequence_range(partition: InputPartition) -> SequenceRange:
+    if not isinstance(partition, SequenceRange):
+        raise TypeError(f"not a partition of this source: {partition!r}")
+    return partition
+
+
+def _check_loss(stream: str, needed: int, bounds: StreamBounds) -> None:
+    if bounds.first > needed:
+        raise DataLossError(
+            f"stream {stream!r}: messages from sequence {needed} to {bounds.first - 1} were "
+            f"deleted before the query read them (the stream now starts at {bounds.first}); "
+            "set fail_on_data_loss=False (option failOnDataLoss=false) to skip them",
+            stream=stream,
+            expected=needed,
+            first=bounds.first,
+        )
+
+
+class _Planner:
+    """The driver-side connection (one long-lived process per query plans every batch)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._loop = TaskLoop()
+        self._nc: Client | None = None
+
+    def _client(self) -> Client:
+        if self._nc is None or self._nc.is_closed:
+            self._nc = self._loop.run(self._options.connection.connect(name="goflux-spark-planner"))
+        return self._nc
+
+    def bounds(self) -> StreamBounds:
+        return self._loop.run(stream_bounds(self._client(), self._options.stream))
+
+    def first_at(self, when: datetime, bounds: StreamBounds) -> int:
+        """The first sequence stored at or after ``when`` (``last + 1`` if none)."""
+        nc = self._client()
+        request = '{"start_time": "%s"}' % when.isoformat()  # noqa: UP031 - fixed shape
+        subject = f"$JS.API.STREAM.MSG.GET.{self._options.stream}"
+        try:
+            reply = self._loop.run(nc.request(subject, request.encode(), timeout=5.0))
+        except (TimeoutError, nats.errors.Error) as exc:
+            raise TransportError(f"cannot find the first message after {when}: {exc}") from exc
+        import json  # noqa: PLC0415
+
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            if answer["error"].get("code") == 404:
+                return bounds.last + 1
+            raise TransportError(f"cannot find the first message after {when}: {answer['error']}")
+        return int(answer["message"]["seq"])
+
+    def close(self) -> None:
+        if self._nc is not None and not self._nc.is_closed:
+            self._loop.run(self._nc.close())
+        self._loop.close()
+
+
+def _start_seq(options: SourceOptions, planner: _Planner) -> int:
+    bounds = planner.bounds()
+    if options.starting_time is not None:
+        return planner.first_at(options.starting_time, bounds)
+    if options.starting == "earliest":
+        return bounds.first
+    if options.starting == "latest":
+        return bounds.last + 1
+    return int(options.starting)
+
+
+class _Reading:
+    """What the stream and the batch reader share: options, a lazy planner, pickling."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._planner_: _Planner | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_planner_"] = None  # connections and loops stay on the driver
+        return state
+
+    @property
+    def _planner(self) -> _Planner:
+        if self._planner_ is None:
+            self._planner_ = _Planner(self._options)
+        return self._planner_
+
+    def _stop_planner(self) -> None:
+        if self._planner_ is not None:
+            self._planner_.close()
+            self._planner_ = None
+
+    def _split(self, start: int, end: int) -> list[SequenceRange]:
+        return split_range(
+            self._options.stream,
+            start,
+            end,
+            per_partition=self._options.messages_per_partition,
+            max_partitions=self._options.max_partitions,
+        )
+
+
+class JetStreamStreamReader(_Reading, DataSourceStreamReader, _AvailableNow):  # type: ignore[misc]
+    """Structured Streaming reader: plans sequence ranges, reads them on executors."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        super().__init__(options)
+        self._target: int | None = None  # Trigger.AvailableNow: end of what exists now
+
+    def _seq(self, value: dict[str, Any]) -> int:
+        if value.get("stream") != self._options.stream:
+            raise SourceOptionError(
+                f"the checkpoint holds an offset of stream {value.get('stream')!r}, but the "
+                f"query reads stream {self._options.stream!r}; use a new checkpoint location"
+            )
+        return int(value["seq"])
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        """Where a new query starts (ignored when Spark restarts from a checkpoint)."""
+        return offset(self._options.stream, _start_seq(self._options, self._planner))
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        """Trigger.AvailableNow: read only what is stored now, then stop."""
+        self._target = self._planner.bounds().last + 1
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 - Spark's name
+        """``ReadMaxRows(max_messages_per_trigger)`` when set, else everything available."""
+        limit = self._options.max_messages_per_trigger
+        if _admission is None:  # pragma: no cover - PySpark < 4.2
+            return None
+        return _admission.ReadAllAvailable() if limit is None else _admission.ReadMaxRows(limit)
+
+    def latestOffset(  # noqa: N802 - Spark's name
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        """The end of the next micro-batch: what is stored, within the read limit.
+
+        Raises:
+            DataLossError: ``fail_on_data_loss`` and messages the query has not read yet
+                were deleted (or the stream was recreated behind the query's position).
+        """
+        bounds = self._planner.bounds()
+        available = bounds.last + 1
+        if self._target is not None:
+            available = min(available, self._target)
+        if start is None:  # PySpark < 4.2: no admission control
+            return offset(self._options.stream, available)
+        begin = self._seq(start)
+        stream = self._options.stream
+        if begin < bounds.first:
+            if self._options.fail_on_data_loss:
+                _check_loss(stream, begin, bounds)
+            _log.warning(
+                "stream %r: skipping deleted sequences %d..%d (fail_on_data_loss is off)",
+                stream,
+                begin,
+                bounds.first - 1,
+            )
+        if bounds.last + 1 < begin:
+            message = (
+                f"stream {stream!r} ends at sequence {bounds.last}, before the query's "
+                f"position {begin}: was it deleted and recreated?"
+            )
+            if self._options.fail_on_data_loss:
+                raise DataLossError(message, stream=stream, expected=begin, first=bounds.first)
+            _log.warning("%s (waiting for it to grow past the position)", message)
+            return offset(stream, begin)
+        end = max(begin, available)
+        if _admission is not None and isinstance(limit, _admission.ReadMaxRows):
+            end = min(end, max(begin, bounds.first) + limit.max_rows)
+        return offset(stream, end)
+
+    def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        """The end of what is stored (for the query's progress report)."""
+        return offset(self._options.stream, self._planner.bounds().last + 1)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[SequenceRange]:
+        """Split the micro-batch ``[start, end)`` into task-sized sequence ranges."""
+        return self._split(self._seq(start), self._seq(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range on an executor (see :func:`read_range`)."""
+        return read_range(self._options, _sequence_range(partition))
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the offsets in Spark's checkpoint are the only state."""
+
+    def stop(self) -> None:
+        """Close the driver-side connection."""
+        self._stop_planner()
+
+
+class JetStreamBatchReader(_Reading, DataSourceReader):
+    """Batch reader over a bounded range (``startingOffsets`` to ``endingOffsets``)."""
+
+    def partitions(self) -> Sequence[SequenceRange]:
+        """Resolve the range on the driver and split it into partitions.
+
+        Raises:
+            DataLossError: ``fail_on_data_loss`` and the start was deleted.
+        """
+        try:
+            bounds = self._planner.bounds()
+            start = _start_seq(self._options, self._planner)
+        finally:
+            self._stop_planner()
+        end = bounds.last + 1 if self._options.ending == "latest" else int(self._options.ending)
+        if self._options.fail_on_data_loss and start < end:
+            _check_loss(self._options.stream, start, bounds)
+        return self._split(max(start, bounds.first) if start < end else start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range on an executor (see :func:`read_range`)."""
+        return read_range(self._options, _sequence_range(partition))
+
+
+class JetStreamDataSource(DataSource):
+    """The ``goflux-jetstream`` format: a JetStream source and a JetStream sink.
+
+    Register it with :func:`goflux.transports.spark.register`, then use
+    ``spark.readStream.format("goflux-jetstream")``, ``spark.read.format(...)`` or
+    ``df.writeStream.format(...)`` with the options of :class:`SourceOptions` /
+    :class:`~goflux.transports.spark.sink.SinkOptions`.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return FORMAT
+
+    def _source(self) -> SourceOptions:
+        return SourceOptions.parse(self.options)
+
+    def schema(self) -> StructType:
+        """The source's columns (payload fields, metadata, optional headers)."""
+        return source_schema(self._source())
+
+    def streamReader(self, schema: StructType) -> JetStreamStreamReader:  # noqa: N802
+        """A Structured Streaming reader."""
+        return JetStreamStreamReader(self._source())
+
+    def reader(self, schema: StructType) -> JetStreamBatchReader:
+        """A batch reader over a bounded range."""
+        return JetStreamBatchReader(self._source())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        """A streaming sink publishing each row as a message (see ``sink.StreamWriter``)."""
+        from goflux.transports.spark.sink import JetStreamStreamWriter  # noqa: PLC0415
+
+        return JetStreamStreamWriter(self.options, schema)
