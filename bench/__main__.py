@@ -1,6 +1,6 @@
 """Run the benchmarks and print markdown tables with ratios: ``python -m bench``.
 
-Options: ``--rounds N`` (default 5), ``--only codecs,channel,jetstream``. Every table
+Options: ``--rounds N`` (default 5), ``--only codecs,channel,jetstream,spark``. Every table
 is measured in one run, its cases interleaved (A B A B ...). The report is also
 written to ``bench/results/latest.md``.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from bench import channel, codecs, jetstream
 from bench.harness import table
 
-SUITES = ("codecs", "channel", "jetstream")
+SUITES = ("codecs", "channel", "jetstream", "spark")
 
 
 def main() -> None:
@@ -67,6 +67,28 @@ def main() -> None:
                 js["consume"],
                 "raw callback pull + ack",
             ),
+            "",
+        ]
+    if "spark" in selected:
+        from bench import spark  # noqa: PLC0415 - starts a JVM; only when asked for
+
+        measured = spark.run(args.rounds)
+        sections += [
+            table(
+                f"Spark source: typed rows/s over {spark.SOURCE_ROWS:,} messages "
+                "(CPU column: this process only)",
+                measured["source"],
+                "raw nats-py read (1 process)",
+            ),
+            "",
+            table(
+                f"Spark sink: messages/s for {spark.SINK_ROWS:,} rows "
+                f"({spark.WINDOW} PubAcks in flight per task)",
+                measured["sink"],
+                "raw publish_async (1 process)",
+            ),
+            "",
+            spark.overhead_table(measured["overhead"]),
             "",
         ]
     report = "\n".join(sections)

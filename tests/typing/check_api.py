@@ -60,6 +60,7 @@ from goflux.middleware import (
 )
 from goflux.transports import channel
 from goflux.transports import nats as gnats
+from goflux.transports import spark as gspark
 
 T = TypeVar("T")
 
@@ -266,3 +267,14 @@ async def handled_in_group() -> None:
     group.subscribe(order_sub, "orders", on_order)
     group.process(order_sub.stream("orders"), on_order)
     group.subscribe(order_sub, "orders", on_customer)  # type: ignore[misc]
+
+
+# --- Spark adapter: the payload type flows through columns and sinks.
+columns = gspark.PayloadColumns(Order)
+assert_type(columns.from_row({}), Order)
+columns.to_row(Customer(id="c", name="n"))  # type: ignore[arg-type]
+assert_type(
+    gspark.foreach_batch_publisher(servers="nats://x", subject="o", codec=JsonCodec(Order)),
+    gspark.BatchPublisher[Order],
+)
+gspark.foreach_batch_publisher(servers="nats://x", subject="o", codec=StrCodec())  # type: ignore[arg-type]

@@ -1,0 +1,217 @@
+"""Spark adapter: source rows/s and sink messages/s against raw single-process nats-py.
+
+- Source: a batch read of the whole stream range through the goflux source (typed
+  columns, ``noop`` sink, ``local[2]``) against one raw nats-py process reading the
+  same range with its best path (an unacknowledged consumer, callback, hand-sent pull
+  requests) and decoding every payload into the same model.
+- Sink: ``foreach_batch_publisher`` over a cached DataFrame of the same rows (two
+  partitions) against raw ``publish_async`` of the same JSON bodies from one process
+  (same window), without and with message IDs (goflux always sets one: it is what
+  makes a replayed batch idempotent, and the server's de-duplication costs time).
+- Micro-batch overhead: a streaming query over small micro-batches (100 messages)
+  into a ``noop`` sink; the median ``triggerExecution`` time of a batch.
+
+The CPU column counts this process only; Spark's work runs in its JVM and workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg
+from pydantic import TypeAdapter
+from pyspark.sql import SparkSession
+
+from bench.codecs import ORDER, Order
+from bench.harness import Result, interleave
+from goflux import JsonCodec
+from goflux.testing import NatsServer
+from goflux.transports import jetstream
+from goflux.transports import spark as gspark
+
+STREAM, OUT = "SPARKBENCH", "SPARKOUT"
+SOURCE_ROWS = 100_000
+SINK_ROWS = 50_000
+WINDOW = 1_000
+OVERHEAD_BATCHES = 20
+ADAPTER = TypeAdapter(Order)
+
+
+async def raw_read(url: str, count: int) -> int:
+    """One process reads sequences 1..count and decodes each payload."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    info = await js.add_consumer(
+        STREAM,
+        deliver_policy="by_start_sequence",
+        opt_start_seq=1,
+        ack_policy="none",
+        filter_subject="bench.data",
+        mem_storage=True,
+    )
+    subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{info.name}"
+    inbox = nc.new_inbox()
+    done = asyncio.Event()
+    state = {"received": 0, "requested": 0}
+    batch = 2_000
+
+    async def pull() -> None:
+        state["requested"] += batch
+        request = json.dumps({"batch": batch, "no_wait": True}).encode()
+        await nc.publish(subject, request, reply=inbox)
+
+    async def on_message(msg: Msg) -> None:
+        if not msg.reply:
+            return
+        ADAPTER.validate_json(msg.data)
+        state["received"] += 1
+        if state["received"] == count:
+            done.set()
+        elif state["requested"] - state["received"] < batch:
+            await pull()
+
+    sub = await nc.subscribe(inbox, cb=on_message)
+    await pull()
+    await pull()
+    await done.wait()
+    await sub.unsubscribe()
+    await js.delete_consumer(STREAM, info.name)
+    await nc.close()
+    return count
+
+
+async def raw_publish(url: str, bodies: list[bytes], *, ids: str | None = None) -> int:
+    """Publish ``bodies`` pipelined; with ``ids``, each with a message ID as goflux sets it."""
+    nc = await nats.connect(url)
+    js = nc.jetstream(publish_async_max_pending=WINDOW)
+    if ids is None:
+        futures = [await js.publish_async("sparkout.raw", body) for body in bodies]
+    else:
+        futures = [
+            await js.publish_async(
+                "sparkout.raw",
+                body,
+                headers={"Nats-Msg-Id": f"{ids}:{i}", "X-Message-ID": f"{ids}:{i}"},
+            )
+            for i, body in enumerate(bodies)
+        ]
+    await asyncio.gather(*futures)
+    await nc.close()
+    return len(bodies)
+
+
+def _publish(url: str, count: int) -> None:
+    async def go() -> None:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        await jetstream.ensure_stream(js, name=STREAM, subjects=["bench.>"])
+        await jetstream.ensure_stream(js, name=OUT, subjects=["sparkout.>"])
+        publisher = jetstream.Publisher(js, JsonCodec(Order))
+        await publisher.publish_many(
+            (jetstream.Outgoing("bench.data", ORDER) for _ in range(count)), window=WINDOW
+        )
+        await nc.close()
+
+    asyncio.run(go())
+
+
+def micro_batch_overhead(spark: SparkSession, url: str) -> list[float]:
+    """Seconds per micro-batch of 100 messages (engine plus source, noop sink)."""
+    df = gspark.read_stream(spark, Order, servers=url, stream=STREAM, max_messages_per_trigger=100)
+    with tempfile.TemporaryDirectory() as checkpoint:
+        query = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            while len(query.recentProgress) < OVERHEAD_BATCHES + 2:
+                query.awaitTermination(0.5)
+            progress: list[dict[str, Any]] = list(query.recentProgress)
+        finally:
+            query.stop()
+    # The first two batches pay for worker start-up and imports.
+    return [p["durationMs"]["triggerExecution"] / 1000 for p in progress[2:] if p["numInputRows"]]
+
+
+def run(rounds: int) -> dict[str, Any]:
+    server = NatsServer().start()
+    spark = gspark.local_session("local[2]", app_name="goflux-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        url = server.url
+        _publish(url, SOURCE_ROWS)
+        source = gspark.read(spark, Order, servers=url, stream=STREAM)
+        source.write.format("noop").mode("overwrite").save()  # warm the workers
+        rows = gspark.read(
+            spark,
+            Order,
+            servers=url,
+            stream=STREAM,
+            ending=SINK_ROWS + 1,
+            messages_per_partition=SINK_ROWS // 2,  # one partition per core
+        ).cache()
+        rows.count()
+        bodies = [JsonCodec(Order).encode(ORDER)] * SINK_ROWS
+        round_ids = iter(range(10_000))
+
+        def goflux_source() -> int:
+            source.write.format("noop").mode("overwrite").save()
+            return SOURCE_ROWS
+
+        def goflux_sink() -> int:
+            publisher = gspark.foreach_batch_publisher(
+                servers=url,
+                subject="sparkout.goflux",
+                codec=JsonCodec(Order),
+                id_prefix=f"bench-{next(round_ids)}",
+                window=WINDOW,
+            )
+            publisher(rows, 0)
+            return SINK_ROWS
+
+        return {
+            "source": interleave(
+                {
+                    "raw nats-py read (1 process)": lambda: asyncio.run(raw_read(url, SOURCE_ROWS)),
+                    "goflux source (local[2])": goflux_source,
+                },
+                rounds,
+            ),
+            "sink": interleave(
+                {
+                    "raw publish_async (1 process)": lambda: asyncio.run(raw_publish(url, bodies)),
+                    "raw publish_async + message IDs (1 process)": lambda: asyncio.run(
+                        raw_publish(url, bodies, ids=f"raw-{next(round_ids)}")
+                    ),
+                    "goflux foreach_batch_publisher (local[2])": goflux_sink,
+                },
+                rounds,
+            ),
+            "overhead": micro_batch_overhead(spark, url),
+        }
+    finally:
+        spark.stop()
+        server.stop()
+
+
+def overhead_table(times: list[float]) -> str:
+    return "\n".join(
+        [
+            "### Spark micro-batch overhead (100 messages per batch, noop sink)",
+            "",
+            "| batches | median s | min s | max s | goal |",
+            "|---:|---:|---:|---:|---:|",
+            f"| {len(times)} | {statistics.median(times):.3f} | {min(times):.3f} | "
+            f"{max(times):.3f} | <= 0.300 |",
+        ]
+    )
+
+
+__all__ = ("Result", "overhead_table", "run")
