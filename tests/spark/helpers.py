@@ -140,3 +140,16 @@ async def _bodies(url: str, stream: str) -> list[bytes]:
 def bodies(url: str, stream: str) -> list[bytes]:
     """Every stored body of ``stream`` in sequence order (small streams only)."""
     return asyncio.run(_bodies(url, stream))
+
+
+async def _delete(url: str, stream: str) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().delete_stream(stream)
+    finally:
+        await nc.close()
+
+
+def delete_stream(url: str, stream: str) -> None:
+    """Delete ``stream`` and everything in it."""
+    asyncio.run(_delete(url, stream))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -116,3 +117,55 @@ async def test_channel_subscriber_needs_and_uses_the_payload_type(spark: SparkSe
     rows = [row for _, batch in recorder.batches for row in batch]
     assert [row["id"] for row in rows] == [f"s-{n}" for n in range(10)]
     assert {row["seq"] for row in rows} == {None}
+
+
+async def test_cancelling_waits_for_the_running_function_then_hands_the_batch_back(
+    spark: SparkSession, js: JetStreamContext
+) -> None:
+    subscriber = await durable(js)
+    publisher = jetstream.Publisher(js, JsonCodec(Sale))
+    await publisher.publish_many(jetstream.Outgoing("sales.new", sale(n)) for n in range(5))
+    entered, release = threading.Event(), threading.Event()
+    finished: list[int] = []
+
+    def slow(df: DataFrame, batch_id: int) -> None:
+        entered.set()
+        release.wait(30)
+        finished.append(df.count())
+
+    running = asyncio.create_task(
+        gspark.run_micro_batches(spark, subscriber, "sales.>", slow, max_messages=5, max_wait=0.5)
+    )
+    assert await asyncio.to_thread(entered.wait, 60)
+    running.cancel()
+    done, _ = await asyncio.wait({running}, timeout=0.3)
+    assert not done  # still waiting for the function's thread
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert finished == [5]
+    info = await js.consumer_info(STREAM, "spark")
+    assert info.ack_floor.stream_seq == 0  # nothing acked
+    recorder = Recorder()
+    await gspark.run_micro_batches(
+        spark, subscriber, "sales.>", recorder, max_messages=5, max_wait=0.3, max_batches=1
+    )
+    rows = recorder.batches[0][1]
+    assert sorted(row["seq"] for row in rows) == [1, 2, 3, 4, 5]
+    assert {row["num_delivered"] for row in rows} == {2}  # handed back at once
+
+
+async def test_message_key_is_stable_across_redeliveries(
+    spark: SparkSession, js: JetStreamContext
+) -> None:
+    subscriber = await durable(js)
+    publisher = jetstream.Publisher(js, JsonCodec(Sale))
+    await publisher.publish_many(jetstream.Outgoing("sales.new", sale(n)) for n in range(3))
+    recorder = Recorder(fail_first=True)
+    with pytest.raises(RuntimeError):
+        await gspark.run_micro_batches(spark, subscriber, "sales.>", recorder, max_wait=0.3)
+    await gspark.run_micro_batches(
+        spark, subscriber, "sales.>", recorder, max_wait=0.3, max_batches=1
+    )
+    rows = sorted(recorder.batches[0][1], key=lambda row: row["seq"])
+    assert [row["message_key"] for row in rows] == [f"{STREAM}:{n}" for n in (1, 2, 3)]

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
 
 from goflux import Headers, JsonCodec
 from goflux.testing import NatsServer
 from goflux.transports import spark as gspark
-from tests.spark.helpers import Sale, publish, publish_raw, purge, sale
+from tests.spark.helpers import Sale, delete_stream, publish, publish_raw, purge, sale
 
 STREAM = "SALES"
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,3 +277,62 @@ def test_driver_killed_between_offsets_and_commit_loses_and_repeats_nothing(
     counts = stored.selectExpr("count(*) AS n", "count(DISTINCT seq) AS d", "min(seq) AS lo")
     assert counts.first().asDict() == {"n": 20_000, "d": 20_000, "lo": 1}
     assert sorted((checkpoint / "commits").iterdir())[-1].name == "3"
+
+
+class Address(BaseModel):
+    city: str
+    zip: int
+
+
+class Member(BaseModel):
+    name: str
+    address: Address
+    visits: int
+
+
+def test_corrupt_mode_keeps_payloads_that_do_not_decode_or_fit(
+    spark: SparkSession, nats_server: NatsServer
+) -> None:
+    good = b'{"name":"a","address":{"city":"x","zip":1},"visits":1}'
+    too_big = b'{"name":"b","address":{"city":"y","zip":2},"visits":18446744073709551616}'
+    publish_raw(nats_server.url, "MEMBERS", "members.new", [good, b"garbage", too_big])
+    df = gspark.read(
+        spark, Member, servers=nats_server.url, stream="MEMBERS", on_decode_error="corrupt"
+    )
+    table = df.orderBy("seq").toArrow()  # nested fields of a null struct are nullable
+    assert table.column("_corrupt").to_pylist() == [None, b"garbage", too_big]
+    assert table.column("address").to_pylist() == [{"city": "x", "zip": 1}, None, None]
+    failing = gspark.read(spark, Member, servers=nats_server.url, stream="MEMBERS", starting=3)
+    with pytest.raises(Exception, match=r"sequence 3 .*does not fit its Spark columns"):
+        failing.collect()
+
+
+def test_credentials_in_the_url_stay_out_of_query_plans(
+    spark: SparkSession, nats_server: NatsServer
+) -> None:
+    url = nats_server.url.replace("nats://", "nats://alice:S3cretPw@")
+    df = gspark.read_stream(spark, Sale, servers=url, stream=STREAM)
+    plan = df._jdf.queryExecution().toString()
+    assert "servers=nats://127.0.0.1" in plan  # the options are shown...
+    assert "user=alice" in plan
+    assert "S3cretPw" not in plan  # ...but the password is redacted
+
+
+def test_a_stream_recreated_while_the_query_runs_fails_it(
+    spark: SparkSession, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    publish(nats_server.url, STREAM, [sale(n) for n in range(20)])
+    df = gspark.read_stream(spark, Sale, servers=nats_server.url, stream=STREAM)
+    query = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        delete_stream(nats_server.url, STREAM)
+        publish(nats_server.url, STREAM, [sale(n) for n in range(30)])
+        with pytest.raises(Exception, match="deleted and created again"):
+            query.processAllAvailable()
+    finally:
+        query.stop()

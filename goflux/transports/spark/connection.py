@@ -12,6 +12,7 @@ import ssl
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import nats
 from nats.aio.client import Client
@@ -81,6 +82,7 @@ class ConnectionSettings:
         servers: object = self.servers
         if isinstance(servers, str):  # a single URL (or a comma-separated list)
             object.__setattr__(self, "servers", _split_servers(servers))
+        self._lift_credentials()
         if not self.servers:
             raise SourceOptionError("servers is required: the NATS server URL(s)")
         if (self.user is None) != (self.password is None):
@@ -89,6 +91,36 @@ class ConnectionSettings:
             raise SourceOptionError("tls_key_file needs tls_cert_file")
         if self.connect_timeout <= 0:
             raise SourceOptionError(f"connect_timeout must be > 0, got {self.connect_timeout}")
+
+    def _lift_credentials(self) -> None:
+        """Move ``user:password@`` / ``token@`` out of the URLs into their fields.
+
+        Spark shows options in query plans and logs, redacting only options named
+        like secrets (``password``, ``token``); a URL would carry them in the clear.
+        """
+        bare: list[str] = []
+        for url in self.servers:
+            parts = urlsplit(url if "://" in url else f"nats://{url}")
+            if parts.username is None:
+                bare.append(url)
+                continue
+            user, password = unquote(parts.username), parts.password
+            if password is None:
+                self._set_once("token", user)
+            else:
+                self._set_once("user", user)
+                self._set_once("password", unquote(password))
+            host = parts.netloc.rsplit("@", 1)[1]
+            bare.append(urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)))
+        object.__setattr__(self, "servers", tuple(bare))
+
+    def _set_once(self, name: str, value: str) -> None:
+        current = getattr(self, name)
+        if current is not None and current != value:
+            raise SourceOptionError(
+                f"the server URLs and the {name} option give different credentials"
+            )
+        object.__setattr__(self, name, value)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ConnectionSettings:

@@ -10,6 +10,8 @@ whole batch back for redelivery, where the transport redelivers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,6 +39,7 @@ _METADATA = [
     StructField("seq", LongType(), nullable=True),
     StructField("timestamp", TimestampType(), nullable=True),
     StructField("num_delivered", LongType(), nullable=True),
+    StructField("message_key", StringType(), nullable=False),
 ]
 
 
@@ -64,7 +67,7 @@ class _Frames:
         if clashes:
             raise SchemaError(
                 f"payload column(s) {', '.join(clashes)} clash with the metadata columns "
-                "subject, message_id, stream, seq, timestamp, num_delivered"
+                "subject, message_id, stream, seq, timestamp, num_delivered, message_key"
             )
         self.schema = StructType([*self._columns.struct.fields, *_METADATA])
         self._arrow = to_arrow_schema(self.schema, timezone="UTC")
@@ -81,6 +84,9 @@ class _Frames:
                 row["seq"] = delivery.stream_sequence
                 row["timestamp"] = delivery.timestamp
                 row["num_delivered"] = delivery.num_delivered
+                row["message_key"] = f"{delivery.stream}:{delivery.stream_sequence}"
+            else:
+                row["message_key"] = message.id or uuid.uuid4().hex
             rows.append(row)
         table = pa.Table.from_pylist(rows, schema=self._arrow)
         return self._spark.createDataFrame(table)
@@ -93,6 +99,29 @@ def _call(
     batch_id: int,
 ) -> None:
     fn(frames.frame(batch), batch_id)
+
+
+async def _call_in_thread(
+    fn: Callable[[DataFrame, int], object],
+    frames: _Frames,
+    batch: Sequence[Message[Any]],
+    batch_id: int,
+) -> None:
+    """Run ``fn`` in a thread; if cancelled, wait for it before the batch is handed back.
+
+    A thread cannot be interrupted: handing the batch back while ``fn`` still runs
+    would let its redelivery be processed beside it.
+    """
+    work = asyncio.ensure_future(asyncio.to_thread(_call, fn, frames, batch, batch_id))
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        while not work.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(work)
+        if not work.cancelled():
+            work.exception()  # fn's outcome no longer matters; the batch goes back
+        raise
 
 
 def _payload_type(subscriber: object, given: Any) -> Any:
@@ -126,10 +155,16 @@ async def run_micro_batches(
     its first message) becomes a DataFrame with the payload's columns plus
     ``subject``, ``message_id``, ``stream``, ``seq``, ``timestamp`` and
     ``num_delivered`` (the last four from JetStream deliveries, else null; a
-    redelivered batch shows ``num_delivered`` > 1). ``fn`` runs in a worker thread (Spark calls
+    redelivered batch shows ``num_delivered`` > 1), and ``message_key``: the same for
+    every delivery of a message (``<stream>:<seq>`` for JetStream, else the message
+    ID, else a fresh UUID). Publish results with ``foreach_batch_publisher(...,
+    key_column="message_key")`` (or keys derived from it) so a redelivered batch is
+    de-duplicated; batch IDs here restart at ``first_batch_id`` on every run, so they
+    make no stable message IDs. ``fn`` runs in a worker thread (Spark calls
     block); when it returns, the batch is acknowledged. When it raises, the batch is
     handed back (nak: redelivered by transports that redeliver) and the error is
-    raised here. Runs until cancelled, or until ``max_batches`` batches are done.
+    raised here. Runs until cancelled (a running ``fn`` is waited for, then its batch
+    handed back), or until ``max_batches`` batches are done.
 
     Args:
         spark: The session the DataFrames belong to.
@@ -161,7 +196,7 @@ async def run_micro_batches(
         if started is not None:
             started.set()
         async for batch in batches:
-            await asyncio.to_thread(_call, fn, frames, batch, batch_id)
+            await _call_in_thread(fn, frames, batch, batch_id)
             stats.batches += 1
             stats.messages += len(batch)
             batch_id += 1

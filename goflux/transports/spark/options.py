@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ __all__ = (
     "dump_type",
     "load_type",
     "parse_bool",
+    "parse_positive_float",
     "parse_positive_int",
 )
 
@@ -127,6 +129,21 @@ def parse_positive_int(name: str, value: str) -> int:
         number = 0
     if number < 1:
         raise SourceOptionError(f"option {name!r} must be an integer >= 1, got {value!r}")
+    return number
+
+
+def parse_positive_float(name: str, value: str) -> float:
+    """Parse a finite number > 0 (seconds).
+
+    Raises:
+        SourceOptionError: Not a number, or not > 0.
+    """
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not (number > 0 and math.isfinite(number)):
+        raise SourceOptionError(f"option {name!r} must be a number > 0, got {value!r}")
     return number
 
 
@@ -255,9 +272,7 @@ class SourceOptions:
             if option in lowered:
                 values[name] = parse_positive_int(option, lowered[option])
         if "idletimeout" in lowered:
-            values["idle_timeout"] = float(
-                parse_positive_int("idleTimeout", lowered["idletimeout"])
-            )
+            values["idle_timeout"] = parse_positive_float("idleTimeout", lowered["idletimeout"])
         return cls(**values)
 
     def to_options(self) -> dict[str, str]:
@@ -282,5 +297,5 @@ class SourceOptions:
         out["messagesPerPartition"] = str(self.messages_per_partition)
         out["maxPartitions"] = str(self.max_partitions)
         out["fetchSize"] = str(self.fetch_size)
-        out["idleTimeout"] = str(int(self.idle_timeout))
+        out["idleTimeout"] = repr(self.idle_timeout)
         return out

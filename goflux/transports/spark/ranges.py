@@ -6,8 +6,10 @@ task asks for messages with its own ``no_wait`` pull requests, received by a mes
 callback (nats-py's ``fetch()`` costs about three times as much per message). The
 range is done at the first message at or past ``end``, at the last message of the
 range, when the consumer reports nothing pending, or when the server answers that no
-messages are left. At most two chunks are requested ahead of what the task has taken,
-so memory stays bounded however slowly Spark consumes the rows.
+messages are left. One pull request is outstanding at a time (a second ``no_wait``
+request while one is pending is refused with ``408 Requests Pending``), the next one
+sent as soon as the previous one is filled, while fewer than two chunks wait to be
+taken: memory stays bounded however slowly Spark consumes the rows.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ __all__ = ("HeaderLines", "LineKeepingClient", "RangeReader", "StreamBounds", "s
 _NO_MESSAGES: Final = "404"
 _REQUEST_TIMEOUT: Final = "408"
 _HEARTBEAT: Final = "100"
+_NO_RESPONDERS: Final = "503"
 _HEADER_LINE_START: Final = len(b"NATS/1.0")
+INACTIVE_THRESHOLD: Final = 300.0
+_MAX_EMPTY_PULLS: Final = 10
 
 
 class HeaderLines(dict[str, str]):
@@ -63,10 +68,14 @@ class LineKeepingClient(Client):
 
 
 class StreamBounds(NamedTuple):
-    """A stream's first and last sequence (``first > last`` when it is empty)."""
+    """A stream's first and last sequence (``first > last`` when it is empty).
+
+    ``created`` tells a stream from another one created later under the same name.
+    """
 
     first: int
     last: int
+    created: str = ""
 
 
 async def stream_bounds(nc: Client, stream: str, *, timeout: float = 5.0) -> StreamBounds:
@@ -85,7 +94,7 @@ async def stream_bounds(nc: Client, stream: str, *, timeout: float = 5.0) -> Str
     first, last = info.state.first_seq, info.state.last_seq
     if last == 0:  # never held a message
         first = 1
-    return StreamBounds(first, last)
+    return StreamBounds(first, last, str(getattr(info, "created", "") or ""))
 
 
 class RangeReader:
@@ -121,8 +130,8 @@ class RangeReader:
         self._ready = asyncio.Event()
         self._done = end == start
         self._failure: BaseException | None = None
-        self._requested = 0
-        self._received = 0
+        self._expected = 0  # messages the outstanding pull request may still bring
+        self._empty_pulls = 0  # consecutive pull requests ended without a message
         self._next_seq = start
         self._consumer: str | None = None
         self._inbox: Subscription | None = None
@@ -141,7 +150,9 @@ class RangeReader:
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=self._start,
             ack_policy=AckPolicy.NONE,
-            inactive_threshold=30.0,
+            # Spark may take long over a chunk before asking for the next; the server
+            # removes the consumer after this long idle (or after a crashed task).
+            inactive_threshold=INACTIVE_THRESHOLD,
             mem_storage=True,
             num_replicas=1,
         )
@@ -166,32 +177,34 @@ class RangeReader:
         await self._pull()
 
     async def _pull(self) -> None:
-        """Keep about two chunks requested beyond what the task has taken."""
-        if self._inbox is None:
-            return
-        while (
-            not self._done
-            and (self._requested - self._received) + len(self._buffer) < 2 * self._chunk
+        """Send the next pull request, unless one is outstanding or enough is buffered."""
+        if (
+            self._inbox is None
+            or self._done
+            or self._expected > 0
+            or len(self._buffer) >= 2 * self._chunk
         ):
-            left = self._end - self._next_seq - (self._requested - self._received)
-            if left <= 0:
-                return
-            batch = min(self._chunk, left)
-            request = json.dumps({"batch": batch, "no_wait": True}).encode()
-            await self._nc.publish(self._pull_subject, request, reply=self._inbox.subject)
-            self._requested += batch
+            return
+        left = self._end - self._next_seq  # sequences, an upper bound of messages
+        if left <= 0:
+            return
+        batch = min(self._chunk, left)
+        request = json.dumps({"batch": batch, "no_wait": True}).encode()
+        self._expected = batch
+        await self._nc.publish(self._pull_subject, request, reply=self._inbox.subject)
 
     async def _on_message(self, msg: Msg) -> None:
         if self._done:
             return
         reply = msg.reply
         if not reply:
-            self._on_status(msg)
+            await self._on_status(msg)
             return
         tokens = reply.split(".")
         offset = 2 if len(tokens) == 9 else 4
         seq = int(tokens[offset + 3])
-        self._received += 1
+        self._expected -= 1
+        self._empty_pulls = 0
         if seq >= self._end:
             self._finish()
             return
@@ -199,21 +212,39 @@ class RangeReader:
         self._buffer.append(msg)
         if seq == self._end - 1 or tokens[offset + 6] == "0":
             self._finish()
-        elif len(self._buffer) >= self._chunk:
+            return
+        if len(self._buffer) >= self._chunk:
             self._ready.set()
+        if self._expected == 0:
+            await self._pull()
 
-    def _on_status(self, msg: Msg) -> None:
+    async def _on_status(self, msg: Msg) -> None:
         status = (msg.headers or {}).get("Status")
         if status == _HEARTBEAT:
             return
-        if status in (_NO_MESSAGES, _REQUEST_TIMEOUT):
-            # no_wait: nothing more is stored past what was delivered.
+        if status == _NO_MESSAGES:
+            # The only outstanding no_wait request found nothing more: the consumer has
+            # nothing pending, and the range lies in the past.
             self._finish()
             return
-        description = (msg.headers or {}).get("Description", "")
+        if status == _REQUEST_TIMEOUT:
+            # The request ended early (e.g. "Requests Pending"): ask again, but do not
+            # spin on a server that keeps refusing.
+            self._expected = 0
+            self._empty_pulls += 1
+            if self._empty_pulls <= _MAX_EMPTY_PULLS:
+                await self._pull()
+                return
+        if status == _NO_RESPONDERS:
+            why = (
+                "its reader consumer is gone (deleted, or removed after "
+                f"{INACTIVE_THRESHOLD:g} s without a pull request)"
+            )
+        else:
+            description = (msg.headers or {}).get("Description", "")
+            why = f"the server ended the pull with status {status} {description}".rstrip()
         self._failure = TransportError(
-            f"reading stream {self._stream!r}: the server ended the pull "
-            f"with status {status} {description}".rstrip()
+            f"reading stream {self._stream!r} at sequence {self._next_seq}: {why}"
         )
         self._finish()
 

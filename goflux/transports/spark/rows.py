@@ -28,11 +28,12 @@ from pyspark.sql.types import (
 from goflux.codecs import JsonCodec
 from goflux.errors import DecodeError, SchemaError
 from goflux.transports.spark.options import SourceOptions
-from goflux.transports.spark.schema import PayloadColumns
+from goflux.transports.spark.schema import PayloadColumns, loosen_nulls
 
 __all__ = ("CORRUPT_COLUMN", "HEADER_TYPE", "RowBuilder", "source_schema")
 
 CORRUPT_COLUMN = "_corrupt"
+_ARROW_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
 HEADER_TYPE = ArrayType(
     StructType(
         [
@@ -71,7 +72,9 @@ def source_schema(options: SourceOptions) -> StructType:
         columns: PayloadColumns[Any] = PayloadColumns(options.payload_type)
         payload = list(columns.struct.fields)
         if options.on_decode_error == "corrupt":
-            payload = [StructField(f.name, f.dataType, nullable=True) for f in payload]
+            payload = [
+                StructField(f.name, loosen_nulls(f.dataType), nullable=True) for f in payload
+            ]
     names = [f.name for f in payload]
     clashes = sorted({f.name for f in metadata} & set(names))
     if clashes:
@@ -102,6 +105,7 @@ class RowBuilder:
         else:
             self._columns: PayloadColumns[Any] = PayloadColumns(options.payload_type)
             self._codec: JsonCodec[Any] = JsonCodec(options.payload_type)
+            self._type_name = getattr(options.payload_type, "__name__", repr(options.payload_type))
             count = len(self._columns.struct.fields)
             self._payload_schema = pa.schema(list(self._schema)[:count])
 
@@ -172,6 +176,25 @@ class RowBuilder:
                 continue
             if corrupt is not None:
                 corrupt.append(None)
+        try:
+            return pa.RecordBatch.from_pylist(rows, schema=self._payload_schema), corrupt
+        except _ARROW_ERRORS:
+            pass  # a valid payload that does not fit its column (an int over 64 bits, ...)
+        for index, row in enumerate(rows):
+            try:
+                pa.RecordBatch.from_pylist([row], schema=self._payload_schema)
+            except _ARROW_ERRORS as exc:
+                msg = messages[index]
+                if corrupt is None:
+                    raise DecodeError(
+                        f"stream {self._options.stream!r} sequence {seqs[index]} "
+                        f"(subject {msg.subject}): the payload does not fit its Spark "
+                        f"columns: {exc}",
+                        type_name=self._type_name,
+                        size=len(msg.data),
+                    ) from exc
+                rows[index] = {}
+                corrupt[index] = msg.data
         return pa.RecordBatch.from_pylist(rows, schema=self._payload_schema), corrupt
 
 

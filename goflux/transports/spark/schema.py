@@ -90,7 +90,7 @@ from typing_extensions import TypeForm
 from goflux.codecs import _adapter, _describe_validation, _type_name
 from goflux.errors import DecodeError, SchemaError
 
-__all__ = ("VALUE_COLUMN", "PayloadColumns")
+__all__ = ("VALUE_COLUMN", "PayloadColumns", "loosen_nulls")
 
 T = TypeVar("T")
 
@@ -161,7 +161,7 @@ def _none_safe(conv: _Convert | None) -> _Convert | None:
     return convert
 
 
-def _loosen(dtype: DataType) -> DataType:
+def loosen_nulls(dtype: DataType) -> DataType:
     """Make every field of a struct that may be null nullable, through nested structs.
 
     Spark writes a null struct's fields as nulls too, and pyspark refuses such batches
@@ -170,7 +170,7 @@ def _loosen(dtype: DataType) -> DataType:
     """
     if not isinstance(dtype, StructType):
         return dtype
-    return StructType([StructField(f.name, _loosen(f.dataType), nullable=True) for f in dtype])
+    return StructType([StructField(f.name, loosen_nulls(f.dataType), nullable=True) for f in dtype])
 
 
 def _nullable(node: _Node) -> _Node:
@@ -178,7 +178,7 @@ def _nullable(node: _Node) -> _Node:
         return node
     return dataclasses.replace(
         node,
-        dtype=_loosen(node.dtype),
+        dtype=loosen_nulls(node.dtype),
         nullable=True,
         to=_none_safe(node.to),
         back=_none_safe(node.back),

@@ -12,6 +12,7 @@ retry is de-duplicated).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -28,7 +29,12 @@ from goflux.errors import SourceOptionError
 from goflux.subjects import validate_subject
 from goflux.transports.jetstream.publisher import Outgoing, Publisher
 from goflux.transports.spark.connection import ConnectionSettings, TaskLoop
-from goflux.transports.spark.options import dump_type, load_type, parse_positive_int
+from goflux.transports.spark.options import (
+    dump_type,
+    load_type,
+    parse_positive_float,
+    parse_positive_int,
+)
 from goflux.transports.spark.schema import PayloadColumns
 from goflux.transports.spark.source import FORMAT
 
@@ -97,7 +103,7 @@ class SinkOptions:
             validate_subject(self.subject)
         if self.window < 1:
             raise SourceOptionError(f"window must be >= 1, got {self.window}")
-        if self.timeout <= 0:
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise SourceOptionError(f"timeout must be > 0 seconds, got {self.timeout}")
 
     @classmethod
@@ -131,9 +137,7 @@ class SinkOptions:
         if "window" in lowered:
             values["window"] = parse_positive_int("window", lowered["window"])
         if "publishtimeout" in lowered:
-            values["timeout"] = float(
-                parse_positive_int("publishTimeout", lowered["publishtimeout"])
-            )
+            values["timeout"] = parse_positive_float("publishTimeout", lowered["publishtimeout"])
         return cls(**values)
 
     def to_options(self) -> dict[str, str]:
@@ -151,7 +155,7 @@ class SinkOptions:
         if self.payload_type is not None:
             out["payloadType"] = dump_type(self.payload_type)
         out["window"] = str(self.window)
-        out["publishTimeout"] = str(int(self.timeout))
+        out["publishTimeout"] = repr(self.timeout)
         return out
 
     def check_columns(self, schema: StructType) -> None:
@@ -328,6 +332,17 @@ class BatchPublisher(Generic[T]):
             sum(row["published"] for row in rows),
             sum(row["duplicates"] for row in rows),
         )
+        if stats.published and stats.duplicates == stats.published:
+            known = any(seen.batch_id == batch_id for seen in self.history)
+            if not known:
+                _log.warning(
+                    "batch %d: the server already had all %d messages. Fine if this batch "
+                    "was published before (a replay); otherwise its message IDs collide "
+                    "with earlier ones and its messages were dropped: use a key column, "
+                    "or an id_prefix never used before",
+                    batch_id,
+                    stats.published,
+                )
         self.history.append(stats)
         _log.info(
             "batch %d: published %d messages (%d duplicates)",
@@ -364,7 +379,10 @@ def foreach_batch_publisher(
         codec: ``JsonCodec(T)`` or ``BytesCodec()``.
         key_column: The column of message IDs.
         subject_column: A column of subjects (instead of ``subject``).
-        id_prefix: Replaces the query ID in positional IDs (needed outside a query).
+        id_prefix: Replaces the query ID in positional IDs (needed outside a query
+            without ``key_column``). Each ``(id_prefix, batch_id)`` must name one batch
+            for good: reusing it within the duplicate window drops the new messages
+            as duplicates (with ``run_micro_batches``, use ``key_column="message_key"``).
         window: Most PubAcks outstanding per task.
         timeout: Seconds to wait for each PubAck.
         **connection: Credentials and TLS, as for :func:`read_stream`.

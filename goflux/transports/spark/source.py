@@ -161,6 +161,7 @@ class _Planner:
         self._options = options
         self._loop = TaskLoop()
         self._nc: Client | None = None
+        self._created: str | None = None
 
     def _client(self) -> Client:
         if self._nc is None or self._nc.is_closed:
@@ -168,7 +169,25 @@ class _Planner:
         return self._nc
 
     def bounds(self) -> StreamBounds:
-        return self._loop.run(stream_bounds(self._client(), self._options.stream))
+        """The stream's bounds; notices a stream recreated while the query runs.
+
+        Raises:
+            DataLossError: The stream was deleted and created again since the last
+                call, and ``fail_on_data_loss`` is set.
+        """
+        bounds = self._loop.run(stream_bounds(self._client(), self._options.stream))
+        if self._created is not None and bounds.created != self._created:
+            message = (
+                f"stream {self._options.stream!r} was deleted and created again while the "
+                "query ran: the messages it had not read yet are gone"
+            )
+            if self._options.fail_on_data_loss:
+                raise DataLossError(
+                    message, stream=self._options.stream, expected=0, first=bounds.first
+                )
+            _log.warning("%s (fail_on_data_loss is off: reading on)", message)
+        self._created = bounds.created
+        return bounds
 
     def first_at(self, when: datetime, bounds: StreamBounds) -> int:
         """The first sequence stored at or after ``when`` (``last + 1`` if none)."""

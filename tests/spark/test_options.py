@@ -1,0 +1,108 @@
+"""Source, sink and connection options: parsing, validation, secrets (no Spark session)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from goflux import InvalidSubject, JsonCodec, StrCodec
+from goflux.transports import spark as gspark
+from goflux.transports.spark.connection import ConnectionSettings
+from goflux.transports.spark.options import SourceOptions, load_type
+from goflux.transports.spark.sink import SinkOptions
+from goflux.transports.spark.source import split_range
+from tests.spark.helpers import Sale
+
+
+def test_source_options_round_trip_through_spark_strings() -> None:
+    options = SourceOptions(
+        connection=ConnectionSettings(servers=("nats://a:4222", "nats://b:4222")),
+        stream="SALES",
+        subjects=("sales.eu", "sales.us.>"),
+        starting_time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        max_messages_per_trigger=500,
+        fail_on_data_loss=False,
+        include_headers=True,
+        on_decode_error="corrupt",
+        payload_type=Sale,
+        idle_timeout=2.5,
+    )
+    assert SourceOptions.parse(options.to_options()) == options
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"stream": "S"}, "'servers' is required"),
+        ({"servers": "nats://x"}, "'stream' is required"),
+        ({"servers": "nats://x", "stream": "S", "bogus": "1"}, "unknown option"),
+        ({"servers": "nats://x", "stream": "S", "startingOffsets": "first"}, "startingOffsets"),
+        ({"servers": "nats://x", "stream": "S", "maxMessagesPerTrigger": "0"}, ">= 1"),
+        ({"servers": "nats://x", "stream": "S", "failOnDataLoss": "yes"}, "true or false"),
+        ({"servers": "nats://x", "stream": "S", "onDecodeError": "skip"}, "fail or corrupt"),
+        ({"servers": "nats://x", "stream": "S", "idleTimeout": "nan"}, "number > 0"),
+        ({"servers": "nats://x", "stream": "S", "payloadType": "nowhere:Thing"}, "cannot import"),
+        (
+            {
+                "servers": "nats://x",
+                "stream": "S",
+                "startingOffsets": "1",
+                "startingTimestamp": "0",
+            },
+            "not both",
+        ),
+    ],
+)
+def test_bad_source_options_are_refused(options: dict[str, str], message: str) -> None:
+    with pytest.raises(gspark.SourceOptionError, match=message):
+        SourceOptions.parse(options)
+
+
+def test_bad_subject_filter_is_refused() -> None:
+    with pytest.raises(InvalidSubject):
+        SourceOptions.parse({"servers": "nats://x", "stream": "S", "subjects": "a..b"})
+
+
+def test_payload_type_by_import_path() -> None:
+    assert load_type("tests.spark.helpers:Sale") is Sale
+
+
+def test_credentials_in_urls_move_to_redacted_fields() -> None:
+    settings = ConnectionSettings(servers=("nats://alice:s%40cret@h:4222", "nats://h2:4222"))
+    assert settings.servers == ("nats://h:4222", "nats://h2:4222")
+    assert (settings.user, settings.password) == ("alice", "s@cret")
+    assert "s@cret" not in repr(settings)
+    assert "cret" not in settings.to_options()["servers"]
+    token = ConnectionSettings(servers="nats://t0ken@h:4222")
+    assert (token.token, token.servers) == ("t0ken", ("nats://h:4222",))
+    with pytest.raises(gspark.SourceOptionError, match="different credentials"):
+        ConnectionSettings(servers=("nats://a:b@h", "nats://a:c@h2"))
+    with pytest.raises(gspark.SourceOptionError, match="go together"):
+        ConnectionSettings(servers=("nats://h",), user="alone")
+
+
+def test_sink_options_take_fractional_timeouts_and_check_subjects() -> None:
+    sink = SinkOptions(
+        connection=ConnectionSettings(servers=("nats://h",)),
+        subject="out.x",
+        payload_type=Sale,
+        timeout=0.5,
+    )
+    assert SinkOptions.parse(sink.to_options()) == sink
+    with pytest.raises(InvalidSubject):
+        SinkOptions(connection=sink.connection, subject="out.*")
+    with pytest.raises(gspark.SourceOptionError, match="subject or subject_column"):
+        SinkOptions(connection=sink.connection, subject="a", subject_column="b")
+    with pytest.raises(TypeError, match="JsonCodec or a BytesCodec"):
+        gspark.foreach_batch_publisher(servers="nats://h", subject="a", codec=StrCodec())  # type: ignore[arg-type]
+    with pytest.raises(gspark.SchemaError):
+        gspark.foreach_batch_publisher(servers="nats://h", subject="a", codec=JsonCodec(object))
+
+
+def test_ranges_split_evenly_and_contiguously() -> None:
+    parts = split_range("S", 1, 101, per_partition=30, max_partitions=64)
+    assert [(p.start, p.end) for p in parts] == [(1, 26), (26, 51), (51, 76), (76, 101)]
+    assert split_range("S", 5, 5, per_partition=10, max_partitions=4) == []
+    capped = split_range("S", 1, 1_001, per_partition=1, max_partitions=3)
+    assert [(p.start, p.end) for p in capped] == [(1, 334), (334, 667), (667, 1_001)]
