@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal as signal_module
@@ -11,12 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
 
 from goflux import Headers, JsonCodec
 from goflux.testing import NatsServer
+from goflux.transports import jetstream
 from goflux.transports import spark as gspark
 from tests.spark.helpers import Sale, delete_stream, publish, publish_raw, purge, sale
 
@@ -336,3 +339,21 @@ def test_a_stream_recreated_while_the_query_runs_fails_it(
             query.processAllAvailable()
     finally:
         query.stop()
+
+
+def test_streams_without_limits_retention_are_refused(
+    spark: SparkSession, nats_server: NatsServer
+) -> None:
+    async def create() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            await jetstream.ensure_stream(
+                nc.jetstream(), name="WORK", subjects=["work.>"], retention="workqueue"
+            )
+        finally:
+            await nc.close()
+
+    asyncio.run(create())
+    df = gspark.read(spark, Sale, servers=nats_server.url, stream="WORK")
+    with pytest.raises(Exception, match="workqueue retention"):
+        df.collect()

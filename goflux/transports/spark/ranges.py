@@ -76,6 +76,7 @@ class StreamBounds(NamedTuple):
     first: int
     last: int
     created: str = ""
+    retention: str = "limits"
 
 
 async def stream_bounds(nc: Client, stream: str, *, timeout: float = 5.0) -> StreamBounds:
@@ -94,7 +95,13 @@ async def stream_bounds(nc: Client, stream: str, *, timeout: float = 5.0) -> Str
     first, last = info.state.first_seq, info.state.last_seq
     if last == 0:  # never held a message
         first = 1
-    return StreamBounds(first, last, str(getattr(info, "created", "") or ""))
+    retention = info.config.retention
+    return StreamBounds(
+        first,
+        last,
+        str(getattr(info, "created", "") or ""),
+        str(getattr(retention, "value", retention) or "limits"),
+    )
 
 
 class RangeReader:

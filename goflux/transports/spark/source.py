@@ -176,6 +176,12 @@ class _Planner:
                 call, and ``fail_on_data_loss`` is set.
         """
         bounds = self._loop.run(stream_bounds(self._client(), self._options.stream))
+        if bounds.retention != "limits":
+            raise SourceOptionError(
+                f"stream {self._options.stream!r} has {bounds.retention} retention: its "
+                "messages go once consumed, so sequence offsets cannot replay a batch. "
+                "The source reads streams with limits retention (age, count, size)"
+            )
         if self._created is not None and bounds.created != self._created:
             message = (
                 f"stream {self._options.stream!r} was deleted and created again while the "
