@@ -43,6 +43,10 @@ def test_source_options_round_trip_through_spark_strings() -> None:
         ({"servers": "nats://x", "stream": "S", "onDecodeError": "skip"}, "fail or corrupt"),
         ({"servers": "nats://x", "stream": "S", "idleTimeout": "nan"}, "number > 0"),
         ({"servers": "nats://x", "stream": "S", "payloadType": "nowhere:Thing"}, "cannot import"),
+        ({"servers": "nats://x", "stream": "S", "subjects": "s.>,s.a"}, "overlap"),
+        ({"servers": "nats://x", "stream": "S", "subjects": "s.*.c,s.b.*"}, "overlap"),
+        ({"servers": "nats://x", "stream": "S", "subjects": "s.a,s.a"}, "overlap"),
+        ({"servers": "nats://x", "stream": "S", "connectTimeout": "nan"}, "connect_timeout"),
         (
             {
                 "servers": "nats://x",

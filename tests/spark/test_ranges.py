@@ -109,3 +109,10 @@ async def test_the_consumer_is_deleted_after_reading(client: Client) -> None:
     assert await read(client, 1, 11) == list(range(1, 11))
     info = await client.jetstream().stream_info("S")
     assert info.state.consumer_count == 0
+
+
+async def test_idle_timeout_counts_silence_not_total_waiting(client: Client) -> None:
+    await fill(client, 100_000)
+    # One chunk of everything takes longer than the idle timeout to arrive, but
+    # messages keep coming, so the task must not give up.
+    assert len(await read(client, 1, 100_001, chunk=200_000, idle_timeout=0.5)) == 100_000

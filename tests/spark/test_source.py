@@ -357,3 +357,42 @@ def test_streams_without_limits_retention_are_refused(
     df = gspark.read(spark, Sale, servers=nats_server.url, stream="WORK")
     with pytest.raises(Exception, match="workqueue retention"):
         df.collect()
+
+
+def test_empty_reads_yield_no_rows(spark: SparkSession, nats_server: NatsServer) -> None:
+    make = gspark.read(spark, Sale, servers=nats_server.url, stream=STREAM, starting=1, ending=1)
+    publish(nats_server.url, STREAM, [sale(1)])
+    assert make.count() == 0
+    latest = gspark.read(spark, Sale, servers=nats_server.url, stream=STREAM, starting="latest")
+    assert latest.count() == 0
+    with pytest.raises(Exception, match="starting sequence 5 is past the end"):
+        gspark.read(spark, Sale, servers=nats_server.url, stream=STREAM, starting=5).count()
+    with pytest.raises(gspark.SourceOptionError, match="timezone-aware"):
+        gspark.read_stream(
+            spark, Sale, servers=nats_server.url, stream=STREAM, starting=datetime(2026, 1, 1)
+        )
+
+
+def test_a_running_query_survives_a_server_restart_between_batches(
+    spark: SparkSession, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    publish(nats_server.url, STREAM, [sale(n) for n in range(100)])
+    df = gspark.read_stream(spark, Sale, servers=nats_server.url, stream=STREAM)
+    out = tmp_path / "out"
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        nats_server.kill()
+        asyncio.run(nats_server.restart())
+        publish(nats_server.url, STREAM, [sale(n) for n in range(100, 150)])
+        query.processAllAvailable()
+        assert query.isActive
+    finally:
+        query.stop()
+    stored = spark.read.parquet(str(out)).selectExpr("count(*) AS n", "count(DISTINCT seq) AS d")
+    assert stored.first().asDict() == {"n": 150, "d": 150}

@@ -8,6 +8,7 @@ connection fails the task (Spark retries it) instead of hanging it.
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ class ConnectionSettings:
             raise SourceOptionError("user and password go together")
         if self.tls_key_file is not None and self.tls_cert_file is None:
             raise SourceOptionError("tls_key_file needs tls_cert_file")
-        if self.connect_timeout <= 0:
+        if not (self.connect_timeout > 0 and math.isfinite(self.connect_timeout)):
             raise SourceOptionError(f"connect_timeout must be > 0, got {self.connect_timeout}")
 
     def _lift_credentials(self) -> None:

@@ -181,6 +181,8 @@ async def run_micro_batches(
             on are received).
 
     Raises:
+        ValueError: ``max_messages`` or ``max_batches`` < 1, or ``max_wait`` is not a
+            positive number.
         TypeError: The payload type is not given and cannot be told.
         SchemaError: The payload type has no Spark schema.
         Exception: Whatever ``fn`` raised (after the batch was handed back).

@@ -147,6 +147,33 @@ def parse_positive_float(name: str, value: str) -> float:
     return number
 
 
+def _intersect(first: list[str], second: list[str]) -> bool:
+    """Report whether some subject matches both token patterns."""
+    for index in range(max(len(first), len(second))):
+        one = first[index] if index < len(first) else None
+        two = second[index] if index < len(second) else None
+        if one == ">":
+            return two is not None
+        if two == ">":
+            return one is not None
+        if one is None or two is None:
+            return False
+        if one not in (two, "*") and two != "*":
+            return False
+    return True
+
+
+def _check_disjoint(subjects: tuple[str, ...]) -> None:
+    """JetStream refuses a consumer whose filters overlap; say so before any task runs."""
+    for index, first in enumerate(subjects):
+        for second in subjects[index + 1 :]:
+            if _intersect(first.split("."), second.split(".")):
+                raise SourceOptionError(
+                    f"subject filters {first!r} and {second!r} overlap; JetStream needs "
+                    "disjoint filters (drop the narrower one)"
+                )
+
+
 def _parse_starting(value: str) -> Starting:
     lowered = value.strip().lower()
     if lowered in ("earliest", "latest"):
@@ -227,6 +254,7 @@ class SourceOptions:
         subjects = tuple(s.strip() for s in lowered.get("subjects", "").split(",") if s.strip())
         for subject in subjects:
             validate_pattern(subject)
+        _check_disjoint(subjects)
         values: dict[str, Any] = {
             "connection": ConnectionSettings.from_options(options),
             "stream": stream,

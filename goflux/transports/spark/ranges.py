@@ -139,6 +139,7 @@ class RangeReader:
         self._failure: BaseException | None = None
         self._expected = 0  # messages the outstanding pull request may still bring
         self._empty_pulls = 0  # consecutive pull requests ended without a message
+        self._last_arrival = 0.0  # event loop time of the last message
         self._next_seq = start
         self._consumer: str | None = None
         self._inbox: Subscription | None = None
@@ -212,6 +213,7 @@ class RangeReader:
         seq = int(tokens[offset + 3])
         self._expected -= 1
         self._empty_pulls = 0
+        self._last_arrival = asyncio.get_running_loop().time()
         if seq >= self._end:
             self._finish()
             return
@@ -266,20 +268,20 @@ class RangeReader:
             TransportError: The connection broke, the consumer vanished, or nothing
                 arrived for ``idle_timeout`` seconds.
         """
-        waited = 0.0
+        loop = asyncio.get_running_loop()
+        asked = loop.time()  # time Spark spent on the previous chunk does not count
         while not self._done and len(self._buffer) < self._chunk:
             if self._nc.is_closed:
                 raise TransportError(f"reading stream {self._stream!r}: the connection closed")
+            silent = loop.time() - max(asked, self._last_arrival)
+            if silent >= self._idle_timeout:
+                raise TransportError(
+                    f"reading stream {self._stream!r}: no message for "
+                    f"{self._idle_timeout:g} s at sequence {self._next_seq}"
+                )
             self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), 1.0)
-            except TimeoutError:
-                waited += 1.0
-                if waited >= self._idle_timeout:
-                    raise TransportError(
-                        f"reading stream {self._stream!r}: no message for "
-                        f"{self._idle_timeout:g} s at sequence {self._next_seq}"
-                    ) from None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), min(1.0, self._idle_timeout - silent))
         if self._failure is not None:
             raise self._failure
         chunk, self._buffer = self._buffer, []

@@ -68,6 +68,8 @@ def _options(
     metadata_prefix: str,
     messages_per_partition: int,
     max_partitions: int,
+    fetch_size: int,
+    idle_timeout: float,
     connection: dict[str, Any],
 ) -> SourceOptions:
     if isinstance(servers, str):
@@ -78,11 +80,17 @@ def _options(
         ("max_messages_per_trigger", max_messages_per_trigger),
         ("messages_per_partition", messages_per_partition),
         ("max_partitions", max_partitions),
+        ("fetch_size", fetch_size),
     ):
         if value is not None and (isinstance(value, bool) or value < 1):
             raise SourceOptionError(f"{name} must be >= 1, got {value!r}")
     start: dict[str, Any]
     if isinstance(starting, datetime):
+        if starting.tzinfo is None or starting.utcoffset() is None:
+            raise SourceOptionError(
+                f"starting must be a timezone-aware datetime, got naive {starting!r} "
+                "(use datetime.now(UTC) or attach a tzinfo)"
+            )
         start = {"starting_time": starting}
     elif starting in ("earliest", "latest") or (isinstance(starting, int) and starting >= 1):
         start = {"starting": starting}
@@ -104,6 +112,8 @@ def _options(
         metadata_prefix=metadata_prefix,
         messages_per_partition=messages_per_partition,
         max_partitions=max_partitions,
+        fetch_size=fetch_size,
+        idle_timeout=idle_timeout,
         **start,
     )
     # Round-trip through Spark's string options now, so bad input fails here, not in
@@ -128,6 +138,8 @@ def read_stream(
     metadata_prefix: str = "",
     messages_per_partition: int = DEFAULT_MESSAGES_PER_PARTITION,
     max_partitions: int = 64,
+    fetch_size: int = 2_000,
+    idle_timeout: float = 30.0,
     **connection: Any,
 ) -> DataFrame:
     """A streaming DataFrame of the messages of ``stream``, one row per message.
@@ -159,6 +171,8 @@ def read_stream(
             field named like one of them).
         messages_per_partition: Sequences read by one Spark task.
         max_partitions: Most tasks per micro-batch.
+        fetch_size: Messages per pull request and per Arrow batch in a task.
+        idle_timeout: Seconds a task waits for the next message before failing.
         **connection: ``user``, ``password``, ``token``, ``creds_file``,
             ``nkey_seed_file``, ``tls_ca_file``, ``tls_cert_file``, ``tls_key_file``,
             ``connect_timeout`` (see :class:`ConnectionSettings`).
@@ -182,6 +196,8 @@ def read_stream(
         metadata_prefix=metadata_prefix,
         messages_per_partition=messages_per_partition,
         max_partitions=max_partitions,
+        fetch_size=fetch_size,
+        idle_timeout=idle_timeout,
         connection=connection,
     )
     register(spark)
@@ -203,6 +219,8 @@ def read(
     metadata_prefix: str = "",
     messages_per_partition: int = DEFAULT_MESSAGES_PER_PARTITION,
     max_partitions: int = 64,
+    fetch_size: int = 2_000,
+    idle_timeout: float = 30.0,
     **connection: Any,
 ) -> DataFrame:
     """A batch DataFrame of the messages in ``[starting, ending)`` of ``stream``.
@@ -233,6 +251,8 @@ def read(
         metadata_prefix=metadata_prefix,
         messages_per_partition=messages_per_partition,
         max_partitions=max_partitions,
+        fetch_size=fetch_size,
+        idle_timeout=idle_timeout,
         connection=connection,
     )
     register(spark)

@@ -10,13 +10,15 @@ stream must keep messages by limits (age, count, size), not by interest.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import nats
 import pyarrow as pa
@@ -30,7 +32,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from goflux.errors import DataLossError, SourceOptionError, TransportError
+from goflux.errors import DataLossError, SourceOptionError, StreamNotFound, TransportError
 from goflux.transports.spark.connection import TaskLoop
 from goflux.transports.spark.options import SourceOptions
 from goflux.transports.spark.ranges import (
@@ -62,6 +64,7 @@ __all__ = (
 )
 
 FORMAT: Final = "goflux-jetstream"
+_R = TypeVar("_R")
 _log = logging.getLogger(__name__)
 
 
@@ -136,10 +139,18 @@ def read_range(options: SourceOptions, part: SequenceRange) -> Iterator[pa.Recor
         loop.close()
 
 
-def _sequence_range(partition: InputPartition) -> SequenceRange:
-    if not isinstance(partition, SequenceRange):
-        raise TypeError(f"not a partition of this source: {partition!r}")
-    return partition
+def _sequence_range(partition: InputPartition) -> SequenceRange | None:
+    """The range to read; None for the placeholder Spark plans for an empty read."""
+    if isinstance(partition, SequenceRange):
+        return partition
+    if getattr(partition, "value", None) is None:
+        return None
+    raise TypeError(f"not a partition of this source: {partition!r}")
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    part = _sequence_range(partition)
+    return iter(()) if part is None else read_range(options, part)
 
 
 def _check_loss(stream: str, needed: int, bounds: StreamBounds) -> None:
@@ -164,9 +175,31 @@ class _Planner:
         self._created: str | None = None
 
     def _client(self) -> Client:
-        if self._nc is None or self._nc.is_closed:
+        if self._nc is None or self._nc.is_closed or not self._nc.is_connected:
+            self._drop()
             self._nc = self._loop.run(self._options.connection.connect(name="goflux-spark-planner"))
         return self._nc
+
+    def _drop(self) -> None:
+        nc, self._nc = self._nc, None
+        if nc is not None and not nc.is_closed:
+            with contextlib.suppress(Exception):
+                self._loop.run(nc.close())
+
+    def _ask(self, request: Callable[[Client], Awaitable[_R]]) -> _R:
+        """Run ``request`` on the planner's connection, reconnecting once if it broke.
+
+        The connection sits idle between micro-batches, so a server restart goes
+        unnoticed until the next request fails; a fresh connection then retries it.
+        """
+        try:
+            return self._loop.run(request(self._client()))
+        except TransportError as exc:
+            if isinstance(exc, StreamNotFound):
+                raise
+            _log.info("planner connection failed (%s); reconnecting", exc)
+            self._drop()
+            return self._loop.run(request(self._client()))
 
     def bounds(self) -> StreamBounds:
         """The stream's bounds; notices a stream recreated while the query runs.
@@ -174,8 +207,12 @@ class _Planner:
         Raises:
             DataLossError: The stream was deleted and created again since the last
                 call, and ``fail_on_data_loss`` is set.
+            SourceOptionError: The stream does not use limits retention.
+            StreamNotFound: The stream does not exist.
+            TransportError: The server cannot be reached, even on a new connection.
         """
-        bounds = self._loop.run(stream_bounds(self._client(), self._options.stream))
+        stream = self._options.stream
+        bounds = self._ask(lambda nc: stream_bounds(nc, stream))
         if bounds.retention != "limits":
             raise SourceOptionError(
                 f"stream {self._options.stream!r} has {bounds.retention} retention: its "
@@ -197,16 +234,17 @@ class _Planner:
 
     def first_at(self, when: datetime, bounds: StreamBounds) -> int:
         """The first sequence stored at or after ``when`` (``last + 1`` if none)."""
-        nc = self._client()
-        request = '{"start_time": "%s"}' % when.isoformat()  # noqa: UP031 - fixed shape
+        request = json.dumps({"start_time": when.isoformat()}).encode()
         subject = f"$JS.API.STREAM.MSG.GET.{self._options.stream}"
-        try:
-            reply = self._loop.run(nc.request(subject, request.encode(), timeout=5.0))
-        except (TimeoutError, nats.errors.Error) as exc:
-            raise TransportError(f"cannot find the first message after {when}: {exc}") from exc
-        import json  # noqa: PLC0415
 
-        answer = json.loads(reply.data)
+        async def ask(nc: Client) -> bytes:
+            try:
+                reply = await nc.request(subject, request, timeout=5.0)
+            except (TimeoutError, nats.errors.Error) as exc:
+                raise TransportError(f"cannot find the first message after {when}: {exc}") from exc
+            return bytes(reply.data)
+
+        answer = json.loads(self._ask(ask))
         if "error" in answer:
             if answer["error"].get("code") == 404:
                 return bounds.last + 1
@@ -214,8 +252,7 @@ class _Planner:
         return int(answer["message"]["seq"])
 
     def close(self) -> None:
-        if self._nc is not None and not self._nc.is_closed:
-            self._loop.run(self._nc.close())
+        self._drop()
         self._loop.close()
 
 
@@ -227,7 +264,13 @@ def _start_seq(options: SourceOptions, planner: _Planner) -> int:
         return bounds.first
     if options.starting == "latest":
         return bounds.last + 1
-    return int(options.starting)
+    start = int(options.starting)
+    if start > bounds.last + 1:
+        raise SourceOptionError(
+            f"starting sequence {start} is past the end of stream {options.stream!r} "
+            f"(its last sequence is {bounds.last})"
+        )
+    return start
 
 
 class _Reading:
@@ -301,6 +344,9 @@ class JetStreamStreamReader(_Reading, DataSourceStreamReader, _AvailableNow):  #
         Raises:
             DataLossError: ``fail_on_data_loss`` and messages the query has not read yet
                 were deleted (or the stream was recreated behind the query's position).
+            SourceOptionError: The stream does not use limits retention, or the
+                checkpoint is of another stream.
+            TransportError: The server cannot be reached, even on a new connection.
         """
         bounds = self._planner.bounds()
         available = bounds.last + 1
@@ -343,7 +389,7 @@ class JetStreamStreamReader(_Reading, DataSourceStreamReader, _AvailableNow):  #
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range on an executor (see :func:`read_range`)."""
-        return read_range(self._options, _sequence_range(partition))
+        return _read(self._options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the offsets in Spark's checkpoint are the only state."""
@@ -374,7 +420,7 @@ class JetStreamBatchReader(_Reading, DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range on an executor (see :func:`read_range`)."""
-        return read_range(self._options, _sequence_range(partition))
+        return _read(self._options, partition)
 
 
 class JetStreamDataSource(DataSource):
