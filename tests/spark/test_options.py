@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
+from pyspark.sql import Row
 
 from goflux import InvalidSubject, JsonCodec, StrCodec
 from goflux.transports import spark as gspark
 from goflux.transports.spark.connection import ConnectionSettings
 from goflux.transports.spark.options import SourceOptions, load_type
-from goflux.transports.spark.sink import SinkOptions
+from goflux.transports.spark.sink import SinkOptions, _as_batches
 from goflux.transports.spark.source import split_range
 from tests.spark.helpers import Sale
 
@@ -110,3 +112,15 @@ def test_ranges_split_evenly_and_contiguously() -> None:
     assert split_range("S", 5, 5, per_partition=10, max_partitions=4) == []
     capped = split_range("S", 1, 1_001, per_partition=1, max_partitions=3)
     assert [(p.start, p.end) for p in capped] == [(1, 334), (334, 667), (667, 1_001)]
+
+
+def test_stream_writer_takes_rows_where_pyspark_has_no_arrow_writer() -> None:
+    rows = [Row(id=f"s-{n}", lines=[Row(sku="k", quantity=n)]) for n in range(2_500)]
+    batches = list(_as_batches(iter(rows)))
+    assert [batch.num_rows for batch in batches] == [1_000, 1_000, 500]
+    assert batches[2].to_pylist()[-1] == {
+        "id": "s-2499",
+        "lines": [{"sku": "k", "quantity": 2_499}],
+    }
+    arrow = pa.RecordBatch.from_pylist([{"id": "x"}])
+    assert list(_as_batches(iter([arrow]))) == [arrow]

@@ -20,7 +20,8 @@ from typing import Any, Generic, TypeVar
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql import datasource as _datasource
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 from pyspark.sql.types import BinaryType, StructType
 
@@ -416,7 +417,29 @@ def foreach_batch_publisher(
     return BatchPublisher(options)
 
 
-class JetStreamStreamWriter(DataSourceStreamArrowWriter):
+# Arrow batches where PySpark has an Arrow stream writer; Rows before that.
+_StreamWriterBase: type = getattr(
+    _datasource, "DataSourceStreamArrowWriter", _datasource.DataSourceStreamWriter
+)
+_ROWS_PER_BATCH = 1_000
+
+
+def _as_batches(items: Iterable[Any]) -> Iterator[pa.RecordBatch]:
+    """Arrow batches from Arrow batches (PySpark >= 4.2) or from Rows (older)."""
+    rows: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, pa.RecordBatch):
+            yield item
+            continue
+        rows.append(item.asDict(recursive=True))
+        if len(rows) >= _ROWS_PER_BATCH:
+            yield pa.RecordBatch.from_pylist(rows)
+            rows = []
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows)
+
+
+class JetStreamStreamWriter(_StreamWriterBase):  # type: ignore[misc]
     """``writeStream.format("goflux-jetstream")``: the same publishing as a stream sink.
 
     Message IDs are the ``keyColumn``'s values or ``<query id>:<batch id>:<partition>:
@@ -443,7 +466,7 @@ class JetStreamStreamWriter(DataSourceStreamArrowWriter):
             )
         partition = context.partitionId()
         published, duplicates = publish_partition(
-            self._options, iterator, f"{prefix}:{batch_id}:{partition}"
+            self._options, _as_batches(iterator), f"{prefix}:{batch_id}:{partition}"
         )
         return PartitionResult(partition, published, duplicates)
 
