@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,12 +13,12 @@ from goflux.testing import NatsServer
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run(name: str, env: dict[str, str] | None = None) -> str:
+def run(name: str, env: dict[str, str] | None = None, *args: str, timeout: float = 60) -> str:
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
+        [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         env=env,
         check=False,
     )
@@ -31,6 +32,7 @@ def test_every_example_is_covered_here() -> None:
         "composition.py",
         "embedded_server.py",
         "jetstream_orders.py",
+        "orders_pipeline.py",
         "retry_dead_letter.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered
@@ -104,3 +106,37 @@ def test_composition() -> None:
     assert "pickers at work at once: at most 4" in out
     assert "picks loaded: 24 in " in out
     assert "group drained and closed" in out
+
+
+def test_orders_pipeline_end_to_end(tmp_path: Path) -> None:
+    """The main job, small: every promise of its summary holds, with exact numbers."""
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    summary_file = tmp_path / "summary.json"
+    out = run(
+        "orders_pipeline.py",
+        env,
+        "--orders",
+        "60",
+        "--master",
+        "local[2]",
+        "--summary-json",
+        str(summary_file),
+        timeout=240,
+    )
+    summary = json.loads(summary_file.read_text())
+    # Orders 12, 25, 38 and 51 are invalid; 3, 10, 17, 24, 31, 45, 52, 59 are flaky.
+    assert summary["published"] == 60
+    assert summary["invalid"] == summary["dead_lettered"] == 4
+    assert summary["accepted"] == summary["valid"] == summary["aggregated_orders"] == 56
+    assert summary["flaky"] == summary["flaky_accepted_after_retries"] == 8
+    assert summary["transient_failures"] == 16
+    assert summary["aggregated_revenue"] == summary["expected_revenue"]
+    assert summary["spark_batches"] >= 2
+    assert summary["results_received"] == summary["results_published"] > 0
+    # One consumer span per delivery: 60 first deliveries and 16 redeliveries.
+    assert summary["consumer_spans_linked"] == summary["consumer_spans"] == 60 + 16
+    assert summary["hops_in_trace"] == 56
+    assert summary["ok"] is True
+    assert "embedded nats-server on nats://127.0.0.1:" in out
+    assert out.count("[ok]") == 8
+    assert "FAILED" not in out

@@ -1,0 +1,182 @@
+"""The ``goflux`` command: a development server, the demo, and stream inspection.
+
+::
+
+    goflux server [--port 4222] [--store DIR]   run a JetStream server in the foreground
+    goflux demo [--orders 500] [--master local[*]]   the end-to-end pipeline
+    goflux streams [--url URL]                  streams with message counts
+    goflux consumers [--url URL] [STREAM]       consumers with their lag
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ("main",)
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+def _server(args: argparse.Namespace) -> int:
+    from goflux.testing.server import NatsServer  # noqa: PLC0415
+
+    store = Path(args.store).resolve() if args.store else None
+    if store is not None:
+        store.mkdir(parents=True, exist_ok=True)
+    server = NatsServer(jetstream=True, port=args.port, store_dir=store)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    with server:
+        where = store if store is not None else "a temporary directory (deleted on exit)"
+        print(f"nats-server with JetStream on {server.url}, store in {where}", flush=True)
+        print("Ctrl-C stops it.", flush=True)
+        stop.wait()
+    print("stopped", flush=True)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from goflux.demo.run import DemoConfig, main  # noqa: PLC0415
+
+    url = args.url or os.environ.get("NATS_URL") or None
+    config = DemoConfig(orders=args.orders, url=url, master=args.master, batches=args.batches)
+
+    def report(summary: object) -> None:
+        if args.summary_json:
+            data = summary.as_dict()  # type: ignore[attr-defined]
+            Path(args.summary_json).write_text(json.dumps(data, indent=2))
+
+    return main(config, report=report)
+
+
+async def _quiet(_: Exception) -> None:
+    """nats-py logs every failed attempt with a traceback; the CLI reports once."""
+
+
+async def _connect(url: str) -> Any:
+    import nats  # noqa: PLC0415
+
+    try:
+        return await nats.connect(
+            url, allow_reconnect=False, connect_timeout=5, max_reconnect_attempts=1,
+            error_cb=_quiet,
+        )  # fmt: skip
+    except Exception as exc:
+        raise OSError(f"cannot reach a NATS server at {url} ({type(exc).__name__})") from exc
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [list(map(str, header)), *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+async def _streams(url: str) -> str:
+    nc = await _connect(url)
+    try:
+        infos = await nc.jetstream().streams_info()
+    finally:
+        await nc.close()
+    rows = [
+        (
+            info.config.name,
+            ",".join(info.config.subjects or []),
+            info.state.messages,
+            info.state.bytes,
+            info.state.first_seq,
+            info.state.last_seq,
+            info.state.consumer_count,
+        )
+        for info in sorted(infos, key=lambda i: i.config.name or "")
+    ]
+    header = ("stream", "subjects", "messages", "bytes", "first", "last", "consumers")
+    return _table(header, rows) if rows else "no streams"
+
+
+async def _consumers(url: str, stream: str | None) -> str:
+    nc = await _connect(url)
+    try:
+        js = nc.jetstream()
+        names = [stream] if stream else sorted(i.config.name or "" for i in await js.streams_info())
+        rows = [
+            (
+                name,
+                info.name,
+                info.config.filter_subject or ",".join(info.config.filter_subjects or []),
+                info.num_pending,
+                info.num_ack_pending,
+                info.num_redelivered,
+                info.delivered.stream_seq if info.delivered else 0,
+            )
+            for name in names
+            for info in sorted(await js.consumers_info(name), key=lambda i: i.name or "")
+        ]
+    finally:
+        await nc.close()
+    header = ("stream", "consumer", "filter", "lag", "ack pending", "redelivered", "delivered")
+    return _table(header, rows) if rows else "no consumers"
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    url = args.url or os.environ.get("NATS_URL") or DEFAULT_URL
+    if args.command == "streams":
+        print(asyncio.run(_streams(url)))
+    else:
+        print(asyncio.run(_consumers(url, args.stream)))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="goflux", description="goflux tools")
+    commands = parser.add_subparsers(dest="command", required=True)
+    server = commands.add_parser("server", help="run a development JetStream server")
+    server.add_argument("--port", type=int, default=4222, help="client port (default 4222)")
+    server.add_argument("--store", help="JetStream store directory (default: temporary)")
+    server.set_defaults(run=_server)
+    demo = commands.add_parser("demo", help="run the end-to-end pipeline")
+    demo.add_argument("--orders", type=int, default=500, help="orders to publish")
+    demo.add_argument("--master", default="local[*]", help="Spark master URL")
+    demo.add_argument("--batches", type=int, default=3, help="about how many Spark batches")
+    demo.add_argument("--url", help="NATS server (default: $NATS_URL, else an embedded one)")
+    demo.add_argument("--summary-json", help="also write the summary to this file")
+    demo.set_defaults(run=_demo)
+    for name, text in (("streams", "list streams"), ("consumers", "list consumers and lag")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--url", help=f"NATS server (default: $NATS_URL, else {DEFAULT_URL})")
+        if name == "consumers":
+            sub.add_argument("stream", nargs="?", help="only this stream's consumers")
+        sub.set_defaults(run=_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``goflux`` command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from goflux.errors import GofluxError  # noqa: PLC0415
+
+        if isinstance(exc, GofluxError | OSError | TimeoutError) or type(exc).__module__.startswith(
+            "nats"
+        ):
+            print(f"goflux {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

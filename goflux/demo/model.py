@@ -1,0 +1,45 @@
+"""The demo's payload types and the orders it publishes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel, Field
+
+__all__ = ("CUSTOMERS", "CustomerRevenue", "Order", "make_orders")
+
+CUSTOMERS = ("ada", "grace", "linus", "margaret", "ken")
+_START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+class Order(BaseModel):
+    """An order as the shop publishes it on ``orders.created``."""
+
+    id: str
+    customer: str
+    amount: float = Field(description="Total in EUR; not positive for a broken order")
+    placed: datetime
+
+
+class CustomerRevenue(BaseModel):
+    """Revenue of one customer in one minute, as the Spark job publishes it."""
+
+    customer: str
+    window_start: datetime
+    window_end: datetime
+    revenue: float
+    orders: int
+    batch: int = Field(description="The Spark batch that produced this version")
+
+
+def make_orders(count: int) -> list[Order]:
+    """``count`` orders over five minutes; every 13th has a non-positive amount."""
+    return [
+        Order(
+            id=f"o-{n:05d}",
+            customer=CUSTOMERS[n % len(CUSTOMERS)],
+            amount=-1.0 if n % 13 == 12 else round(5 + (n * 7.31) % 95, 2),
+            placed=_START + timedelta(seconds=(n * 300) // max(count, 1)),
+        )
+        for n in range(count)
+    ]

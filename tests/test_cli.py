@@ -1,0 +1,108 @@
+"""The goflux command line against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import nats
+import pytest
+
+from goflux.cli import main
+from goflux.testing import NatsServer
+from goflux.transports import jetstream
+
+
+def goflux(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "goflux", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def test_streams_and_consumers_show_counts_and_lag(
+    nats_server: NatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def fill() -> None:
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        await jetstream.ensure_stream(js, name="ORDERS", subjects=["orders.>"])
+        await jetstream.ensure_consumer(js, stream="ORDERS", name="billing")
+        for n in range(7):
+            await js.publish("orders.new", str(n).encode())
+        await nc.close()
+
+    asyncio.run(fill())
+    assert main(["streams", "--url", nats_server.url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "stream",
+        "subjects",
+        "messages",
+        "bytes",
+        "first",
+        "last",
+        "consumers",
+    ]
+    name, subjects, messages, _, first, last, consumers = lines[1].split()
+    assert (name, subjects, messages, first, last, consumers) == (
+        "ORDERS", "orders.>", "7", "1", "7", "1"
+    )  # fmt: skip
+    assert main(["consumers", "--url", nats_server.url]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[:2] == ["ORDERS", "billing"]
+    assert row[2:] == ["7", "0", "0", "0"]  # no filter column value: lag 7, nothing delivered
+
+
+def test_unreachable_server_gives_a_clear_error() -> None:
+    result = goflux("streams", "--url", "nats://127.0.0.1:1")
+    assert result.returncode == 2
+    assert result.stderr.startswith("goflux streams: OSError: cannot reach a NATS server at")
+    assert "Traceback" not in result.stderr
+
+
+def test_server_runs_in_the_foreground_until_interrupted(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a free port, picked by the OS
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    store = tmp_path / "store"
+    with subprocess.Popen(
+        [sys.executable, "-m", "goflux", "server", "--port", str(free), "--store", str(store)],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdout is not None
+        first = process.stdout.readline()  # printed once the server is ready
+        assert first.startswith(f"nats-server with JetStream on nats://127.0.0.1:{free}")
+
+        async def use() -> int:
+            nc = await nats.connect(f"nats://127.0.0.1:{free}")
+            js = nc.jetstream()
+            await jetstream.ensure_stream(js, name="DEV", subjects=["dev.>"])
+            ack = await js.publish("dev.x", b"1")
+            await nc.close()
+            return ack.seq
+
+        assert asyncio.run(use()) == 1
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0
+        assert "stopped" in process.stdout.read()
+    assert any(store.rglob("*"))  # the store is kept
+
+
+def test_demo_without_java_says_what_to_install() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "NATS_URL")}
+    env["PATH"] = str(Path(sys.executable).parent)  # no java here
+    result = goflux("demo", "--orders", "5", env=env)
+    assert result.returncode == 2
+    assert "needs Java 17 or newer" in result.stderr
+    assert "Traceback" not in result.stderr
