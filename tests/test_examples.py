@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,20 @@ def test_orders_pipeline_end_to_end(tmp_path: Path) -> None:
     assert "embedded nats-server on nats://127.0.0.1:" in out
     assert out.count("[ok]") == 8
     assert "FAILED" not in out
+
+
+def test_the_readme_demo_command_runs_the_main_job() -> None:
+    """``./scripts/demo.sh`` (the README's first command) passes options to goflux demo."""
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    result = subprocess.run(
+        ["bash", str(EXAMPLES.parent / "scripts" / "demo.sh"), "--orders", "20", "--master",
+         "local[2]"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"orders published\s+20\n", result.stdout)
+    assert result.stdout.count("[ok]") == 8
