@@ -4,4 +4,7 @@ import sys
 
 from goflux.cli import main
 
-sys.exit(main())
+__all__ = ()
+
+if __name__ == "__main__":
+    sys.exit(main())

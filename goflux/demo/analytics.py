@@ -11,7 +11,7 @@ from goflux import JsonCodec
 from goflux.demo.model import CustomerRevenue, Order
 from goflux.transports import spark as gspark
 
-__all__ = ("revenue_job",)
+__all__ = ("revenue_job", "revenue_per_customer")
 
 
 def revenue_per_customer(orders: DataFrame) -> DataFrame:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from goflux import Message, NonRetryable, Publisher
 from goflux.demo.model import Order
 
-__all__ = ("FlakyGateway", "PaymentService", "ServiceCounts")
+__all__ = ("FlakyGateway", "GatewayUnavailable", "PaymentService", "ServiceCounts")
 
 
 class GatewayUnavailable(ConnectionError):
