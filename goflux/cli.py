@@ -19,7 +19,10 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from goflux.demo.summary import DemoSummary
 
 __all__ = ("main",)
 
@@ -40,23 +43,32 @@ def _server(args: argparse.Namespace) -> int:
         where = store if store is not None else "a temporary directory (deleted on exit)"
         print(f"nats-server with JetStream on {server.url}, store in {where}", flush=True)
         print("Ctrl-C stops it.", flush=True)
-        stop.wait()
+        while not stop.wait(1.0):
+            if not server.running:
+                print("goflux server: nats-server exited unexpectedly", file=sys.stderr)
+                return 1
     print("stopped", flush=True)
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from goflux.demo.run import DemoConfig, main  # noqa: PLC0415
+    from goflux.demo.run import DemoConfig, run_and_print  # noqa: PLC0415
 
     url = args.url or os.environ.get("NATS_URL") or None
-    config = DemoConfig(orders=args.orders, url=url, master=args.master, batches=args.batches)
+    config = DemoConfig(
+        orders=args.orders,
+        url=url,
+        master=args.master,
+        batches=args.batches,
+        checkpoint=args.checkpoint,
+        traces=args.traces,
+    )
 
-    def report(summary: object) -> None:
+    def report(summary: DemoSummary) -> None:
         if args.summary_json:
-            data = summary.as_dict()  # type: ignore[attr-defined]
-            Path(args.summary_json).write_text(json.dumps(data, indent=2))
+            Path(args.summary_json).write_text(json.dumps(summary.as_dict(), indent=2))
 
-    return main(config, report=report)
+    return run_and_print(config, report=report)
 
 
 async def _quiet(_: Exception) -> None:
@@ -113,7 +125,7 @@ async def _consumers(url: str, stream: str | None) -> str:
             (
                 name,
                 info.name,
-                info.config.filter_subject or ",".join(info.config.filter_subjects or []),
+                info.config.filter_subject or ",".join(info.config.filter_subjects or []) or "-",
                 info.num_pending,
                 info.num_ack_pending,
                 info.num_redelivered,
@@ -124,7 +136,7 @@ async def _consumers(url: str, stream: str | None) -> str:
         ]
     finally:
         await nc.close()
-    header = ("stream", "consumer", "filter", "lag", "ack pending", "redelivered", "delivered")
+    header = ("stream", "consumer", "filter", "lag", "ack_pending", "redelivered", "last_seq")
     return _table(header, rows) if rows else "no consumers"
 
 
@@ -137,22 +149,48 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1..65535, got {port}")
+    return port
+
+
+def _orders(text: str) -> int:
+    count = int(text)
+    if count < 13:
+        raise argparse.ArgumentTypeError(
+            f"at least 13 orders, so that some are flaky and some invalid (got {count})"
+        )
+    return count
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="goflux", description="goflux tools")
     commands = parser.add_subparsers(dest="command", required=True)
     server = commands.add_parser("server", help="run a development JetStream server")
-    server.add_argument("--port", type=int, default=4222, help="client port (default 4222)")
+    server.add_argument("--port", type=_port, default=4222, help="client port (default 4222)")
     server.add_argument("--store", help="JetStream store directory (default: temporary)")
     server.set_defaults(run=_server)
     demo = commands.add_parser("demo", help="run the end-to-end pipeline")
-    demo.add_argument("--orders", type=int, default=500, help="orders to publish")
+    demo.add_argument("--orders", type=_orders, default=500, help="orders to publish (at least 13)")
     demo.add_argument("--master", default="local[*]", help="Spark master URL")
     demo.add_argument("--batches", type=int, default=3, help="about how many Spark batches")
     demo.add_argument("--url", help="NATS server (default: $NATS_URL, else an embedded one)")
     demo.add_argument("--summary-json", help="also write the summary to this file")
+    demo.add_argument("--traces", help="write the spans to this file (JSON lines)")
+    demo.add_argument(
+        "--checkpoint", help="Spark checkpoint directory (default: temporary; shared on a cluster)"
+    )
     demo.set_defaults(run=_demo)
     for name, text in (("streams", "list streams"), ("consumers", "list consumers and lag")):
-        sub = commands.add_parser(name, help=text)
+        sub = commands.add_parser(
+            name,
+            help=text,
+            description="lag: messages not yet delivered to the consumer (num_pending)"
+            if name == "consumers"
+            else None,
+        )
         sub.add_argument("--url", help=f"NATS server (default: $NATS_URL, else {DEFAULT_URL})")
         if name == "consumers":
             sub.add_argument("stream", nargs="?", help="only this stream's consumers")

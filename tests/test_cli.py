@@ -60,7 +60,7 @@ def test_streams_and_consumers_show_counts_and_lag(
     assert main(["consumers", "--url", nats_server.url]) == 0
     row = capsys.readouterr().out.splitlines()[1].split()
     assert row[:2] == ["ORDERS", "billing"]
-    assert row[2:] == ["7", "0", "0", "0"]  # no filter column value: lag 7, nothing delivered
+    assert row[2:] == ["-", "7", "0", "0", "0"]  # no filter; lag 7; nothing delivered yet
 
 
 def test_unreachable_server_gives_a_clear_error() -> None:
@@ -102,7 +102,13 @@ def test_server_runs_in_the_foreground_until_interrupted(tmp_path: Path) -> None
 def test_demo_without_java_says_what_to_install() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "NATS_URL")}
     env["PATH"] = str(Path(sys.executable).parent)  # no java here
-    result = goflux("demo", "--orders", "5", env=env)
+    result = goflux("demo", "--orders", "20", env=env)
     assert result.returncode == 2
     assert "needs Java 17 or newer" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_demo_refuses_too_few_orders() -> None:
+    result = goflux("demo", "--orders", "5")
+    assert result.returncode == 2
+    assert "at least 13 orders" in result.stderr

@@ -4,7 +4,8 @@ Needs ``goflux[all]`` and Java 17+ for Spark. See :mod:`goflux.demo.run`.
 """
 
 from goflux.demo.model import CustomerRevenue, Order, make_orders
-from goflux.demo.run import DemoConfig, DemoError, DemoSummary, print_summary, run_demo
+from goflux.demo.run import DemoConfig, DemoError, run_demo
+from goflux.demo.summary import DemoSummary, print_summary
 
 __all__ = (
     "CustomerRevenue",

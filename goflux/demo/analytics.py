@@ -8,7 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
 from goflux import JsonCodec
-from goflux.demo.model import CustomerRevenue, Order
+from goflux.demo.model import ORDER_STREAM, CustomerRevenue, Order
 from goflux.transports import spark as gspark
 
 __all__ = ("revenue_job", "revenue_per_customer")
@@ -48,7 +48,7 @@ def revenue_job(
         spark,
         Order,
         servers=url,
-        stream="ORDERS",
+        stream=ORDER_STREAM,
         subjects="orders.accepted",
         max_messages_per_trigger=max_messages_per_trigger,
     )

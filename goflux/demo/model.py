@@ -6,9 +6,22 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-__all__ = ("CUSTOMERS", "CustomerRevenue", "Order", "make_orders")
+__all__ = (
+    "CUSTOMERS",
+    "DEAD_LETTER_STREAM",
+    "ORDER_STREAM",
+    "RESULT_STREAM",
+    "CustomerRevenue",
+    "Order",
+    "flaky_orders",
+    "make_orders",
+)
 
 CUSTOMERS = ("ada", "grace", "linus", "margaret", "ken")
+# The demo's own streams: a run starts by deleting what a previous run left in them.
+ORDER_STREAM = "DEMO_ORDERS"
+DEAD_LETTER_STREAM = "DEMO_DEAD_LETTERS"
+RESULT_STREAM = "DEMO_REVENUE"
 _START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
@@ -30,6 +43,11 @@ class CustomerRevenue(BaseModel):
     revenue: float
     orders: int
     batch: int = Field(description="The Spark batch that produced this version")
+
+
+def flaky_orders(orders: list[Order]) -> set[str]:
+    """The valid orders the payment gateway fails twice before accepting: every 7th."""
+    return {o.id for n, o in enumerate(orders) if n % 7 == 3 and o.amount > 0}
 
 
 def make_orders(count: int) -> list[Order]:

@@ -53,6 +53,8 @@ class PaymentService:
         self._gateway = gateway
         self._accepted = accepted
         self.counts = ServiceCounts()
+        self.resent = 0  # orders the shop published a second time (same message ID)
+        self.duplicates = 0  # of those, how many the server recognised
         self.settled: set[str] = set()
         self.changed = asyncio.Event()
 

@@ -8,6 +8,7 @@ connection fails the task (Spark retries it) instead of hanging it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import ssl
 from collections.abc import Awaitable, Mapping
@@ -23,6 +24,7 @@ from goflux.errors import SourceOptionError, TransportError
 __all__ = ("ConnectionSettings", "TaskLoop")
 
 _R = TypeVar("_R")
+_log = logging.getLogger(__name__)
 
 # Spark option name -> ConnectionSettings field.
 _OPTION_FIELDS: Mapping[str, str] = {
@@ -185,6 +187,7 @@ class ConnectionSettings:
                 connect_timeout=cast(int, self.connect_timeout),  # nats-py takes floats
                 allow_reconnect=False,
                 max_reconnect_attempts=0,
+                error_cb=_report_quietly,
             )
         except (OSError, TimeoutError, nats.errors.Error) as exc:
             raise TransportError(
@@ -192,6 +195,11 @@ class ConnectionSettings:
                 f"{type(exc).__name__}: {exc}"
             ) from None
         return nc
+
+
+async def _report_quietly(exc: Exception) -> None:
+    """nats-py logs every error with a traceback; failures reach the task as exceptions."""
+    _log.debug("NATS connection error: %s: %s", type(exc).__name__, exc)
 
 
 def _redact(url: str) -> str:
