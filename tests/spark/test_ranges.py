@@ -112,7 +112,8 @@ async def test_the_consumer_is_deleted_after_reading(client: Client) -> None:
 
 
 async def test_idle_timeout_counts_silence_not_total_waiting(client: Client) -> None:
-    await fill(client, 100_000)
-    # One chunk of everything takes longer than the idle timeout to arrive, but
-    # messages keep coming, so the task must not give up.
-    assert len(await read(client, 1, 100_001, chunk=200_000, idle_timeout=0.5)) == 100_000
+    await fill(client, 250_000)
+    # One chunk of everything takes seconds to arrive, longer than the idle timeout,
+    # but messages keep coming, so the task must not give up.
+    got = await read(client, 1, 250_001, chunk=500_000, idle_timeout=1.0)
+    assert len(got) == 250_000
