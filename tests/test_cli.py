@@ -112,3 +112,11 @@ def test_demo_refuses_too_few_orders() -> None:
     result = goflux("demo", "--orders", "5")
     assert result.returncode == 2
     assert "at least 13 orders" in result.stderr
+
+
+def test_demo_with_an_unreachable_server_says_so_at_once() -> None:
+    env = {**os.environ, "NATS_URL": "nats://127.0.0.1:1"}
+    result = goflux("demo", "--orders", "13", env=env)
+    assert result.returncode == 2
+    assert "cannot connect to NATS at nats://127.0.0.1:1" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import nats
+from nats.js import JetStreamContext
 from pydantic import BaseModel
 
 from goflux import Headers, JsonCodec
 from goflux.transports import jetstream
+
+R = TypeVar("R")
 
 
 class Line(BaseModel):
@@ -41,30 +45,26 @@ def sale(n: int) -> Sale:
     )
 
 
-async def _publish(
-    url: str,
-    stream: str,
-    subjects: Sequence[str],
-    values: Sequence[object],
-    *,
-    headers: Headers | None = None,
-    window: int = 2_000,
-) -> None:
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        await jetstream.ensure_stream(js, name=stream, subjects=[f"{stream.lower()}.>"])
-        codec: JsonCodec[object] = JsonCodec(type(values[0]))
-        publisher = jetstream.Publisher(js, codec)
-        await publisher.publish_many(
-            (
-                jetstream.Outgoing(subjects[i % len(subjects)], value, headers=headers)
-                for i, value in enumerate(values)
-            ),
-            window=window,
-        )
-    finally:
-        await nc.close()
+def on_server(url: str, work: Callable[[JetStreamContext], Awaitable[R]]) -> R:
+    """Run ``work`` with a JetStream context on a fresh connection (Spark tests are sync)."""
+
+    async def run() -> R:
+        nc = await nats.connect(url)
+        try:
+            return await work(nc.jetstream())
+        finally:
+            await nc.close()
+
+    return asyncio.run(run())
+
+
+async def _ensure(js: JetStreamContext, stream: str) -> None:
+    await jetstream.ensure_stream(js, name=stream, subjects=[f"{stream.lower()}.>"])
+
+
+def make_stream(url: str, stream: str) -> None:
+    """Create ``stream`` on the subjects ``<stream>.>`` (lowercase)."""
+    on_server(url, lambda js: _ensure(js, stream))
 
 
 def publish(
@@ -76,80 +76,61 @@ def publish(
     headers: Headers | None = None,
 ) -> None:
     """Publish ``values`` as JSON to ``stream`` (created on ``<stream>.>`` if missing)."""
-    asyncio.run(
-        _publish(url, stream, subjects or [f"{stream.lower()}.new"], values, headers=headers)
-    )
+    targets = subjects or [f"{stream.lower()}.new"]
 
+    async def work(js: JetStreamContext) -> None:
+        await _ensure(js, stream)
+        publisher = jetstream.Publisher(js, JsonCodec(type(values[0])))
+        await publisher.publish_many(
+            (
+                jetstream.Outgoing(targets[i % len(targets)], value, headers=headers)
+                for i, value in enumerate(values)
+            ),
+            window=2_000,
+        )
 
-async def _raw(url: str, stream: str, subject: str, bodies: Sequence[bytes]) -> None:
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        await jetstream.ensure_stream(js, name=stream, subjects=[f"{stream.lower()}.>"])
-        for body in bodies:
-            await js.publish(subject, body)
-    finally:
-        await nc.close()
+    on_server(url, work)
 
 
 def publish_raw(url: str, stream: str, subject: str, bodies: Sequence[bytes]) -> None:
     """Publish raw bodies (no codec) to ``subject``."""
-    asyncio.run(_raw(url, stream, subject, bodies))
 
+    async def work(js: JetStreamContext) -> None:
+        await _ensure(js, stream)
+        for body in bodies:
+            await js.publish(subject, body)
 
-async def _state(url: str, stream: str) -> tuple[int, int, int]:
-    nc = await nats.connect(url)
-    try:
-        info = await nc.jetstream().stream_info(stream)
-        return info.state.messages, info.state.first_seq, info.state.last_seq
-    finally:
-        await nc.close()
+    on_server(url, work)
 
 
 def stream_state(url: str, stream: str) -> tuple[int, int, int]:
     """(messages, first_seq, last_seq) of ``stream``."""
-    return asyncio.run(_state(url, stream))
 
+    async def work(js: JetStreamContext) -> tuple[int, int, int]:
+        state = (await js.stream_info(stream)).state
+        return state.messages, state.first_seq, state.last_seq
 
-async def _purge(url: str, stream: str) -> None:
-    nc = await nats.connect(url)
-    try:
-        await nc.jetstream().purge_stream(stream)
-    finally:
-        await nc.close()
+    return on_server(url, work)
 
 
 def purge(url: str, stream: str) -> None:
     """Delete every message of ``stream`` (sequences keep counting)."""
-    asyncio.run(_purge(url, stream))
-
-
-async def _bodies(url: str, stream: str) -> list[bytes]:
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        info = await js.stream_info(stream)
-        return [
-            (await js.get_msg(stream, seq)).data or b""
-            for seq in range(info.state.first_seq, info.state.last_seq + 1)
-        ]
-    finally:
-        await nc.close()
+    on_server(url, lambda js: js.purge_stream(stream))
 
 
 def bodies(url: str, stream: str) -> list[bytes]:
     """Every stored body of ``stream`` in sequence order (small streams only)."""
-    return asyncio.run(_bodies(url, stream))
 
+    async def work(js: JetStreamContext) -> list[bytes]:
+        state = (await js.stream_info(stream)).state
+        return [
+            (await js.get_msg(stream, seq)).data or b""
+            for seq in range(state.first_seq, state.last_seq + 1)
+        ]
 
-async def _delete(url: str, stream: str) -> None:
-    nc = await nats.connect(url)
-    try:
-        await nc.jetstream().delete_stream(stream)
-    finally:
-        await nc.close()
+    return on_server(url, work)
 
 
 def delete_stream(url: str, stream: str) -> None:
     """Delete ``stream`` and everything in it."""
-    asyncio.run(_delete(url, stream))
+    on_server(url, lambda js: js.delete_stream(stream))

@@ -33,9 +33,12 @@ class Recorder:
         self.batches.append((batch_id, rows))
 
 
-async def durable(js: JetStreamContext) -> jetstream.Subscriber[Sale]:
+async def durable(js: JetStreamContext, sales: int) -> jetstream.Subscriber[Sale]:
+    """A subscriber bound to the durable consumer "spark", with ``sales`` sales stored."""
     await jetstream.ensure_stream(js, name=STREAM, subjects=["sales.>"])
     await jetstream.ensure_consumer(js, stream=STREAM, name="spark", ack_wait=60)
+    publisher = jetstream.Publisher(js, JsonCodec(Sale))
+    await publisher.publish_many(jetstream.Outgoing("sales.new", sale(n)) for n in range(sales))
     return jetstream.Subscriber(
         js, JsonCodec(Sale), stream=STREAM, consumer="spark", max_in_flight=200
     )
@@ -44,9 +47,7 @@ async def durable(js: JetStreamContext) -> jetstream.Subscriber[Sale]:
 async def test_jetstream_batches_are_acked_after_the_function_returns(
     spark: SparkSession, js: JetStreamContext
 ) -> None:
-    subscriber = await durable(js)
-    publisher = jetstream.Publisher(js, JsonCodec(Sale))
-    await publisher.publish_many(jetstream.Outgoing("sales.new", sale(n)) for n in range(250))
+    subscriber = await durable(js, 250)
     recorder = Recorder()
     stats = await gspark.run_micro_batches(
         spark, subscriber, "sales.>", recorder, max_messages=100, max_wait=0.5, max_batches=3
@@ -69,9 +70,7 @@ async def test_jetstream_batches_are_acked_after_the_function_returns(
 async def test_a_failed_batch_is_handed_back_and_redelivered(
     spark: SparkSession, js: JetStreamContext
 ) -> None:
-    subscriber = await durable(js)
-    publisher = jetstream.Publisher(js, JsonCodec(Sale))
-    await publisher.publish_many(jetstream.Outgoing("sales.new", sale(n)) for n in range(30))
+    subscriber = await durable(js, 30)
     recorder = Recorder(fail_first=True)
     with pytest.raises(RuntimeError, match="sink down"):
         await gspark.run_micro_batches(
@@ -122,9 +121,7 @@ async def test_channel_subscriber_needs_and_uses_the_payload_type(spark: SparkSe
 async def test_cancelling_waits_for_the_running_function_then_hands_the_batch_back(
     spark: SparkSession, js: JetStreamContext
 ) -> None:
-    subscriber = await durable(js)
-    publisher = jetstream.Publisher(js, JsonCodec(Sale))
-    await publisher.publish_many(jetstream.Outgoing("sales.new", sale(n)) for n in range(5))
+    subscriber = await durable(js, 5)
     entered, release = threading.Event(), threading.Event()
     finished: list[int] = []
 
@@ -158,9 +155,7 @@ async def test_cancelling_waits_for_the_running_function_then_hands_the_batch_ba
 async def test_message_key_is_stable_across_redeliveries(
     spark: SparkSession, js: JetStreamContext
 ) -> None:
-    subscriber = await durable(js)
-    publisher = jetstream.Publisher(js, JsonCodec(Sale))
-    await publisher.publish_many(jetstream.Outgoing("sales.new", sale(n)) for n in range(3))
+    subscriber = await durable(js, 3)
     recorder = Recorder(fail_first=True)
     with pytest.raises(RuntimeError):
         await gspark.run_micro_batches(spark, subscriber, "sales.>", recorder, max_wait=0.3)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import Row
 
-from goflux import InvalidSubject, JsonCodec, StrCodec
+from goflux import InvalidSubject, JsonCodec, StrCodec, TransportError
 from goflux.transports import spark as gspark
 from goflux.transports.spark.connection import ConnectionSettings
 from goflux.transports.spark.options import SourceOptions, load_type
@@ -124,3 +126,11 @@ def test_stream_writer_takes_rows_where_pyspark_has_no_arrow_writer() -> None:
     }
     arrow = pa.RecordBatch.from_pylist([{"id": "x"}])
     assert list(_as_batches(iter([arrow]))) == [arrow]
+
+
+def test_an_unreachable_server_fails_at_once() -> None:
+    settings = ConnectionSettings(servers=("nats://127.0.0.1:1",), connect_timeout=1)
+    with pytest.raises(
+        TransportError, match=re.escape("cannot connect to NATS at nats://127.0.0.1:1")
+    ):
+        asyncio.run(asyncio.wait_for(settings.connect(), 10))  # it used to retry forever

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-import nats
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from goflux import BytesCodec, JsonCodec
 from goflux.testing import NatsServer
-from goflux.transports import jetstream
 from goflux.transports import spark as gspark
-from tests.spark.helpers import Sale, bodies, publish, sale, stream_state
+from tests.spark.helpers import Sale, bodies, make_stream, publish, sale, stream_state
 
 SOURCE, OUT = "SALES", "OUT"
-
-
-def make_stream(url: str, name: str) -> None:
-    async def create() -> None:
-        nc = await nats.connect(url)
-        try:
-            await jetstream.ensure_stream(nc.jetstream(), name=name, subjects=[f"{name.lower()}.>"])
-        finally:
-            await nc.close()
-
-    asyncio.run(create())
 
 
 def forget_commit(checkpoint: Path, batch_id: int) -> None:

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +20,15 @@ from goflux import Headers, JsonCodec
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import spark as gspark
-from tests.spark.helpers import Sale, delete_stream, publish, publish_raw, purge, sale
+from tests.spark.helpers import (
+    Sale,
+    delete_stream,
+    on_server,
+    publish,
+    publish_raw,
+    purge,
+    sale,
+)
 
 STREAM = "SALES"
 ROOT = Path(__file__).resolve().parents[2]
@@ -344,16 +351,12 @@ def test_a_stream_recreated_while_the_query_runs_fails_it(
 def test_streams_without_limits_retention_are_refused(
     spark: SparkSession, nats_server: NatsServer
 ) -> None:
-    async def create() -> None:
-        nc = await nats.connect(nats_server.url)
-        try:
-            await jetstream.ensure_stream(
-                nc.jetstream(), name="WORK", subjects=["work.>"], retention="workqueue"
-            )
-        finally:
-            await nc.close()
-
-    asyncio.run(create())
+    on_server(
+        nats_server.url,
+        lambda js: jetstream.ensure_stream(
+            js, name="WORK", subjects=["work.>"], retention="workqueue"
+        ),
+    )
     df = gspark.read(spark, Sale, servers=nats_server.url, stream="WORK")
     with pytest.raises(Exception, match="workqueue retention"):
         df.collect()

@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from goflux.errors import SettlementError
 from goflux.message import Delivery, Outcome
 
-__all__ = ("JetStreamAcker", "SettlementOwner")
+__all__ = ("JetStreamAcker", "SettlementOwner", "ack_tokens")
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
@@ -25,6 +25,24 @@ class SettlementOwner(Protocol):
 
     def on_settled(self, acker: JetStreamAcker, outcome: Outcome | None) -> None:
         """A message was settled (``outcome``), or ``None`` for an in-progress signal."""
+
+
+def ack_tokens(reply: str) -> tuple[list[str], int]:
+    """Split a ``$JS.ACK`` reply subject; return its tokens and the stream name's index.
+
+    The index is 2 in the original form and 4 when a domain and an account hash
+    follow ``ACK``; the consumer, delivery count, stream sequence, consumer sequence,
+    timestamp (ns) and pending count follow the stream name in that order.
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        return tokens, 2
+    if len(tokens) >= 11:
+        return tokens, 4
+    raise ValueError(f"not a JetStream ack subject: {reply!r}")
 
 
 class JetStreamAcker:
@@ -53,13 +71,7 @@ class JetStreamAcker:
     def __init__(
         self, nc: Client, owner: SettlementOwner, reply: str, *, no_acks: bool = False
     ) -> None:
-        tokens = reply.split(".")
-        if len(tokens) == 9:
-            offset = 2
-        elif len(tokens) >= 11:
-            offset = 4
-        else:
-            raise ValueError(f"not a JetStream ack subject: {reply!r}")
+        tokens, offset = ack_tokens(reply)
         self._nc = nc
         self._no_acks = no_acks  # an AckNone consumer (ordered mode): nothing to send
         self._owner = owner

@@ -37,7 +37,7 @@ from goflux.telemetry import (
     Telemetry,
 )
 from goflux.telemetry import SYSTEM as SYSTEM_ATTR
-from goflux.transports.jetstream.acker import JetStreamAcker
+from goflux.transports.jetstream.acker import JetStreamAcker, ack_tokens
 from goflux.transports.jetstream.settings import Settings, ordered_consumer_config
 from goflux.transports.jetstream.system import SYSTEM
 from goflux.wire import read_headers
@@ -391,9 +391,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
     def _in_order(self, msg: Msg) -> bool:
         """Ordered mode: accept the next message of the current consumer only."""
-        tokens = msg.reply.split(".")
-        offset = 2 if len(tokens) == 9 else 4
-        if len(tokens) < 9 or tokens[offset + 1] != self._consumer:
+        try:
+            tokens, offset = ack_tokens(msg.reply)
+        except ValueError:
+            return False
+        if tokens[offset + 1] != self._consumer:
             return False  # a late delivery from a replaced consumer
         consumer_sequence = int(tokens[offset + 4])
         if consumer_sequence != self._consumer_sequence + 1:

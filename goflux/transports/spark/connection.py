@@ -186,7 +186,7 @@ class ConnectionSettings:
                 tls=self._tls(),
                 connect_timeout=cast(int, self.connect_timeout),  # nats-py takes floats
                 allow_reconnect=False,
-                max_reconnect_attempts=0,
+                max_reconnect_attempts=1,  # 0 makes nats-py retry the initial connect forever
                 error_cb=_report_quietly,
             )
         except (OSError, TimeoutError, nats.errors.Error) as exc:

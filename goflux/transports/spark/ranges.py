@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
@@ -28,6 +29,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from goflux.errors import StreamNotFound, TransportError
+from goflux.transports.jetstream.acker import ack_tokens
 
 __all__ = ("HeaderLines", "LineKeepingClient", "RangeReader", "StreamBounds", "stream_bounds")
 
@@ -139,7 +141,7 @@ class RangeReader:
         self._failure: BaseException | None = None
         self._expected = 0  # messages the outstanding pull request may still bring
         self._empty_pulls = 0  # consecutive pull requests ended without a message
-        self._last_arrival = 0.0  # event loop time of the last message
+        self._last_arrival = 0.0  # time.monotonic() of the last message
         self._next_seq = start
         self._consumer: str | None = None
         self._inbox: Subscription | None = None
@@ -208,12 +210,11 @@ class RangeReader:
         if not reply:
             await self._on_status(msg)
             return
-        tokens = reply.split(".")
-        offset = 2 if len(tokens) == 9 else 4
+        tokens, offset = ack_tokens(reply)
         seq = int(tokens[offset + 3])
         self._expected -= 1
         self._empty_pulls = 0
-        self._last_arrival = asyncio.get_running_loop().time()
+        self._last_arrival = time.monotonic()
         if seq >= self._end:
             self._finish()
             return
@@ -268,12 +269,11 @@ class RangeReader:
             TransportError: The connection broke, the consumer vanished, or nothing
                 arrived for ``idle_timeout`` seconds.
         """
-        loop = asyncio.get_running_loop()
-        asked = loop.time()  # time Spark spent on the previous chunk does not count
+        asked = time.monotonic()  # time Spark spent on the previous chunk does not count
         while not self._done and len(self._buffer) < self._chunk:
             if self._nc.is_closed:
                 raise TransportError(f"reading stream {self._stream!r}: the connection closed")
-            silent = loop.time() - max(asked, self._last_arrival)
+            silent = time.monotonic() - max(asked, self._last_arrival)
             if silent >= self._idle_timeout:
                 raise TransportError(
                     f"reading stream {self._stream!r}: no message for "

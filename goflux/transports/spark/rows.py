@@ -27,6 +27,7 @@ from pyspark.sql.types import (
 
 from goflux.codecs import JsonCodec
 from goflux.errors import DecodeError, SchemaError
+from goflux.transports.jetstream.acker import ack_tokens
 from goflux.transports.spark.options import SourceOptions
 from goflux.transports.spark.schema import PayloadColumns, loosen_nulls
 
@@ -125,8 +126,7 @@ class RowBuilder:
         seqs: list[int] = []
         times: list[int] = []
         for msg in messages:
-            tokens = msg.reply.split(".")
-            offset = 2 if len(tokens) == 9 else 4
+            tokens, offset = ack_tokens(msg.reply)
             subjects.append(msg.subject)
             seqs.append(int(tokens[offset + 3]))
             times.append(int(tokens[offset + 5]) // 1000)
