@@ -1,102 +1,97 @@
-"""Run the benchmarks and print markdown tables with ratios: ``python -m bench``.
+"""Run the benchmarks: ``python -m bench`` (see ``bench/README.md``).
 
-Options: ``--rounds N`` (default 5), ``--only codecs,channel,jetstream,spark``. Every table
-is measured in one run, its cases interleaved (A B A B ...). The report is also
-written to ``bench/results/latest.md``.
+Options: ``--rounds N`` (default 5), ``--only SUITE,...``, ``--smoke`` (tiny sizes, one
+round: proves every case still runs, in seconds), ``--out DIR``. Each suite starts its
+own nats-server; within a table the cases are interleaved (A B A B ...). The report
+(markdown, with machine notes and the goals) and a PNG chart are written to ``DIR``
+(default ``bench/results/latest``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
+import sys
+import time
 from pathlib import Path
 
-from bench import channel, codecs, jetstream
-from bench.harness import table
+from bench import chart, codecs, goals, latency, machine, memory
+from bench.harness import Table
+from bench.sizes import FULL, SMOKE
 
-SUITES = ("codecs", "channel", "jetstream", "spark")
+SUITES = ("codecs", "channel", "jetstream", "latency", "memory", "spark")
+DEFAULT_OUT = Path(__file__).parent / "results" / "latest"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=None, help="default 5 (smoke: 1)")
     parser.add_argument("--only", default=",".join(SUITES), help="comma-separated suites")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report directory")
+    args = parser.parse_args(argv)
     selected = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(selected) - set(SUITES)
     if unknown:
         parser.error(f"unknown suite(s) {sorted(unknown)}; choose from {SUITES}")
+    rounds = args.rounds or (1 if args.smoke else 5)
+    if rounds < 1:
+        parser.error("--rounds must be >= 1")
+    sizes = SMOKE if args.smoke else FULL
 
-    load = os.getloadavg()
-    sections = [
-        "# goflux benchmarks",
-        "",
-        f"Python {platform.python_version()}, {os.cpu_count()} cores, "
-        f"load average {load[0]:.2f} at start, {args.rounds} interleaved rounds.",
-        "",
-    ]
+    started = time.monotonic()
+    notes = machine.notes(rounds, args.smoke)
+    tables: list[Table] = []
+    sections: list[str] = []
+    latencies = None
+    overhead = None
+
+    def add(new: list[Table]) -> None:
+        tables.extend(new)
+        sections.extend(t.markdown() for t in new)
+
     if "codecs" in selected:
-        enc, dec, size = codecs.run(args.rounds)
-        sections += [
-            table(
-                f"Encode a 10-field model ({size} bytes of JSON)", enc, "raw TypeAdapter.dump_json"
-            ),
-            "",
-            table("Decode the same", dec, "raw TypeAdapter.validate_json"),
-            "",
-        ]
+        add(codecs.run(rounds, sizes))
     if "channel" in selected:
-        sections += [
-            table("In-process publish -> handler", channel.run(args.rounds), "raw asyncio.Queue"),
-            "",
-        ]
+        from bench import channel  # noqa: PLC0415 - imports the OpenTelemetry SDK
+
+        add(channel.run(rounds, sizes))
     if "jetstream" in selected:
-        js = jetstream.run(args.rounds)
-        sections += [
-            table("JetStream publish, waiting for each PubAck", js["sequential"], "raw js.publish"),
-            "",
-            table(
-                f"JetStream pipelined publish ({jetstream.WINDOW} in flight)",
-                js["pipelined"],
-                "raw publish_async",
-            ),
-            "",
-            table(
-                "JetStream consume with ack, typed handler",
-                js["consume"],
-                "raw callback pull + ack",
-            ),
-            "",
-        ]
+        from bench import jetstream  # noqa: PLC0415
+
+        add(jetstream.run(rounds, sizes))
+    if "latency" in selected:
+        latencies = latency.run(rounds, sizes)
+        sections.append(latency.markdown(latencies, sizes))
+    if "memory" in selected:
+        sections.append(memory.markdown(memory.run(min(rounds, 3), sizes), sizes))
     if "spark" in selected:
         from bench import spark  # noqa: PLC0415 - starts a JVM; only when asked for
 
-        measured = spark.run(args.rounds)
-        sections += [
-            table(
-                f"Spark source: typed rows/s over {spark.SOURCE_ROWS:,} messages "
-                "(CPU column: this process only)",
-                measured["source"],
-                "raw nats-py read (1 process)",
-            ),
-            "",
-            table(
-                f"Spark sink: messages/s for {spark.SINK_ROWS:,} rows "
-                f"({spark.WINDOW} PubAcks in flight per task)",
-                measured["sink"],
-                "raw publish_async (1 process)",
-            ),
-            "",
-            spark.overhead_table(measured["overhead"]),
-            "",
+        spark_tables, overhead = spark.run(rounds, sizes)
+        add(spark_tables)
+        sections.append(spark.overhead_table(overhead))
+
+    checked = goals.check({t.key: t for t in tables}, latencies, overhead)
+    args.out.mkdir(parents=True, exist_ok=True)
+    drawn = chart.draw(tables, args.out / "chart.png") if tables else False
+    report = "\n\n".join(
+        [
+            "# goflux benchmarks",
+            notes,
+            machine.finish(time.monotonic() - started),
+            goals.markdown(checked, args.smoke),
+            "## Results",
+            *sections,
+            "![ratios to raw](chart.png)" if drawn else "(No chart: matplotlib is not installed.)",
         ]
-    report = "\n".join(sections)
+    )
+    (args.out / "report.md").write_text(report + "\n")
     print(report)
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "latest.md").write_text(report)
+    print(f"\nwritten to {args.out}/", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    raise SystemExit(main())

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from opentelemetry.metrics import NoOpMeterProvider
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import NoOpTracerProvider
-
-from bench.codecs import ORDER, Order
-from bench.harness import Result, interleave
+from bench.harness import Table, interleave
+from bench.jetstream import noop_telemetry, sdk_providers
+from bench.payload import ORDER, Order
+from bench.sizes import Sizes
 from goflux import JsonCodec, Message, Telemetry
 from goflux.transports import channel
 
-N = 10_000
 
-
-async def raw_queue() -> int:
+async def raw_queue(n: int) -> int:
     queue: asyncio.Queue[object] = asyncio.Queue(maxsize=1024)
     done = asyncio.Event()
     count = 0
@@ -28,19 +22,19 @@ async def raw_queue() -> int:
         while True:
             await queue.get()
             count += 1
-            if count == N:
+            if count == n:
                 done.set()
                 return
 
     task = asyncio.create_task(consume())
-    for _ in range(N):
+    for _ in range(n):
         await queue.put(ORDER)
     await done.wait()
     await task
-    return N
+    return n
 
 
-async def goflux_bus(telemetry: Telemetry, codec: bool) -> int:
+async def goflux_bus(n: int, telemetry: Telemetry, codec: bool) -> int:
     bus = channel.Bus(codec=JsonCodec(Order)) if codec else channel.Bus[Order]()
     done = asyncio.Event()
     count = 0
@@ -48,41 +42,53 @@ async def goflux_bus(telemetry: Telemetry, codec: bool) -> int:
     async def handle(msg: Message[Order]) -> None:
         nonlocal count
         count += 1
-        if count == N:
+        if count == n:
             done.set()
 
     sub = channel.Subscriber(bus, telemetry=telemetry)
     subscription = await sub.start("orders.created", handle)
     pub = channel.Publisher(bus, telemetry=telemetry)
-    for _ in range(N):
+    for _ in range(n):
         await pub.publish("orders.created", ORDER)
     await done.wait()
     await subscription.stop()
-    return N
+    return n
 
 
-def run(rounds: int) -> dict[str, Result]:
-    noop = Telemetry(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
-    sdk = Telemetry(
-        tracer_provider=TracerProvider(),  # spans are recorded, then dropped (no exporter)
-        meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
-    )
+def run(rounds: int, sizes: Sizes) -> list[Table]:
+    n = sizes.channel_msgs
+    tracer_provider, meter_provider = sdk_providers()
+    sdk = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    noop = noop_telemetry()
     loop = asyncio.new_event_loop()
     try:
-        return interleave(
+        results = interleave(
             {
-                "raw asyncio.Queue": lambda: loop.run_until_complete(raw_queue()),
+                "raw asyncio.Queue": lambda: loop.run_until_complete(raw_queue(n)),
+                "goflux channel, telemetry not configured": lambda: loop.run_until_complete(
+                    goflux_bus(n, Telemetry(), codec=False)
+                ),
                 "goflux channel, no-op telemetry": lambda: loop.run_until_complete(
-                    goflux_bus(noop, codec=False)
+                    goflux_bus(n, noop, codec=False)
                 ),
                 "goflux channel + JsonCodec, no-op telemetry": lambda: loop.run_until_complete(
-                    goflux_bus(noop, codec=True)
+                    goflux_bus(n, noop, codec=True)
                 ),
                 "goflux channel, SDK telemetry": lambda: loop.run_until_complete(
-                    goflux_bus(sdk, codec=False)
+                    goflux_bus(n, sdk, codec=False)
                 ),
             },
             rounds,
         )
     finally:
         loop.close()
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+    return [
+        Table(
+            "channel",
+            "In-process publish -> handler (channel transport)",
+            results,
+            "raw asyncio.Queue",
+        )
+    ]

@@ -1,4 +1,10 @@
-"""Interleaved A/B timing: every case runs in turn each round, so load drifts hit all."""
+"""Interleaved A/B timing and the tables it fills.
+
+Every case runs once per round, in turn (A B A B ...), so drifting load hits all cases
+alike; a table reports each case's median, min and max rate, its client CPU time per
+operation, and its ratio to the table's raw baseline (and to FastStream, where the
+table has a FastStream row).
+"""
 
 from __future__ import annotations
 
@@ -11,13 +17,19 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Result:
+    """Measurements of one case: a rate and a CPU cost per round."""
+
     name: str
     rates: list[float] = field(default_factory=list)  # operations per second
-    cpu_us: list[float] = field(default_factory=list)  # CPU microseconds per operation
+    cpu_us: list[float] = field(default_factory=list)  # client CPU microseconds per operation
 
     @property
     def median(self) -> float:
         return statistics.median(self.rates)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(self.cpu_us)
 
 
 def interleave(cases: dict[str, Callable[[], int]], rounds: int) -> dict[str, Result]:
@@ -34,17 +46,38 @@ def interleave(cases: dict[str, Callable[[], int]], rounds: int) -> dict[str, Re
     return results
 
 
-def table(title: str, results: dict[str, Result], baseline: str) -> str:
-    base = results[baseline].median
-    lines = [
-        f"### {title}",
-        "",
-        "| case | median ops/s | min | max | CPU µs/op | ratio vs " + baseline + " |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    lines.extend(
-        f"| {r.name} | {r.median:,.0f} | {min(r.rates):,.0f} | {max(r.rates):,.0f} | "
-        f"{statistics.median(r.cpu_us):.2f} | {r.median / base:.2f} |"
-        for r in results.values()
-    )
-    return "\n".join(lines)
+@dataclass
+class Table:
+    """One comparison: cases measured side by side against a raw baseline."""
+
+    key: str  # short name the goals and the chart refer to
+    title: str
+    results: dict[str, Result]
+    baseline: str  # the raw client's row
+    rival: str | None = None  # the FastStream row, if the table has one
+    note: str = ""
+
+    def ratio(self, name: str, against: str | None = None) -> float:
+        """``name``'s median rate over the baseline's (or ``against``'s)."""
+        return self.results[name].median / self.results[against or self.baseline].median
+
+    def markdown(self) -> str:
+        rival = self.rival if self.rival in self.results else None
+        head = "| case | median ops/s | min | max | CPU µs/op | vs raw |"
+        rule = "|---|---:|---:|---:|---:|---:|"
+        if rival is not None:
+            head += " vs FastStream |"
+            rule += "---:|"
+        lines = [f"### {self.title}", ""]
+        if self.note:
+            lines += [self.note, ""]
+        lines += [head, rule]
+        for r in self.results.values():
+            row = (
+                f"| {r.name} | {r.median:,.0f} | {min(r.rates):,.0f} | {max(r.rates):,.0f} | "
+                f"{r.cpu:.2f} | {self.ratio(r.name):.2f} |"
+            )
+            if rival is not None:
+                row += f" {self.ratio(r.name, rival):.2f} |"
+            lines.append(row)
+        return "\n".join(lines)

@@ -1,167 +1,285 @@
-"""JetStream: goflux publisher and subscriber against raw nats-py on the same server.
+"""JetStream: goflux publisher and subscriber against raw nats-py (and FastStream).
 
 Raw nats-py gets its best paths: ``await js.publish`` for sequential publishing,
-``publish_async`` for pipelined publishing, and a callback subscription driven by
-hand-sent pull requests (batch 100, re-pulled at half) for consuming. Both sides
-encode/decode the same 10-field pydantic model and ack every message. The consume
-table also runs goflux with the usual middleware chain, to show what it costs.
+``publish_async`` for pipelined publishing, and for consuming a callback subscription
+driven by hand-sent pull requests (batch 100, re-pulled at half), next to the
+documented ``fetch(100)`` loop. Every case encodes or decodes the same 10-field model
+and acks every message. The consume table also runs goflux with the usual middleware
+chain and with telemetry (OpenTelemetry's no-op providers, and the SDK recording
+every span and metric), to show what they cost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable, Sequence
 
 import nats
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from pydantic import TypeAdapter
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import NoOpTracerProvider
 
-from bench.codecs import ORDER, Order
-from bench.harness import Result, interleave
-from goflux import JsonCodec, Message, chain
+from bench import faststream_cases
+from bench.harness import Table, interleave
+from bench.payload import ADAPTER, ORDER, SIZE, Order
+from bench.sizes import Sizes
+from goflux import JsonCodec, Message, Telemetry, chain
 from goflux.middleware import RetryPolicy, message_context, retry_ack, timeout
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 
 STREAM = "BENCH"
-SEQUENTIAL = 2_000
-PIPELINED = 30_000
-CONSUMED = 30_000
-WINDOW = 4_000
-ADAPTER = TypeAdapter(Order)
+FETCH_BATCH = 100
 # The resilience chain a production service would use (heartbeats only after 10 s).
 RESILIENT = chain(retry_ack(RetryPolicy()), timeout(30), message_context())
 
 
-async def raw_sequential(js: JetStreamContext) -> int:
-    for _ in range(SEQUENTIAL):
+class DroppingExporter(SpanExporter):
+    """Takes finished spans and drops them: the SDK's full cost without any I/O."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def noop_telemetry() -> Telemetry:
+    """OpenTelemetry's no-op providers, configured explicitly."""
+    return Telemetry(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
+
+
+def sdk_providers() -> tuple[TracerProvider, MeterProvider]:
+    """The SDK: every span recorded and batched for export, every metric aggregated."""
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(DroppingExporter()))
+    return tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+# ------------------------------------------------------------------ publishing
+
+
+async def raw_sequential(js: JetStreamContext, count: int) -> int:
+    for _ in range(count):
         await js.publish("bench.seq", ADAPTER.dump_json(ORDER))
-    return SEQUENTIAL
+    return count
 
 
-async def goflux_sequential(pub: jetstream.Publisher[Order]) -> int:
-    for _ in range(SEQUENTIAL):
+async def goflux_sequential(pub: jetstream.Publisher[Order], count: int) -> int:
+    for _ in range(count):
         await pub.publish("bench.seq", ORDER)
-    return SEQUENTIAL
+    return count
 
 
-async def raw_pipelined(js: JetStreamContext) -> int:
-    futures = [
-        await js.publish_async("bench.pipe", ADAPTER.dump_json(ORDER)) for _ in range(PIPELINED)
-    ]
+async def raw_pipelined(js: JetStreamContext, count: int) -> int:
+    futures = [await js.publish_async("bench.pipe", ADAPTER.dump_json(ORDER)) for _ in range(count)]
     await asyncio.gather(*futures)
-    return PIPELINED
+    return count
 
 
-async def goflux_pipelined(pub: jetstream.Publisher[Order]) -> int:
-    outgoing = (jetstream.Outgoing("bench.pipe", ORDER) for _ in range(PIPELINED))
-    await pub.publish_many(outgoing, window=WINDOW)
-    return PIPELINED
+async def goflux_pipelined(pub: jetstream.Publisher[Order], count: int, window: int) -> int:
+    outgoing = (jetstream.Outgoing("bench.pipe", ORDER) for _ in range(count))
+    await pub.publish_many(outgoing, window=window)
+    return count
 
 
-async def raw_consume(js: JetStreamContext) -> int:
+# ------------------------------------------------------------------- consuming
+
+
+async def raw_callback_pull(
+    js: JetStreamContext,
+    count: int,
+    subject: str = "bench.data",
+    *,
+    on_order: Callable[[Order], None] | None = None,
+    deliver_policy: str = "all",
+    ready: asyncio.Event | None = None,
+) -> int:
     """The fastest raw nats-py consumer: callback + hand-sent pull requests + ack()."""
     nc = js._nc
-    info = await js.add_consumer(STREAM, filter_subject="bench.data", ack_policy="explicit")
+    info = await js.add_consumer(
+        STREAM, filter_subject=subject, ack_policy="explicit", deliver_policy=deliver_policy
+    )
     inbox = nc.new_inbox()
     next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{info.name}"
     batch = 100
+    request = json.dumps({"batch": batch, "expires": 30_000_000_000}).encode()
     state = {"received": 0, "outstanding": 0}
     done = asyncio.Event()
 
-    async def pull() -> None:
-        request = json.dumps({"batch": batch, "expires": 5_000_000_000}).encode()
-        await nc.publish(next_subject, request, reply=inbox)
-
     async def on_message(msg: Msg) -> None:
         if not msg.reply:
-            return  # status
-        ADAPTER.validate_json(msg.data)
+            return  # a status message
+        order = ADAPTER.validate_json(msg.data)
+        if on_order is not None:
+            on_order(order)
         await msg.ack()
         state["received"] += 1
         state["outstanding"] -= 1
         if state["outstanding"] == batch // 2:
             state["outstanding"] += batch
-            await pull()
-        if state["received"] == CONSUMED:
+            await nc.publish(next_subject, request, reply=inbox)
+        if state["received"] == count:
             done.set()
 
     sub = await nc.subscribe(inbox, cb=on_message)
     state["outstanding"] = 2 * batch
-    await pull()
-    await pull()
+    await nc.publish(next_subject, request, reply=inbox)
+    await nc.publish(next_subject, request, reply=inbox)
+    await nc.flush()
+    if ready is not None:
+        ready.set()
     await done.wait()
     await sub.unsubscribe()
     await js.delete_consumer(STREAM, info.name)
-    return CONSUMED
+    return count
 
 
-async def goflux_consume(js: JetStreamContext, *, middleware: bool = False) -> int:
-    count = 0
+async def raw_fetch(js: JetStreamContext, count: int) -> int:
+    """nats-py's documented pull path: ``fetch(100)`` in a loop, ``ack()`` each."""
+    psub = await js.pull_subscribe("bench.data", stream=STREAM)
+    received = 0
+    while received < count:
+        for msg in await psub.fetch(min(FETCH_BATCH, count - received), timeout=10):
+            ADAPTER.validate_json(msg.data)
+            await msg.ack()
+            received += 1
+    await psub.unsubscribe()
+    return count
+
+
+async def goflux_consume(
+    js: JetStreamContext,
+    count: int,
+    subject: str = "bench.data",
+    *,
+    middleware: bool = False,
+    telemetry: Telemetry | None = None,
+    on_order: Callable[[Order], None] | None = None,
+    deliver_policy: str = "all",
+    ready: asyncio.Event | None = None,
+) -> int:
+    received = 0
     done = asyncio.Event()
 
     async def handle(msg: Message[Order]) -> None:
-        nonlocal count
-        count += 1
-        if count == CONSUMED:
+        nonlocal received
+        if on_order is not None:
+            on_order(msg.payload)
+        received += 1
+        if received == count:
             done.set()
 
-    handler = RESILIENT(handle) if middleware else handle
-    sub = jetstream.Subscriber(js, JsonCodec(Order), stream=STREAM)
-    await sub.start("bench.data", handler)
+    sub = jetstream.Subscriber(
+        js,
+        JsonCodec(Order),
+        stream=STREAM,
+        telemetry=telemetry,
+        consumer_config={"deliver_policy": deliver_policy},
+    )
+    subscription = await sub.start(subject, RESILIENT(handle) if middleware else handle)
+    if ready is not None:
+        ready.set()
     await done.wait()
-    await sub.close()
-    return CONSUMED
+    await subscription.stop()
+    return count
 
 
-def run(rounds: int) -> dict[str, dict[str, Result]]:
+def run(rounds: int, sizes: Sizes) -> list[Table]:
     loop = asyncio.new_event_loop()
     server = NatsServer().start()
     try:
         nc = loop.run_until_complete(nats.connect(server.url))
-        js = nc.jetstream(publish_async_max_pending=WINDOW)
+        js = nc.jetstream(publish_async_max_pending=sizes.window)
         loop.run_until_complete(
             jetstream.ensure_stream(js, name=STREAM, subjects=["bench.>"], storage="file")
         )
         pub = jetstream.Publisher(js, JsonCodec(Order))
         loop.run_until_complete(
             pub.publish_many(
-                (jetstream.Outgoing("bench.data", ORDER) for _ in range(CONSUMED)), window=WINDOW
+                (jetstream.Outgoing("bench.data", ORDER) for _ in range(sizes.consumed)),
+                window=sizes.window,
             )
         )
+        tracer_provider, meter_provider = sdk_providers()
+        noop = noop_telemetry()
+        sdk = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        rivals = faststream_cases.Rivals(server.url, STREAM) if faststream_cases.AVAILABLE else None
 
-        def on(coroutine_factory):  # type: ignore[no-untyped-def]
-            return lambda: loop.run_until_complete(coroutine_factory())
+        def on(make: Callable[[], Awaitable[int]]) -> Callable[[], int]:
+            return lambda: loop.run_until_complete(make())
 
-        results = {
-            "sequential": interleave(
-                {
-                    "raw js.publish": on(lambda: raw_sequential(js)),
-                    "goflux Publisher.publish": on(lambda: goflux_sequential(pub)),
-                },
-                rounds,
+        n = sizes.consumed
+        publish_cases = {
+            "raw js.publish": on(lambda: raw_sequential(js, sizes.sequential)),
+            "goflux Publisher.publish": on(lambda: goflux_sequential(pub, sizes.sequential)),
+        }
+        consume_cases = {
+            "raw callback pull + ack": on(lambda: raw_callback_pull(js, n)),
+            "raw fetch(100) + ack": on(lambda: raw_fetch(js, n)),
+            "goflux Subscriber (auto-ack)": on(lambda: goflux_consume(js, n)),
+            "goflux + retry_ack, timeout, message_context": on(
+                lambda: goflux_consume(js, n, middleware=True)
             ),
-            "pipelined": interleave(
-                {
-                    "raw publish_async": on(lambda: raw_pipelined(js)),
-                    "goflux publish_many": on(lambda: goflux_pipelined(pub)),
-                },
-                rounds,
-            ),
-            "consume": interleave(
-                {
-                    "raw callback pull + ack": on(lambda: raw_consume(js)),
-                    "goflux Subscriber (auto-ack)": on(lambda: goflux_consume(js)),
-                    "goflux + retry_ack, timeout, message_context": on(
-                        lambda: goflux_consume(js, middleware=True)
-                    ),
-                },
-                rounds,
+            "goflux, no-op telemetry providers": on(lambda: goflux_consume(js, n, telemetry=noop)),
+            "goflux, SDK telemetry (spans + metrics)": on(
+                lambda: goflux_consume(js, n, telemetry=sdk)
             ),
         }
+        if rivals is not None:
+            publish_cases[faststream_cases.PUBLISH] = on(
+                lambda: rivals.publish("bench.seq", sizes.sequential)
+            )
+            consume_cases[faststream_cases.PULL] = on(lambda: rivals.consume("bench.data", n, True))
+            consume_cases[faststream_cases.PUSH] = on(
+                lambda: rivals.consume("bench.data", n, False)
+            )
+            consume_cases[faststream_cases.PUSH_LOGGING] = on(
+                lambda: rivals.consume("bench.data", n, False, logs=True)
+            )
+        rival_note = "" if rivals is not None else faststream_cases.MISSING
+        tables = [
+            Table(
+                "publish",
+                f"JetStream publish, waiting for each PubAck ({SIZE}-byte JSON payload)",
+                interleave(publish_cases, rounds),
+                "raw js.publish",
+                faststream_cases.PUBLISH,
+                rival_note,
+            ),
+            Table(
+                "pipelined",
+                f"JetStream pipelined publish ({sizes.window:,} PubAcks in flight)",
+                interleave(
+                    {
+                        "raw publish_async": on(lambda: raw_pipelined(js, sizes.pipelined)),
+                        "goflux publish_many": on(
+                            lambda: goflux_pipelined(pub, sizes.pipelined, sizes.window)
+                        ),
+                    },
+                    rounds,
+                ),
+                "raw publish_async",
+            ),
+            Table(
+                "consume",
+                f"JetStream consume with ack, typed handler ({n:,} messages per round)",
+                interleave(consume_cases, rounds),
+                "raw callback pull + ack",
+                faststream_cases.PUSH_LOGGING,
+                rival_note
+                or "FastStream runs with `logger=None` (its fastest setting) unless the row "
+                "says default logging. The vs FastStream column compares with its default "
+                "setup, the push subscriber with INFO logging.",
+            ),
+        ]
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
         loop.run_until_complete(nc.close())
-        return results
+        return tables
     finally:
         server.stop()
         loop.close()

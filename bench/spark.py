@@ -27,18 +27,15 @@ from nats.aio.msg import Msg
 from pydantic import TypeAdapter
 from pyspark.sql import SparkSession
 
-from bench.codecs import ORDER, Order
-from bench.harness import Result, interleave
+from bench.harness import Table, interleave
+from bench.payload import ORDER, Order
+from bench.sizes import Sizes
 from goflux import JsonCodec
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import spark as gspark
 
 STREAM, OUT = "SPARKBENCH", "SPARKOUT"
-SOURCE_ROWS = 100_000
-SINK_ROWS = 50_000
-WINDOW = 1_000
-OVERHEAD_BATCHES = 20
 ADAPTER = TypeAdapter(Order)
 
 
@@ -85,10 +82,10 @@ async def raw_read(url: str, count: int) -> int:
     return count
 
 
-async def raw_publish(url: str, bodies: list[bytes], *, ids: str | None = None) -> int:
+async def raw_publish(url: str, bodies: list[bytes], window: int, *, ids: str | None = None) -> int:
     """Publish ``bodies`` pipelined; with ``ids``, each with a message ID as goflux sets it."""
     nc = await nats.connect(url)
-    js = nc.jetstream(publish_async_max_pending=WINDOW)
+    js = nc.jetstream(publish_async_max_pending=window)
     if ids is None:
         futures = [await js.publish_async("sparkout.raw", body) for body in bodies]
     else:
@@ -105,7 +102,7 @@ async def raw_publish(url: str, bodies: list[bytes], *, ids: str | None = None) 
     return len(bodies)
 
 
-def _publish(url: str, count: int) -> None:
+def _publish(url: str, count: int, window: int) -> None:
     async def go() -> None:
         nc = await nats.connect(url)
         js = nc.jetstream()
@@ -113,14 +110,14 @@ def _publish(url: str, count: int) -> None:
         await jetstream.ensure_stream(js, name=OUT, subjects=["sparkout.>"])
         publisher = jetstream.Publisher(js, JsonCodec(Order))
         await publisher.publish_many(
-            (jetstream.Outgoing("bench.data", ORDER) for _ in range(count)), window=WINDOW
+            (jetstream.Outgoing("bench.data", ORDER) for _ in range(count)), window=window
         )
         await nc.close()
 
     asyncio.run(go())
 
 
-def micro_batch_overhead(spark: SparkSession, url: str) -> list[float]:
+def micro_batch_overhead(spark: SparkSession, url: str, batches: int) -> list[float]:
     """Seconds per micro-batch of 100 messages (engine plus source, noop sink)."""
     df = gspark.read_stream(spark, Order, servers=url, stream=STREAM, max_messages_per_trigger=100)
     with tempfile.TemporaryDirectory() as checkpoint:
@@ -131,7 +128,7 @@ def micro_batch_overhead(spark: SparkSession, url: str) -> list[float]:
             .start()
         )
         try:
-            while len(query.recentProgress) < OVERHEAD_BATCHES + 2:
+            while len(query.recentProgress) < batches + 2:
                 query.awaitTermination(0.5)
             progress: list[dict[str, Any]] = list(query.recentProgress)
         finally:
@@ -140,13 +137,18 @@ def micro_batch_overhead(spark: SparkSession, url: str) -> list[float]:
     return [p["durationMs"]["triggerExecution"] / 1000 for p in progress[2:] if p["numInputRows"]]
 
 
-def run(rounds: int) -> dict[str, Any]:
+def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
+    source_rows, sink_rows, window = (
+        sizes.spark_source_rows,
+        sizes.spark_sink_rows,
+        sizes.spark_window,
+    )
     server = NatsServer().start()
     spark = gspark.local_session("local[2]", app_name="goflux-bench")
     spark.sparkContext.setLogLevel("ERROR")
     try:
         url = server.url
-        _publish(url, SOURCE_ROWS)
+        _publish(url, source_rows, window)
         source = gspark.read(spark, Order, servers=url, stream=STREAM)
         source.write.format("noop").mode("overwrite").save()  # warm the workers
         rows = gspark.read(
@@ -154,16 +156,16 @@ def run(rounds: int) -> dict[str, Any]:
             Order,
             servers=url,
             stream=STREAM,
-            ending=SINK_ROWS + 1,
-            messages_per_partition=SINK_ROWS // 2,  # one partition per core
+            ending=sink_rows + 1,
+            messages_per_partition=sink_rows // 2,  # one partition per core
         ).cache()
         rows.count()
-        bodies = [JsonCodec(Order).encode(ORDER)] * SINK_ROWS
+        bodies = [JsonCodec(Order).encode(ORDER)] * sink_rows
         round_ids = iter(range(10_000))
 
         def goflux_source() -> int:
             source.write.format("noop").mode("overwrite").save()
-            return SOURCE_ROWS
+            return source_rows
 
         def goflux_sink() -> int:
             publisher = gspark.foreach_batch_publisher(
@@ -171,31 +173,48 @@ def run(rounds: int) -> dict[str, Any]:
                 subject="sparkout.goflux",
                 codec=JsonCodec(Order),
                 id_prefix=f"bench-{next(round_ids)}",
-                window=WINDOW,
+                window=window,
             )
             publisher(rows, 0)
-            return SINK_ROWS
+            return sink_rows
 
-        return {
-            "source": interleave(
-                {
-                    "raw nats-py read (1 process)": lambda: asyncio.run(raw_read(url, SOURCE_ROWS)),
-                    "goflux source (local[2])": goflux_source,
-                },
-                rounds,
+        source = interleave(
+            {
+                "raw nats-py read (1 process)": lambda: asyncio.run(raw_read(url, source_rows)),
+                "goflux source (local[2])": goflux_source,
+            },
+            rounds,
+        )
+        sink = interleave(
+            {
+                "raw publish_async (1 process)": lambda: asyncio.run(
+                    raw_publish(url, bodies, window)
+                ),
+                "raw publish_async + message IDs (1 process)": lambda: asyncio.run(
+                    raw_publish(url, bodies, window, ids=f"raw-{next(round_ids)}")
+                ),
+                "goflux foreach_batch_publisher (local[2])": goflux_sink,
+            },
+            rounds,
+        )
+        tables = [
+            Table(
+                "spark_source",
+                f"Spark source: typed rows/s over {source_rows:,} messages",
+                source,
+                "raw nats-py read (1 process)",
+                note="The CPU column counts this process only; Spark works in its JVM "
+                "and Python workers.",
             ),
-            "sink": interleave(
-                {
-                    "raw publish_async (1 process)": lambda: asyncio.run(raw_publish(url, bodies)),
-                    "raw publish_async + message IDs (1 process)": lambda: asyncio.run(
-                        raw_publish(url, bodies, ids=f"raw-{next(round_ids)}")
-                    ),
-                    "goflux foreach_batch_publisher (local[2])": goflux_sink,
-                },
-                rounds,
+            Table(
+                "spark_sink",
+                f"Spark sink: messages/s for {sink_rows:,} rows "
+                f"({window:,} PubAcks in flight per task)",
+                sink,
+                "raw publish_async (1 process)",
             ),
-            "overhead": micro_batch_overhead(spark, url),
-        }
+        ]
+        return tables, micro_batch_overhead(spark, url, sizes.spark_batches)
     finally:
         spark.stop()
         server.stop()
@@ -214,4 +233,4 @@ def overhead_table(times: list[float]) -> str:
     )
 
 
-__all__ = ("Result", "overhead_table", "run")
+__all__ = ("overhead_table", "run")

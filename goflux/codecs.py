@@ -188,11 +188,12 @@ class JsonCodec(Generic[T]):
             self._check_instance = type_
         else:
             self._warnings = "error"
-        self._validate = (
-            functools.partial(adapter.validate_json, strict=True)
-            if strict
-            else adapter.validate_json
+        # The core validator directly, once the type is complete: TypeAdapter's own
+        # validate_json adds a Python call and argument checks to every message.
+        validate_json = (
+            adapter.validator.validate_json if adapter.pydantic_complete else adapter.validate_json
         )
+        self._validate = functools.partial(validate_json, strict=True) if strict else validate_json
 
     @property
     def type(self) -> TypeForm[T]:

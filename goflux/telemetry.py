@@ -286,6 +286,8 @@ class Telemetry:
     @property
     def active(self) -> bool:
         """Whether anything is recorded at all (:attr:`tracing` or :attr:`metering`)."""
+        if self._tracing_on or self._metering_on:
+            return True  # the common case once configured: no property calls
         return self.tracing or self.metering
 
     @property

@@ -19,8 +19,8 @@ fi
 stamp=.venv/.goflux-installed
 want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-    echo "goflux: installing goflux[all,dev] into .venv (first run takes a minute)"
+    echo "goflux: installing goflux[all,dev,bench] into .venv (first run takes a minute)"
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[all,dev]"
+    .venv/bin/python -m pip install --quiet -e ".[all,dev,bench]"
     echo "$want" > "$stamp"
 fi

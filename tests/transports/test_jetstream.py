@@ -319,6 +319,49 @@ async def test_max_in_flight_bounds_what_the_server_has_outstanding(js: JetStrea
     await sub.close()
 
 
+async def test_workers_start_on_demand_up_to_concurrency(js: JetStreamContext) -> None:
+    """Four handlers at most run at once; a roomy concurrency spawns only what is used."""
+    release = asyncio.Event()
+    started: Inbox[Order] = Inbox()
+    running = peak = 0
+
+    async def slow(msg: Message[Order]) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await started(msg)
+        await release.wait()
+        running -= 1
+
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(12))
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, max_in_flight=12, concurrency=4)
+    subscription = await sub.start("orders.a", slow)
+    await started.wait_for(4)  # times out unless four workers run
+    release.set()
+    await started.wait_for(12)
+    await subscription.stop()
+    assert (peak, subscription.handled) == (4, 12)
+
+    roomy = jetstream.Subscriber(js, CODEC, stream=STREAM, max_in_flight=200, concurrency=200)
+    release.clear()
+    three: Inbox[Order] = Inbox()
+
+    async def hold(msg: Message[Order]) -> None:
+        await three(msg)
+        await release.wait()
+
+    await pub.publish_many(jetstream.Outgoing("orders.b", order(n)) for n in range(3))
+    held = await roomy.start("orders.b", hold)
+    await three.wait_for(3)
+    prefix = f"goflux-jetstream-{held.consumer}-"
+    workers = [t for t in asyncio.all_tasks() if t.get_name().removeprefix(prefix).isdigit()]
+    assert len(workers) == 3
+    release.set()
+    await held.stop()
+    assert held.handled == 3
+
+
 async def test_stop_finishes_in_flight_and_hands_the_rest_back_at_once(
     js: JetStreamContext,
 ) -> None:

@@ -59,10 +59,8 @@ class JetStreamAcker:
     __slots__ = (
         "_nc",
         "_no_acks",
-        "_offset",
         "_owner",
         "_reply",
-        "_tokens",
         "last_progress",
         "num_delivered",
         "released",
@@ -71,13 +69,11 @@ class JetStreamAcker:
     def __init__(
         self, nc: Client, owner: SettlementOwner, reply: str, *, no_acks: bool = False
     ) -> None:
-        tokens, offset = ack_tokens(reply)
+        tokens, offset = ack_tokens(reply)  # the tokens are not kept: memory per message
         self._nc = nc
         self._no_acks = no_acks  # an AckNone consumer (ordered mode): nothing to send
         self._owner = owner
         self._reply = reply
-        self._tokens = tokens
-        self._offset = offset
         self.num_delivered = int(tokens[offset + 2])
         self.last_progress = 0.0
         self.released = False  # its in-flight room was given back (at most once)
@@ -85,26 +81,29 @@ class JetStreamAcker:
     @property
     def stream_sequence(self) -> int:
         """The message's sequence in its stream."""
-        return int(self._tokens[self._offset + 3])
+        tokens, offset = ack_tokens(self._reply)
+        return int(tokens[offset + 3])
 
     @property
     def consumer(self) -> str:
         """The name of the consumer that delivered the message."""
-        return self._tokens[self._offset + 1]
+        tokens, offset = ack_tokens(self._reply)
+        return tokens[offset + 1]
 
     @property
     def consumer_sequence(self) -> int:
         """This delivery's sequence for the consumer."""
-        return int(self._tokens[self._offset + 4])
+        tokens, offset = ack_tokens(self._reply)
+        return int(tokens[offset + 4])
 
     @property
     def delivery(self) -> Delivery:
         """The delivery facts from the reply subject."""
-        tokens, offset = self._tokens, self._offset
+        tokens, offset = ack_tokens(self._reply)
         return Delivery(
             stream=tokens[offset],
             consumer=tokens[offset + 1],
-            stream_sequence=self.stream_sequence,
+            stream_sequence=int(tokens[offset + 3]),
             consumer_sequence=int(tokens[offset + 4]),
             num_delivered=self.num_delivered,
             num_pending=int(tokens[offset + 6]),
@@ -123,8 +122,19 @@ class JetStreamAcker:
         self._owner.on_settled(self, outcome)
 
     async def ack(self) -> None:
-        """Acknowledge: the consumer will not deliver the message again."""
-        await self._send(_ACK, "ack")
+        """Acknowledge: the consumer will not deliver the message again.
+
+        Raises:
+            SettlementError: The acknowledgement could not be sent.
+        """
+        if self._no_acks:
+            self._owner.on_settled(self, "ack")
+            return
+        try:  # _send inlined: acking is the hot path
+            await self._nc.publish(self._reply, _ACK)
+        except nats.errors.Error as exc:
+            raise SettlementError(f"could not ack message: {exc}") from exc
+        self._owner.on_settled(self, "ack")
 
     async def nak(self, delay: float | None) -> None:
         """Ask for redelivery, after ``delay`` seconds if given (server-side delay)."""

@@ -115,6 +115,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._s = settings
         # How a received message is made: with its acker, or without (ordered mode).
         self._make = self._unacknowledged if settings.ordered else received
+        self._quick_ack = not settings.ordered and not settings.manual_ack
         self._tel = telemetry
         self._next_subject = f"{js._prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._threshold = max(1, limits.batch // 2)
@@ -193,10 +194,6 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._last_activity = self._loop.time()
         await self._pull()
         await self._nc.flush()  # the first pull request has reached the server
-        self._workers = [
-            self._loop.create_task(self._work(), name=f"goflux-jetstream-{self._consumer}-{n}")
-            for n in range(self._s.concurrency)
-        ]
         self._watchdog = self._loop.create_task(
             self._watch(), name=f"goflux-jetstream-{self._consumer}-watchdog"
         )
@@ -536,6 +533,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     # ------------------------------------------------------------- processing
 
     def _wake(self, *, everyone: bool = False) -> None:
+        """Wake an idle worker (or all); start another if none is idle and room is left.
+
+        Workers start on demand, up to ``concurrency``: a stream's subscription may
+        allow thousands, and an idle worker still costs memory.
+        """
         idle = self._idle
         while idle:
             waiter = idle.pop()
@@ -543,6 +545,10 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 waiter.set_result(None)
                 if not everyone:
                     return
+        workers = self._workers
+        if not everyone and not self._draining and len(workers) < self._s.concurrency:
+            name = f"goflux-jetstream-{self._consumer}-{len(workers)}"
+            workers.append(self._loop.create_task(self._work(), name=name))
 
     async def _work(self) -> None:
         enter_handler_context(self)
@@ -618,11 +624,12 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if acker.num_delivered > 1:
             self.redelivered += 1
             self._tel.record_redelivery(self._redelivery_attrs)
-        headers, message_id = read_headers(msg.headers)
+        raw_headers = msg.headers
+        headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
         data = msg.data
         message: Message[T] | None = None
         try:
-            with self._scope(msg, acker, message_id):
+            with self._scope(msg, acker, message_id) if self._tel.active else NULL_SCOPE:
                 try:
                     payload = self._codec.decode(data)
                 except DecodeError as exc:
@@ -657,7 +664,15 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._settle_after(message, acker, failed=True)
             return
         self.handled += 1
-        if message.settled is None or not message.acknowledgeable:
+        if message._settled is None and self._quick_ack and message._observer is None:
+            # The hot path (auto-ack, nobody observing): Message.ack without its layers.
+            message._settled = "ack"
+            try:
+                await acker.ack()
+            except SettlementError as exc:
+                message._settled = None
+                self._unsettled(acker, exc)
+        elif message.settled is None or not message.acknowledgeable:
             await self._settle_after(message, acker, failed=False)
 
     async def _after_cancellation(
@@ -688,12 +703,16 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         try:
             await sending
         except SettlementError as exc:
-            logger.warning(
-                "could not settle message %s (%s); the server redelivers it after ack_wait",
-                acker.stream_sequence,
-                exc,
-            )
-            self._release(acker)
+            self._unsettled(acker, exc)
+
+    def _unsettled(self, acker: JetStreamAcker, exc: SettlementError) -> None:
+        """A settlement could not be sent: log it and give its in-flight room back."""
+        logger.warning(
+            "could not settle message %s (%s); the server redelivers it after ack_wait",
+            acker.stream_sequence,
+            exc,
+        )
+        self._release(acker)
 
     async def _reject(
         self, letter: Message[bytes], acker: JetStreamAcker, exc: DecodeError

@@ -1,0 +1,82 @@
+"""Machine notes for the report: what ran where, and how loaded the machine was."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+PACKAGES = ("nats-py", "pydantic", "opentelemetry-sdk", "faststream", "pyspark")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _memory() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB RAM"
+    except OSError:
+        pass
+    return "RAM unknown"
+
+
+def _versions() -> str:
+    found = []
+    for name in PACKAGES:
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    server = shutil.which("nats-server")
+    if server:
+        out = subprocess.run([server, "--version"], capture_output=True, text=True, check=False)
+        found.append(out.stdout.strip() or "nats-server")
+    return ", ".join(found)
+
+
+def _commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).parent,
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def notes(rounds: int, smoke: bool) -> str:
+    load = os.getloadavg()
+    mode = "smoke run (tiny sizes)" if smoke else "full run"
+    return "\n".join(
+        [
+            "## Machine",
+            "",
+            f"- {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
+            f"{mode}, {rounds} interleaved round(s) per table",
+            f"- {os.cpu_count()} cores ({_cpu_model()}), {_memory()}, "
+            f"{platform.system()} {platform.release()}",
+            f"- load average at start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
+            "(1 / 5 / 15 min)",
+            f"- Python {platform.python_version()}; {_versions()}",
+            "- client and nats-server share the machine (loopback, file storage)",
+        ]
+    )
+
+
+def finish(elapsed: float) -> str:
+    load = os.getloadavg()
+    return f"- load average at the end: {load[0]:.2f}; the run took {elapsed:.0f} s"

@@ -1,0 +1,41 @@
+"""How much each case does: the full run, and the smoke run the test suite makes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Operations per case (per round) for every suite."""
+
+    codec_ops: int = 20_000
+    channel_msgs: int = 50_000
+    sequential: int = 2_000
+    pipelined: int = 30_000
+    window: int = 4_000
+    consumed: int = 30_000
+    latency_msgs: int = 5_000
+    latency_rate: float = 1_000.0
+    in_flight: int = 10_000
+    spark_source_rows: int = 100_000
+    spark_sink_rows: int = 50_000
+    spark_window: int = 1_000
+    spark_batches: int = 20
+
+
+FULL = Sizes()
+SMOKE = Sizes(
+    codec_ops=300,
+    channel_msgs=200,
+    sequential=30,
+    pipelined=300,
+    window=100,
+    consumed=300,
+    latency_msgs=60,
+    in_flight=200,
+    spark_source_rows=2_000,
+    spark_sink_rows=1_000,
+    spark_window=100,
+    spark_batches=2,
+)
