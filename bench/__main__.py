@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     sections: list[str] = []
     latencies = None
     overhead = None
+    hooks_ns = None
 
     def add(new: list[Table]) -> None:
         tables.extend(new)
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if "jetstream" in selected:
         from bench import jetstream  # noqa: PLC0415
 
-        add(jetstream.run(rounds, sizes))
+        js_tables, hooks_ns = jetstream.run(rounds, sizes)
+        add(js_tables)
     if "latency" in selected:
         latencies = latency.run(rounds, sizes)
         sections.append(latency.markdown(latencies, sizes))
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         add(spark_tables)
         sections.append(spark.overhead_table(overhead))
 
-    checked = goals.check({t.key: t for t in tables}, latencies, overhead)
+    checked = goals.check({t.key: t for t in tables}, latencies, overhead, hooks_ns)
     args.out.mkdir(parents=True, exist_ok=True)
     drawn = chart.draw(tables, args.out / "chart.png") if tables else False
     report = "\n\n".join(

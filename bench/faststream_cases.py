@@ -27,6 +27,7 @@ PUBLISH = "FastStream broker.publish(stream=)"
 PULL = "FastStream pull subscriber (batch 100)"
 PUSH = "FastStream push subscriber"
 PUSH_LOGGING = "FastStream push subscriber, default INFO logging"
+CONSUME_ROWS = (PULL, PUSH, PUSH_LOGGING)
 
 
 def _default_logging() -> logging.Logger:

@@ -61,6 +61,20 @@ class Table:
         """``name``'s median rate over the baseline's (or ``against``'s)."""
         return self.results[name].median / self.results[against or self.baseline].median
 
+    def paired_ratio(self, name: str, against: str | None = None) -> float:
+        """The median of per-round ratios: each round's two runs were measured back to back.
+
+        Less sensitive to load drifting between rounds than the ratio of medians; the
+        goals are judged on it.
+        """
+        ours = self.results[name].rates
+        theirs = self.results[against or self.baseline].rates
+        return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+
+    def cpu_ratio(self, name: str, against: str | None = None) -> float:
+        """The baseline's CPU per operation over ``name``'s (1.0: as efficient)."""
+        return self.results[against or self.baseline].cpu / self.results[name].cpu
+
     def markdown(self) -> str:
         rival = self.rival if self.rival in self.results else None
         head = "| case | median ops/s | min | max | CPU µs/op | vs raw |"

@@ -264,6 +264,7 @@ def test_offsets_are_stream_sequences_in_the_checkpoint(
     assert lines[-1] == '{"stream": "SALES", "seq": 31}'  # key order is stable
 
 
+@pytest.mark.timeout(300)  # two driver JVMs: about 40 s, far more on a loaded machine
 def test_driver_killed_between_offsets_and_commit_loses_and_repeats_nothing(
     spark: SparkSession, nats_server: NatsServer, tmp_path: Path
 ) -> None:
