@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from goflux.urls import redact_url
+
 if TYPE_CHECKING:
     from goflux.demo.summary import DemoSummary
 
@@ -84,7 +86,9 @@ async def _connect(url: str) -> Any:
             error_cb=_quiet,
         )  # fmt: skip
     except Exception as exc:
-        raise OSError(f"cannot reach a NATS server at {url} ({type(exc).__name__})") from exc
+        raise OSError(
+            f"cannot reach a NATS server at {redact_url(url)} ({type(exc).__name__})"
+        ) from exc
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

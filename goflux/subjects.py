@@ -4,7 +4,10 @@ A subject is a dot-separated list of non-empty tokens without whitespace or cont
 characters. Subscriptions may use wildcards as whole tokens: ``*`` matches exactly one
 token and ``>`` (last token only) matches one or more. A wildcard character inside a
 token (``orders.*-created``) is refused: NATS would treat it as a literal, which is
-almost never what was meant.
+almost never what was meant. A subject is at most :data:`MAX_SUBJECT_BYTES` long in
+UTF-8: nats-server closes the connection of a client whose protocol line exceeds its
+``max_control_line`` (4 KiB by default), which would take every other message on that
+connection with it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from functools import lru_cache
 from goflux.errors import InvalidSubject
 
 __all__ = (
+    "MAX_SUBJECT_BYTES",
     "covers",
     "is_wildcard",
     "matches",
@@ -28,6 +32,19 @@ _SUBJECT = re.compile(rf"{_LITERAL}(?:\.{_LITERAL})*")
 _PATTERN = re.compile(rf"(?:{_LITERAL}|\*)(?:\.(?:{_LITERAL}|\*))*(?:\.>)?|>")
 _BAD_CHAR = re.compile(r"[\s\x00-\x1f\x7f]")
 
+MAX_SUBJECT_BYTES = 3_072
+"""The longest subject or pattern accepted, in UTF-8 bytes.
+
+It leaves room within nats-server's default 4 KiB protocol line for the reply inbox
+and the sizes that share the line with the subject.
+"""
+
+
+def _too_long(subject: str) -> bool:
+    return len(subject) > MAX_SUBJECT_BYTES or (
+        len(subject) * 4 > MAX_SUBJECT_BYTES and len(subject.encode()) > MAX_SUBJECT_BYTES
+    )
+
 
 def _diagnose(subject: object, *, pattern: bool) -> InvalidSubject:  # noqa: PLR0911
     what = "subscription pattern" if pattern else "subject"
@@ -37,6 +54,14 @@ def _diagnose(subject: object, *, pattern: bool) -> InvalidSubject:  # noqa: PLR
         )
     if not subject:
         return InvalidSubject(f"{what} must not be empty", subject=subject)
+    if _too_long(subject):
+        size = len(subject.encode())
+        return InvalidSubject(
+            f"invalid {what} {subject[:40]!r}... ({size} bytes): longer than "
+            f"{MAX_SUBJECT_BYTES} bytes, which nats-server would answer by closing the "
+            "connection",
+            subject=subject,
+        )
     bad = _BAD_CHAR.search(subject)
     if bad:
         return InvalidSubject(
@@ -72,14 +97,14 @@ def _diagnose(subject: object, *, pattern: bool) -> InvalidSubject:  # noqa: PLR
 
 @lru_cache(maxsize=4096)
 def _valid_subject(subject: str) -> str:
-    if _SUBJECT.fullmatch(subject) is None:
+    if _too_long(subject) or _SUBJECT.fullmatch(subject) is None:
         raise _diagnose(subject, pattern=False)
     return subject
 
 
 @lru_cache(maxsize=1024)
 def _valid_pattern(pattern: str) -> str:
-    if _PATTERN.fullmatch(pattern) is None:
+    if _too_long(pattern) or _PATTERN.fullmatch(pattern) is None:
         raise _diagnose(pattern, pattern=True)
     return pattern
 
@@ -89,7 +114,7 @@ def validate_subject(subject: str) -> str:
 
     Raises:
         InvalidSubject: Empty, not a str, empty tokens, whitespace/control characters,
-            or wildcards.
+            wildcards, or longer than :data:`MAX_SUBJECT_BYTES`.
     """
     if not isinstance(subject, str):
         raise _diagnose(subject, pattern=False)
@@ -101,7 +126,8 @@ def validate_pattern(pattern: str) -> str:
 
     Raises:
         InvalidSubject: Empty, not a str, empty tokens, whitespace/control characters,
-            ``>`` not last, or a wildcard inside a token.
+            ``>`` not last, a wildcard inside a token, or longer than
+            :data:`MAX_SUBJECT_BYTES`.
     """
     if not isinstance(pattern, str):
         raise _diagnose(pattern, pattern=True)

@@ -54,6 +54,7 @@ from goflux.middleware import DeadLetter, ExponentialBackoff, RetryPolicy, retry
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports.spark.connection import ConnectionSettings
+from goflux.urls import redact_url
 
 __all__ = (
     "DemoConfig",
@@ -486,7 +487,7 @@ async def run_demo(config: DemoConfig | None = None) -> DemoSummary:
             url = server.url
             config.out.write(f"embedded nats-server on {url} (set NATS_URL to use another)\n")
         else:
-            config.out.write(f"nats-server at {url}\n")
+            config.out.write(f"nats-server at {redact_url(url)}\n")
         await _run(url, config, summary)
     summary.seconds = time.perf_counter() - began
     summary.checks = check(summary)

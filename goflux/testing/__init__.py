@@ -4,6 +4,13 @@
 and provides the ``nats_server`` and ``nats_url`` fixtures.
 """
 
+from goflux.testing.cluster import NatsCluster
 from goflux.testing.server import NatsServer, NatsServerError, NatsServerNotFound, find_nats_server
 
-__all__ = ("NatsServer", "NatsServerError", "NatsServerNotFound", "find_nats_server")
+__all__ = (
+    "NatsCluster",
+    "NatsServer",
+    "NatsServerError",
+    "NatsServerNotFound",
+    "find_nats_server",
+)

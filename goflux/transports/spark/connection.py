@@ -8,6 +8,7 @@ connection fails the task (Spark retries it) instead of hanging it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import ssl
@@ -20,6 +21,7 @@ import nats
 from nats.aio.client import Client
 
 from goflux.errors import SourceOptionError, TransportError
+from goflux.urls import redact_url
 
 __all__ = ("ConnectionSettings", "TaskLoop")
 
@@ -190,8 +192,12 @@ class ConnectionSettings:
                 error_cb=_report_quietly,
             )
         except (OSError, TimeoutError, nats.errors.Error) as exc:
+            # nats-py leaves the socket of a refused connection (bad credentials) open;
+            # closing after a failed TLS handshake can hang, hence the bound.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.close(), timeout=1.0)
             raise TransportError(
-                f"cannot connect to NATS at {', '.join(map(_redact, self.servers))}: "
+                f"cannot connect to NATS at {', '.join(map(redact_url, self.servers))}: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
         return nc
@@ -200,14 +206,6 @@ class ConnectionSettings:
 async def _report_quietly(exc: Exception) -> None:
     """nats-py logs every error with a traceback; failures reach the task as exceptions."""
     _log.debug("NATS connection error: %s: %s", type(exc).__name__, exc)
-
-
-def _redact(url: str) -> str:
-    """``url`` without credentials embedded in it (``nats://user:secret@host``)."""
-    scheme, sep, rest = url.rpartition("://")
-    if "@" not in rest:
-        return url
-    return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"
 
 
 def _split_servers(value: str) -> tuple[str, ...]:

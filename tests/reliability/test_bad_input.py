@@ -1,0 +1,282 @@
+"""Hostile input: every case is a clear error of the documented type, and nothing else breaks.
+
+Property tests drive random payloads, subjects and headers through real servers; a bad
+message is terminated and dead-lettered exactly once while every good one around it
+is handled once, and a refused publish never costs the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import nats
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nats.aio.client import Client
+
+from goflux import (
+    BytesCodec,
+    DecodeError,
+    EncodeError,
+    InvalidHeader,
+    InvalidSubject,
+    JsonCodec,
+    Message,
+    PayloadTooLarge,
+)
+from goflux.middleware import DeadLetter
+from goflux.subjects import MAX_SUBJECT_BYTES
+from goflux.testing import NatsServer
+from goflux.transports import jetstream
+from goflux.transports import nats as gnats
+from tests.models import Order, order
+
+pytestmark = pytest.mark.timeout(120)
+
+CODEC = JsonCodec(Order)
+GOOD = CODEC.encode(order(1))
+EXAMPLES = settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[NatsServer]:
+    with NatsServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """One loop for a module's examples (hypothesis runs them synchronously)."""
+    event_loop = asyncio.new_event_loop()
+    yield event_loop
+    event_loop.close()
+
+
+def is_order(data: bytes) -> bool:
+    try:
+        CODEC.decode(data)
+    except DecodeError:
+        return False
+    return True
+
+
+BAD_PAYLOADS = st.one_of(
+    st.binary(max_size=300),
+    st.integers(min_value=1, max_value=len(GOOD) - 1).map(lambda n: GOOD[:n]),  # truncated
+    st.sampled_from(
+        [
+            b'{"id": 5, "customerId": "c", "amount": 1}',  # wrong type
+            b'{"id": "x", "customerId": "c", "amount": "lots"}',
+            b'{"id": "x", "customerId": "c", "amount": NaN}',
+            b'{"id": "x", "customerId": "c", "amount": Infinity}',
+            b'{"id": "x", "customerId": "c", "amount": 1e999}',
+            b"[" * 5_000 + b"]" * 5_000,  # deep nesting
+            b'{"id": "x", "customerId": "c", "amount": 1, "lines": ' + b"[" * 3_000 + b"]" * 3_000,
+            b"",
+            b"null",
+        ]
+    ),
+).filter(lambda data: not is_order(data))
+
+
+async def run_mixed(url: str, batch: list[bytes | None]) -> None:
+    """Publish ``batch`` raw (None: a good order); check what the subscriber made of it."""
+    name = f"BAD{uuid.uuid4().hex[:8]}".upper()
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    try:
+        await jetstream.ensure_stream(js, name=name, subjects=[f"{name}.>"])
+        dead_letters = f"{name}.dead"
+        raw = nc.jetstream()
+        expected_good: list[str] = []
+        for index, bad in enumerate(batch):
+            if bad is None:
+                expected_good.append(f"o-{index}")
+            await raw.publish(f"{name}.in", CODEC.encode(order(index)) if bad is None else bad)
+        handled: list[str] = []
+        settled = asyncio.Event()
+        total = len(batch)
+
+        async def handle(msg: Message[Order]) -> None:
+            handled.append(msg.payload.id)
+
+        letter_publisher = jetstream.Publisher(js, BytesCodec())
+        sub = jetstream.Subscriber(
+            js,
+            CODEC,
+            stream=name,
+            dead_letter=DeadLetter(letter_publisher, dead_letters),
+        )
+        subscription = await sub.start(f"{name}.in", handle)
+        async with asyncio.timeout(20):
+            while subscription.handled + subscription.undecodable < total:
+                await nc.flush()
+                await asyncio.sleep(0)
+            settled.set()
+            while True:  # acks and terms are fire-and-forget: wait until the server has them
+                info = await js.consumer_info(name, subscription.consumer)
+                if (info.num_pending, info.num_ack_pending, info.num_redelivered) == (0, 0, 0):
+                    break
+                await nc.flush()
+        assert subscription.running
+        await subscription.stop()
+        letters = (await js.stream_info(name, subjects_filter=dead_letters)).state.subjects or {}
+        assert handled == expected_good  # each good one once, in order, none delayed away
+        assert subscription.undecodable == total - len(expected_good)
+        assert letters.get(dead_letters, 0) == total - len(expected_good)  # once each
+    finally:
+        await js.delete_stream(name)
+        await nc.close()
+
+
+@EXAMPLES
+@given(st.lists(st.one_of(st.none(), BAD_PAYLOADS), min_size=1, max_size=12))
+def test_bad_payloads_are_dead_lettered_once_and_good_ones_flow(
+    shared_server: NatsServer, loop: asyncio.AbstractEventLoop, batch: list[bytes | None]
+) -> None:
+    loop.run_until_complete(run_mixed(shared_server.url, batch))
+
+
+@pytest.fixture(scope="module")
+def core(
+    shared_server: NatsServer, loop: asyncio.AbstractEventLoop
+) -> Iterator[tuple[Client, gnats.Publisher[dict[str, Any]]]]:
+    nc = loop.run_until_complete(nats.connect(shared_server.url))
+    yield nc, gnats.Publisher(nc, JsonCodec(dict[str, Any]))
+    loop.run_until_complete(nc.close())
+
+
+def survives(nc: Client, loop: asyncio.AbstractEventLoop) -> None:
+    """The connection is still up and the server still answers it."""
+    loop.run_until_complete(nc.flush(timeout=5))
+    assert nc.is_connected
+    assert nc.stats["reconnects"] == 0
+
+
+@EXAMPLES
+@given(
+    st.text(max_size=60) | st.text(min_size=MAX_SUBJECT_BYTES - 5, max_size=MAX_SUBJECT_BYTES + 900)
+)
+def test_any_subject_is_published_or_refused_and_the_connection_lives(
+    core: tuple[Client, gnats.Publisher[dict[str, Any]]],
+    loop: asyncio.AbstractEventLoop,
+    subject: str,
+) -> None:
+    nc, publisher = core
+    with contextlib.suppress(InvalidSubject):
+        loop.run_until_complete(publisher.publish(subject, {"n": 1}))
+    survives(nc, loop)
+
+
+@EXAMPLES
+@given(
+    st.dictionaries(st.text(max_size=20), st.text(max_size=200), max_size=30),
+)
+def test_any_headers_are_published_or_refused_and_the_connection_lives(
+    core: tuple[Client, gnats.Publisher[dict[str, Any]]],
+    loop: asyncio.AbstractEventLoop,
+    headers: dict[str, str],
+) -> None:
+    nc, publisher = core
+    with contextlib.suppress(InvalidHeader):
+        loop.run_until_complete(publisher.publish("bad.headers", {"n": 1}, headers=headers))
+    survives(nc, loop)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("X-Evil\r\nInjected", "v"),
+        ("ok", "line\r\nInjected: yes"),
+        ("ok", "bare\nnewline"),
+        ("", "empty name"),
+        ("spa ce", "v"),
+        ("colon:", "v"),
+    ],
+)
+def test_header_injection_is_refused(
+    core: tuple[Client, gnats.Publisher[dict[str, Any]]],
+    loop: asyncio.AbstractEventLoop,
+    name: str,
+    value: str,
+) -> None:
+    nc, publisher = core
+    with pytest.raises(InvalidHeader):
+        loop.run_until_complete(publisher.publish("bad.headers", {"n": 1}, headers={name: value}))
+    survives(nc, loop)
+
+
+@pytest.mark.parametrize(
+    "subject",
+    ["", "a..b", ".a", "a.", "a b", "a.*", "a.>", "a.b\tc", "a" * (MAX_SUBJECT_BYTES + 1)],
+)
+def test_bad_subjects_are_refused_everywhere(
+    core: tuple[Client, gnats.Publisher[dict[str, Any]]],
+    loop: asyncio.AbstractEventLoop,
+    subject: str,
+) -> None:
+    nc, publisher = core
+    with pytest.raises(InvalidSubject):
+        loop.run_until_complete(publisher.publish(subject, {"n": 1}))
+    subscriber = gnats.Subscriber(nc, JsonCodec(dict[str, Any]))
+
+    async def nothing(msg: Message[dict[str, Any]]) -> None:
+        return None
+
+    if subject not in ("a.*", "a.>"):  # wildcards are fine for subscribing
+        with pytest.raises(InvalidSubject):
+            loop.run_until_complete(subscriber.start(subject, nothing))
+    survives(nc, loop)
+
+
+def test_payloads_over_max_payload_are_a_publish_error(
+    shared_server: NatsServer,
+    core: tuple[Client, gnats.Publisher[dict[str, Any]]],
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    nc, publisher = core
+    limit = nc.max_payload
+    js = nc.jetstream()
+    loop.run_until_complete(jetstream.ensure_stream(js, name="HUGE", subjects=["huge.>"]))
+    js_publisher = jetstream.Publisher(js, BytesCodec())
+    for publish in (
+        lambda: publisher.publish("huge.core", {"blob": "x" * limit}),
+        lambda: js_publisher.publish("huge.js", b"x" * (limit + 1)),
+        lambda: js_publisher.publish("huge.js", b"x" * (limit - 10), headers={"big": "y" * 100}),
+    ):
+        with pytest.raises(PayloadTooLarge) as caught:
+            loop.run_until_complete(publish())
+        assert caught.value.limit == limit
+        survives(nc, loop)
+    # Just under the limit still goes through, headers included.
+    receipt = loop.run_until_complete(js_publisher.publish("huge.js", b"x" * (limit - 200)))
+    assert receipt is not None
+    many = {f"h{n}": "v" * 10 for n in range(500)}
+    assert loop.run_until_complete(js_publisher.publish("huge.js", b"x", headers=many))
+    survives(nc, loop)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_floats_are_an_encode_error(value: float) -> None:
+    with pytest.raises(EncodeError, match="NaN and Infinity"):
+        CODEC.encode(Order(id="x", customerId="c", amount=value))
+
+
+def test_deep_nesting_is_a_decode_error_not_a_crash() -> None:
+    deep = b'{"id": "x", "customerId": "c", "amount": 1, "lines": ' + b"[" * 100_000
+    with pytest.raises(DecodeError):
+        CODEC.decode(deep)
+    with pytest.raises(DecodeError):
+        JsonCodec(dict[str, Any]).decode(b'{"a": ' * 100_000 + b"1" + b"}" * 100_000)
+    assert json.loads(GOOD)  # the good payload really is JSON: the cases above are the bad ones
