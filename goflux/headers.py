@@ -46,6 +46,11 @@ def _check_value(name: str, value: object) -> str:
         raise InvalidHeader(f"header {name!r} value must be str, got {type(value).__name__}")
     if _BAD_VALUE.search(value):
         raise InvalidHeader(f"header {name!r} value contains CR, LF or NUL: {value!r}")
+    if value != value.strip():
+        raise InvalidHeader(
+            f"header {name!r} value has leading or trailing whitespace, which NATS clients "
+            f"strip in transit (it would arrive changed): {value!r}"
+        )
     if not value.isascii():
         try:
             value.encode()
@@ -63,8 +68,9 @@ class Headers(MutableMapping[str, str]):
     Assigning (``h[k] = v``) replaces every value of that name.
 
     Raises:
-        InvalidHeader: A name is not an RFC 9110 token, or a value is not a string or
-            contains CR, LF or NUL (which would let it forge other headers on the wire).
+        InvalidHeader: A name is not an RFC 9110 token, or a value is not a string,
+            contains CR, LF or NUL (which would let it forge other headers on the wire)
+            or has leading or trailing whitespace (which would not survive the trip).
     """
 
     __slots__ = ("_data",)

@@ -8,13 +8,24 @@ __all__ = ("redact_url",)
 def redact_url(url: str) -> str:
     """Return ``url`` with embedded credentials masked: ``nats://***@host:4222``.
 
-    Several comma-separated URLs are masked one by one. Anything printed, logged or
-    raised about a server goes through this, so a password or token given in
-    ``NATS_URL`` never reaches a log, an exception or a terminal.
+    Works on a comma-separated list of URLs too. The user information of each URL
+    runs from its ``://`` to the last ``@`` before the next URL's ``://``, so a
+    password holding ``,``, ``/``, ``#`` or ``?`` is masked whole. Anything printed,
+    logged or raised about a server goes through this, so a password or token given
+    in ``NATS_URL`` never reaches a log, an exception or a terminal.
     """
-    if "," in url:
-        return ",".join(redact_url(part) for part in url.split(","))
-    scheme, separator, rest = url.rpartition("://")
-    if "@" not in rest:
-        return url
-    return f"{scheme}{separator}***@{rest.rsplit('@', 1)[1]}"
+    parts = url.split("://")
+    if len(parts) < 2:  # no scheme: "user:secret@host:4222" or a bare host
+        at = url.rfind("@")
+        return f"***@{url[at + 1 :]}" if at >= 0 else url
+    masked = [parts[0]]
+    for index, part in enumerate(parts[1:], start=1):
+        # The text up to the next URL's scheme belongs to this URL (its tail holds
+        # ",scheme" when another URL follows).
+        body, tail = part, ""
+        if index < len(parts) - 1:
+            comma = part.rfind(",")
+            body, tail = (part[:comma], part[comma:]) if comma >= 0 else (part, "")
+        at = body.rfind("@")
+        masked.append(f"***@{body[at + 1 :]}{tail}" if at >= 0 else part)
+    return "://".join(masked)

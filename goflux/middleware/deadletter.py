@@ -21,7 +21,24 @@ __all__ = (
     "DeadLetterReason",
     "dead_letter_headers",
     "is_dead_letter",
+    "refused_for_good",
 )
+
+
+def refused_for_good(failure: BaseException) -> bool:
+    """Whether a failed :meth:`DeadLetter.send` can never succeed for this message.
+
+    True when the letter itself is refused: too large for the server even in compact
+    form (:class:`PayloadTooLarge`), or refused by JetStream with an error code (for
+    example 10097, more than 64 KiB of headers). Retrying later would only bring the
+    message back forever, so the caller terminates it without a dead letter instead.
+    A broken destination (a closed publisher or connection) is not the message's
+    fault: the message is kept for a later try.
+    """
+    if isinstance(failure, PayloadTooLarge):
+        return True
+    return isinstance(failure, PublishError) and failure.permanent and failure.err_code is not None
+
 
 DeadLetterReason: TypeAlias = Literal["non_retryable", "max_attempts", "undecodable"]
 """Why a message was dead-lettered: a permanent failure, retries exhausted, or a

@@ -15,7 +15,12 @@ from goflux.headers import Headers, escape_header_value
 from goflux.interfaces import Handler
 from goflux.message import Message
 from goflux.middleware.backoff import Backoff, BackoffLike, ExponentialBackoff, as_backoff
-from goflux.middleware.deadletter import DeadLetter, DeadLetterReason, is_dead_letter
+from goflux.middleware.deadletter import (
+    DeadLetter,
+    DeadLetterReason,
+    is_dead_letter,
+    refused_for_good,
+)
 from goflux.middleware.types import GenericMiddleware
 from goflux.telemetry import error_type
 
@@ -209,8 +214,12 @@ class _Retrier:
         headers = message._headers  # not message.headers: that would create empty ones
         return headers.copy() if headers else None
 
-    async def dead_letter(self, attempt: _Attempt, reason: DeadLetterReason) -> bool:
-        """Send the dead letter, if one is configured; False if it could not be sent."""
+    async def dead_letter(self, attempt: _Attempt, reason: DeadLetterReason) -> bool | None:
+        """Send the dead letter, if one is configured.
+
+        Returns True once sent (or when none is due), False if it could not be sent
+        now, and None if it never can be (the server refuses it for good).
+        """
         destination = self._policy.dead_letter
         if destination is None:
             return True
@@ -240,7 +249,7 @@ class _Retrier:
                 failure,
                 exc_info=failure,
             )
-            return False
+            return None if refused_for_good(failure) else False
         return True
 
     async def settle_failure(self, attempt: _Attempt) -> None:
@@ -263,7 +272,8 @@ class _Retrier:
                 await message.nak(decision.delay)
                 return
             assert decision.reason is not None
-            if not await self.dead_letter(attempt, decision.reason):
+            sent = await self.dead_letter(attempt, decision.reason)
+            if sent is False:
                 # Keep the message: it comes back after a delay and is dead-lettered
                 # then (the destination may be down, or misconfigured: see the log).
                 retry_in = max(self._policy.backoff.delay(attempt.number), DEAD_LETTER_RETRY)
@@ -282,7 +292,9 @@ class _Retrier:
                 message.subject,
                 attempt.number,
                 decision.reason,
-                self._sent_note(message),
+                self._sent_note(message)
+                if sent
+                else ", WITHOUT a dead letter: the server refuses it for good (see above)",
             )
             await message.term(_term_reason(decision.reason, attempt.error))
         except SettlementError as failure:

@@ -13,7 +13,13 @@ from goflux.middleware import ExponentialBackoff, retry_publish
 from goflux.testing.cluster import NatsCluster
 from goflux.transports import jetstream
 from tests.models import Order, order
-from tests.reliability.conftest import RELIABILITY_STREAM, Clock, Connection, stored_ids
+from tests.reliability.conftest import (
+    RELIABILITY_STREAM,
+    Clock,
+    Connection,
+    drained,
+    stored_ids,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,11 +73,7 @@ async def test_killing_the_stream_leader_loses_no_acknowledged_message(
 
         async with asyncio.timeout(40):
             await everything.wait()
-            while True:  # acks lost in the election come back after ack_wait
-                info = await js.consumer_info(RELIABILITY_STREAM, "failover")
-                if (info.num_pending, info.num_ack_pending) == (0, 0):
-                    break
-                await nc.flush()
+            await drained(js, RELIABILITY_STREAM, "failover")  # lost acks come back too
         await subscription.stop()
         new_leader = await cluster.stream_leader(nc, RELIABILITY_STREAM)
         ids = await stored_ids(js, RELIABILITY_STREAM)

@@ -141,18 +141,44 @@ async def test_user_and_password_carry_both_transports_and_never_leak(
 
 
 def test_the_cli_never_prints_credentials(password_server: NatsServer) -> None:
+    unreachable = NatsServer().start()  # a port nobody listens on once stopped
+    dead_port = unreachable.port
+    unreachable.stop()
     for password in (SECRET, WRONG):
-        url = f"nats://alice:{password}@127.0.0.1:{password_server.port}"
-        result = subprocess.run(
-            [sys.executable, "-m", "goflux", "streams", "--url", url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert password not in result.stdout + result.stderr
-    assert result.returncode != 0
-    assert "***@127.0.0.1" in result.stderr
+        for port in (password_server.port, dead_port):
+            url = f"nats://alice:{password}@127.0.0.1:{port}"
+            for command in ("streams", "consumers"):
+                result = subprocess.run(
+                    [sys.executable, "-m", "goflux", command, "--url", url],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                assert password not in result.stdout + result.stderr, (command, port)
+                if password == WRONG or port == dead_port:
+                    assert result.returncode != 0
+                    assert "***@127.0.0.1" in result.stderr
+
+
+async def test_a_token_in_the_url_works_and_never_leaks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with NatsServer(args=["--auth", SECRET]) as server:
+        nc = await nats.connect(f"nats://{SECRET}@127.0.0.1:{server.port}")
+        try:
+            await round_trip(nc, "token")
+        finally:
+            await nc.close()
+        with pytest.raises(TransportError) as refused:
+            await ConnectionSettings(servers=(f"nats://{WRONG}@127.0.0.1:{server.port}",)).connect()
+        settings = ConnectionSettings(servers=(f"nats://{SECRET}@127.0.0.1:{server.port}",))
+        assert SECRET not in repr(settings)
+        await (await settings.connect()).close()
+    text = caplog.text + str(refused.value) + repr(refused.value.__cause__)
+    assert SECRET not in text
+    assert WRONG not in text
 
 
 async def test_nkey_authentication_carries_both_transports(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from goflux.headers import Headers
 from goflux.interfaces import Handler
 from goflux.lifecycle import StopOnExit, enter_handler_context, in_handler_context
 from goflux.message import Message, Outcome, received
-from goflux.middleware.deadletter import is_dead_letter
+from goflux.middleware.deadletter import is_dead_letter, refused_for_good
 from goflux.subjects import is_wildcard
 from goflux.telemetry import (
     CONSUMER_GROUP,
@@ -721,7 +721,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
         A dead letter that cannot be published keeps the message: it is naked with a
         delay and dead-lettered on a later delivery (in ordered mode, which cannot
-        redeliver, it is lost and logged).
+        redeliver, it is lost and logged). One the server refuses for good (too large
+        even in compact form) is logged and the message terminated without it.
         """
         dead_letter = self._s.dead_letter
         ordered = self._s.ordered
@@ -735,6 +736,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             except Exception as failure:
                 if ordered:
                     outcome = f"LOST: the dead letter failed ({failure})"
+                elif refused_for_good(failure):
+                    outcome = f"terminated WITHOUT a dead letter, refused for good ({failure})"
                 else:
                     logger.error(
                         "undecodable message %s on %r could not be dead-lettered (%s); "

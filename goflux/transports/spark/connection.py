@@ -106,6 +106,19 @@ class ConnectionSettings:
         bare: list[str] = []
         for url in self.servers:
             parts = urlsplit(url if "://" in url else f"nats://{url}")
+            try:
+                parts.port  # noqa: B018 - parsing it is the check
+            except ValueError:
+                malformed = True
+            else:  # credentials urlsplit could not find (a bare '/', '#' or '?' in them)
+                malformed = parts.username is None and "@" in url
+            if malformed:
+                # The URL is not echoed: it may hold a password cut at a ',' or '/'.
+                raise SourceOptionError(
+                    "a server URL has a malformed host, port or credentials; "
+                    "percent-encode ',', '/', '#', '?' and '@' in a user name or "
+                    "password, or pass them as the user/password options"
+                )
             if parts.username is None:
                 bare.append(url)
                 continue
