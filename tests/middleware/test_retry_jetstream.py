@@ -73,9 +73,17 @@ async def stream_state(js: JetStreamContext, consumer: str) -> tuple[int, int]:
 
 
 async def until_settled(js: JetStreamContext, consumer: str) -> None:
-    """Wait until the server holds nothing for ``consumer``: it will deliver nothing more."""
+    """Wait until the server holds nothing for ``consumer``: it will deliver nothing more.
+
+    The consumer must also have delivered something: right after a publish, a loaded
+    server may report nothing pending before it counts the new message.
+    """
     async with asyncio.timeout(10):
-        while await stream_state(js, consumer) != (0, 0):
+        while True:
+            info = await js.consumer_info(STREAM, consumer)
+            delivered = info.delivered.stream_seq if info.delivered is not None else 0
+            if (info.num_pending, info.num_ack_pending) == (0, 0) and delivered:
+                return
             await js._nc.flush()
 
 
