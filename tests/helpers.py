@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerInfo
+
 from goflux import Headers, Message, PublishError, PublishReceipt
 
 T = TypeVar("T")
@@ -31,6 +34,22 @@ class Inbox(Generic[T]):
                 self._changed.clear()
                 await self._changed.wait()
         return self.messages
+
+
+async def drained(js: JetStreamContext, stream: str, consumer: str) -> ConsumerInfo:
+    """Wait until ``consumer`` has delivered, and holds nothing pending or unacked.
+
+    Acks and terms are fire-and-forget, and acks lost in a fault come back after
+    ``ack_wait``: the server's view is the signal (each check is a round trip). It
+    must have delivered something too: right after a publish, a loaded server may
+    report nothing pending before it counts the new message.
+    """
+    while True:
+        info = await js.consumer_info(stream, consumer)
+        delivered = info.delivered.stream_seq if info.delivered is not None else 0
+        if (info.num_pending, info.num_ack_pending) == (0, 0) and delivered:
+            return info
+        await js._nc.flush()
 
 
 async def settle_loop(rounds: int = 50) -> None:

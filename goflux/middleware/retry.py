@@ -384,8 +384,10 @@ def retry_ack(policy: RetryPolicy | None = None) -> GenericMiddleware:
     Return acks; a failure is naked with the policy's delay, or, when permanent or out
     of attempts, dead-lettered (if configured) and terminated. The handler's error is
     re-raised either way, so the transport logs it and telemetry records it. A message
-    the handler settled itself is left alone. If the dead letter cannot be published,
-    the message is kept (naked with a delay) and dead-lettered on a later delivery.
+    the handler settled itself is left alone. If the dead letter cannot be published
+    now, the message is kept (naked with a delay) and dead-lettered on a later
+    delivery; one the server refuses for good is logged and the message terminated
+    without it (see :func:`~goflux.middleware.deadletter.refused_for_good`).
 
     On JetStream the broker redelivers (``nak`` with a delay) and counts the attempts
     (``msg.delivery.num_delivered``). Where messages cannot be redelivered (in-process

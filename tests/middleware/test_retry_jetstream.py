@@ -23,7 +23,7 @@ from goflux.middleware import (
 )
 from goflux.transports import jetstream
 from tests.conftest import STREAM, Otel
-from tests.helpers import Inbox
+from tests.helpers import Inbox, drained
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -73,18 +73,9 @@ async def stream_state(js: JetStreamContext, consumer: str) -> tuple[int, int]:
 
 
 async def until_settled(js: JetStreamContext, consumer: str) -> None:
-    """Wait until the server holds nothing for ``consumer``: it will deliver nothing more.
-
-    The consumer must also have delivered something: right after a publish, a loaded
-    server may report nothing pending before it counts the new message.
-    """
+    """Wait until the server holds nothing for ``consumer``: it will deliver nothing more."""
     async with asyncio.timeout(10):
-        while True:
-            info = await js.consumer_info(STREAM, consumer)
-            delivered = info.delivered.stream_seq if info.delivered is not None else 0
-            if (info.num_pending, info.num_ack_pending) == (0, 0) and delivered:
-                return
-            await js._nc.flush()
+        await drained(js, STREAM, consumer)
 
 
 async def test_fails_twice_then_succeeds_with_gaps_matching_the_backoff(

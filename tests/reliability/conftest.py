@@ -17,7 +17,6 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerInfo
 
 from goflux.testing import NatsServer
 
@@ -116,19 +115,6 @@ async def stored_ids(js: JetStreamContext, stream: str) -> list[str]:
         msg = await js.get_msg(stream, seq)
         ids.append((msg.headers or {}).get("Nats-Msg-Id", ""))
     return ids
-
-
-async def drained(js: JetStreamContext, stream: str, consumer: str) -> ConsumerInfo:
-    """Wait until ``consumer`` has nothing pending or unacknowledged; return its info.
-
-    Acks and terms are fire-and-forget, and acks lost in a fault come back after
-    ``ack_wait``: the server's view is the signal (each check is a round trip).
-    """
-    while True:
-        info = await js.consumer_info(stream, consumer)
-        if (info.num_pending, info.num_ack_pending) == (0, 0):
-            return info
-        await js._nc.flush()
 
 
 class Clock:

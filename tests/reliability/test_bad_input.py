@@ -39,8 +39,8 @@ from goflux.subjects import MAX_SUBJECT_BYTES
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import nats as gnats
+from tests.helpers import drained
 from tests.models import Order, order
-from tests.reliability.conftest import drained
 
 pytestmark = pytest.mark.timeout(120)
 

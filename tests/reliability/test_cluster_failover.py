@@ -12,12 +12,12 @@ from goflux import JsonCodec, Message, PublishError
 from goflux.middleware import ExponentialBackoff, retry_publish
 from goflux.testing.cluster import NatsCluster
 from goflux.transports import jetstream
+from tests.helpers import drained
 from tests.models import Order, order
 from tests.reliability.conftest import (
     RELIABILITY_STREAM,
     Clock,
     Connection,
-    drained,
     stored_ids,
 )
 

@@ -12,12 +12,12 @@ from goflux import JsonCodec, Message, PublishError
 from goflux.middleware import ExponentialBackoff, retry_publish
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
+from tests.helpers import drained
 from tests.models import Order, order
 from tests.reliability.conftest import (
     RELIABILITY_STREAM,
     Clock,
     Connection,
-    drained,
     stored_ids,
 )
 
@@ -66,8 +66,8 @@ async def test_publishing_through_a_crash_stores_every_acked_message_once(
     for start in range(0, SENT, 8):
         if restarting is None and start >= KILL_AT:
             batch = [asyncio.create_task(send(n)) for n in range(start, start + 8)]
-            await asyncio.sleep(0)  # their PUBs are on their way...
-            server.kill()  # ...when the server dies
+            await asyncio.sleep(0)  # they start: their publishes are under way
+            server.kill()  # when the server dies
             killed_at = clock()
             restarting = asyncio.create_task(restart_when_noticed())
             await asyncio.gather(*batch)

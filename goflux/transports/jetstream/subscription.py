@@ -585,9 +585,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     def _scope(
         self, msg: Msg, acker: JetStreamAcker, message_id: str | None
     ) -> ProcessScope | NullScope:
+        """The processing scope while telemetry is active (the caller checks that)."""
         tel = self._tel
-        if not tel.active:
-            return NULL_SCOPE
         return tel.process(
             SYSTEM,
             msg.subject,
@@ -672,6 +671,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             except SettlementError as exc:
                 message._settled = None
                 self._unsettled(acker, exc)
+            except BaseException:  # cancelled while sending: unsettled, as Message.ack does
+                message._settled = None
+                raise
         elif message.settled is None or not message.acknowledgeable:
             await self._settle_after(message, acker, failed=False)
 
