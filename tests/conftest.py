@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import nats
 import pytest
@@ -23,6 +24,33 @@ from goflux.testing import NatsServer
 from goflux.transports import jetstream
 
 STREAM = "ORDERS"
+
+TESTS = Path(__file__).resolve().parent
+# Test tiers (README "Test tiers"): tests are marked by where they live, so a new test
+# lands in the right tier without decoration; ``./scripts/check.sh --fast`` leaves out
+# every test marked slow, spark, reliability or e2e. Single slow tests elsewhere carry
+# ``@pytest.mark.slow`` themselves.
+FOLDER_MARKERS = {"reliability": "reliability"}
+FILE_MARKERS = {"test_examples.py": "e2e", "test_readme.py": "e2e", "test_bench.py": "e2e"}
+SPARK_FIXTURE = "spark"  # tests/spark/conftest.py: the session-wide local SparkSession
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by its folder or file, and ``spark`` if it starts a Spark session.
+
+    The tests in tests/spark that need no JVM (schema, options, ranges) are the unit
+    tests of goflux.transports.spark and stay in the fast tier.
+    """
+    for item in items:
+        try:
+            parts = item.path.resolve().relative_to(TESTS).parts
+        except ValueError:
+            continue  # not under tests/
+        markers = {FOLDER_MARKERS.get(parts[0]), FILE_MARKERS.get("/".join(parts))}
+        if SPARK_FIXTURE in getattr(item, "fixturenames", ()):
+            markers.add("spark")
+        for name in sorted(m for m in markers if m is not None):
+            item.add_marker(name)
 
 
 @dataclass

@@ -47,6 +47,7 @@ GOALS = (
 )
 
 
+@pytest.mark.spark  # the smoke run includes the Spark suite
 @pytest.mark.timeout(300)
 def test_smoke_run_reports_every_table_goal_and_chart(tmp_path: Path) -> None:
     result = subprocess.run(

@@ -63,6 +63,7 @@ def test_streams_and_consumers_show_counts_and_lag(
     assert row[2:] == ["-", "7", "0", "0", "0"]  # no filter; lag 7; nothing delivered yet
 
 
+@pytest.mark.slow
 def test_unreachable_server_gives_a_clear_error() -> None:
     result = goflux("streams", "--url", "nats://127.0.0.1:1")
     assert result.returncode == 2
@@ -114,6 +115,7 @@ def test_demo_refuses_too_few_orders() -> None:
     assert "at least 13 orders" in result.stderr
 
 
+@pytest.mark.slow
 def test_demo_with_an_unreachable_server_says_so_at_once() -> None:
     env = {**os.environ, "NATS_URL": "nats://127.0.0.1:1"}
     result = goflux("demo", "--orders", "13", env=env)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from goflux.testing import NatsServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -109,6 +111,7 @@ def test_composition() -> None:
     assert "group drained and closed" in out
 
 
+@pytest.mark.spark
 def test_orders_pipeline_end_to_end(tmp_path: Path) -> None:
     """The main job, small: every promise of its summary holds, with exact numbers."""
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
@@ -145,6 +148,7 @@ def test_orders_pipeline_end_to_end(tmp_path: Path) -> None:
     assert "FAILED" not in out
 
 
+@pytest.mark.spark
 def test_the_readme_demo_command_runs_the_main_job() -> None:
     """``./scripts/demo.sh`` (the README's first command) passes options to goflux demo."""
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}

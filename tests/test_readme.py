@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
@@ -21,6 +23,7 @@ EXPECTED_OUTPUT = [
 ]
 
 
+@pytest.mark.spark  # the Spark adapter's block starts a local session
 def test_every_python_block_runs() -> None:
     blocks = BLOCK.findall(README.read_text())
     assert len(blocks) == len(EXPECTED_OUTPUT), "add the new block's expected output here"

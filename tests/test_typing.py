@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from mypy import api as mypy_api
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -13,6 +14,7 @@ IGNORE = re.compile(r"\s*# type: ignore\[([a-z-]+)\].*$")
 ERROR = re.compile(r"^.*?:(\d+): error: (.*?)\s+\[([a-z-]+)\]$")
 
 
+@pytest.mark.slow
 def test_mypy_reports_exactly_the_marked_errors(tmp_path: Path) -> None:
     expected: dict[int, str] = {}
     stripped: list[str] = []

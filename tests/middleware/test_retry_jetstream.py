@@ -78,6 +78,7 @@ async def until_settled(js: JetStreamContext, consumer: str) -> None:
         await drained(js, STREAM, consumer)
 
 
+@pytest.mark.slow
 async def test_fails_twice_then_succeeds_with_gaps_matching_the_backoff(
     js: JetStreamContext, otel: Otel
 ) -> None:
@@ -208,6 +209,7 @@ async def test_max_attempts_exhausted_dead_letters_and_terminates(
     assert json.loads(letter.payload)["id"] == "o-3"
 
 
+@pytest.mark.slow
 async def test_a_failed_dead_letter_keeps_the_message_until_it_succeeds(
     js: JetStreamContext,
 ) -> None:
@@ -359,6 +361,7 @@ async def test_a_timed_out_handler_is_retried_with_backoff(js: JetStreamContext)
     assert deliveries.gaps[0] >= 0.2 + 0.2 - 0.05  # the timeout, then the backoff delay
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("heartbeat", [0.3, None], ids=["heartbeats", "control"])
 async def test_timeout_heartbeats_keep_a_long_handler_from_redelivery(
     js: JetStreamContext, heartbeat: float | None

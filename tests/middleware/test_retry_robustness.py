@@ -334,6 +334,7 @@ async def test_a_dead_letter_subject_inside_the_consumed_stream_does_not_loop(
         assert seen == ["orders.created", "orders.dlq"]
 
 
+@pytest.mark.slow
 async def test_the_keep_alive_does_not_undo_a_nak_delay(js: JetStreamContext) -> None:
     """A handler that naks with a delay and keeps working gets no in_progress after it."""
     deliveries = Deliveries()

@@ -21,6 +21,7 @@ def test_bad_sizes_and_names_are_refused() -> None:
     assert len(set(cluster.urls)) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_a_killed_node_rejoins_with_its_replica() -> None:
     async with NatsCluster(3) as cluster:

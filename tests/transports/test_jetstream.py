@@ -449,6 +449,7 @@ async def test_consumption_resumes_by_itself_after_a_server_restart(
     assert set(seen) == {f"o-{n}" for n in range(200)}  # every message at least once
 
 
+@pytest.mark.slow
 async def test_long_handlers_are_kept_alive_past_ack_wait(js: JetStreamContext) -> None:
     calls: Counter[str] = Counter()
     done = asyncio.Event()

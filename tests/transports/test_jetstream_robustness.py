@@ -27,6 +27,7 @@ async def publish(js: JetStreamContext, count: int, start: int = 0) -> None:
     )
 
 
+@pytest.mark.slow
 async def test_a_blocked_event_loop_does_not_break_the_in_flight_bound(
     js: JetStreamContext,
 ) -> None:
@@ -63,6 +64,7 @@ async def test_a_blocked_event_loop_does_not_break_the_in_flight_bound(
     assert max(peaks) <= 4, peaks
 
 
+@pytest.mark.slow
 async def test_queued_messages_are_kept_alive_and_never_handled_twice(
     js: JetStreamContext,
 ) -> None:
