@@ -128,6 +128,7 @@ def test_stream_writer_takes_rows_where_pyspark_has_no_arrow_writer() -> None:
     assert list(_as_batches(iter([arrow]))) == [arrow]
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_fails_at_once() -> None:
     settings = ConnectionSettings(servers=("nats://127.0.0.1:1",), connect_timeout=1)
     with pytest.raises(

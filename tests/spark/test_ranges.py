@@ -60,6 +60,7 @@ async def test_sparse_filter_finds_every_match(client: Client) -> None:
     assert await read(client, 2, 120, filters=["s.rare"]) == []
 
 
+@pytest.mark.slow
 async def test_deleted_messages_inside_the_range_are_skipped(client: Client) -> None:
     await fill(client, 3_000)
     js = client.jetstream()
@@ -111,6 +112,7 @@ async def test_the_consumer_is_deleted_after_reading(client: Client) -> None:
     assert info.state.consumer_count == 0
 
 
+@pytest.mark.slow
 async def test_idle_timeout_counts_silence_not_total_waiting(client: Client) -> None:
     await fill(client, 250_000)
     # One chunk of everything takes seconds to arrive, longer than the idle timeout,
