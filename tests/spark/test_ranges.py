@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import nats
 import pytest
 from nats.aio.client import Client
@@ -93,9 +95,13 @@ async def test_repeated_header_lines_are_kept(client: Client, nats_server: NatsS
     headers = RepeatedHeaders()
     headers["A"] = "1"
     headers.repeated.append(("A", "2"))
-    await plain.publish("s.h", b"1", headers=headers)
-    await plain.flush()
+    # A request, not publish + flush: the reply is the PubAck, sent once the stream
+    # has stored the message (a flush only says the server read it, and the stream
+    # stores it a moment later: "last == 0" failed on a loaded machine).
+    ack = await plain.request("s.h", b"1", headers=headers, timeout=5)
     await plain.close()
+    stored = json.loads(ack.data)
+    assert (stored["stream"], stored["seq"]) == ("S", 1), stored
     assert (await stream_bounds(client, "S")).last == 1
     reader = RangeReader(client, "S", 1, 2)
     await reader.open()
