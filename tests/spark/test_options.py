@@ -1,16 +1,22 @@
-"""Source, sink and connection options: parsing, validation, secrets (no Spark session)."""
+"""Source, sink and connection options: parsing, validation, secrets (no Spark session).
+
+Also what read, read_stream and run_micro_batches check before they touch Spark.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import re
 from datetime import UTC, datetime
+from typing import cast
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import Row
+from pydantic import BaseModel
+from pyspark.sql import Row, SparkSession
 
 from goflux import InvalidSubject, JsonCodec, StrCodec, TransportError
+from goflux.transports import channel
 from goflux.transports import spark as gspark
 from goflux.transports.spark.connection import ConnectionSettings
 from goflux.transports.spark.options import SourceOptions, load_type
@@ -135,3 +141,86 @@ def test_an_unreachable_server_fails_at_once() -> None:
         TransportError, match=re.escape("cannot connect to NATS at nats://127.0.0.1:1")
     ):
         asyncio.run(asyncio.wait_for(settings.connect(), 10))  # it used to retry forever
+
+
+class FakeSession:
+    """Just enough of a SparkSession to see what read / read_stream hand to Spark."""
+
+    def __init__(self) -> None:
+        self.registered: list[type] = []
+        self.loads: list[tuple[str, str, dict[str, str]]] = []
+        self.dataSource = self
+        self.read = self._Reader(self, "batch")
+        self.readStream = self._Reader(self, "stream")
+
+    def register(self, source: type) -> None:
+        self.registered.append(source)
+
+    class _Reader:
+        def __init__(self, session: FakeSession, kind: str) -> None:
+            self._session, self._kind, self._format = session, kind, ""
+
+        def format(self, name: str) -> FakeSession._Reader:
+            self._format = name
+            return self
+
+        def options(self, **options: str) -> FakeSession._Reader:
+            self._session.loads.append((self._kind, self._format, options))
+            return self
+
+        def load(self) -> str:
+            return f"{self._kind} frame"
+
+
+def test_read_and_read_stream_hand_spark_the_parsed_options() -> None:
+    session = FakeSession()
+    spark = cast(SparkSession, session)
+    frame: object = gspark.read_stream(
+        spark, Sale, servers="nats://a:4222", stream="SALES", subjects="sales.eu", fetch_size=10
+    )
+    assert frame == "stream frame"
+    batch: object = gspark.read(spark, None, servers=["nats://a:4222"], stream="SALES", ending=9)
+    assert batch == "batch frame"
+    assert len(session.registered) == 1  # the format is registered once per session
+    (stream_kind, fmt, streamed), (batch_kind, _, batched) = session.loads
+    assert (stream_kind, batch_kind, fmt) == ("stream", "batch", gspark.register(spark))
+    parsed = SourceOptions.parse(streamed)
+    assert (parsed.stream, parsed.subjects, parsed.fetch_size) == ("SALES", ("sales.eu",), 10)
+    assert parsed.payload_type is Sale
+    parsed = SourceOptions.parse(batched)
+    assert (parsed.payload_type, parsed.ending) == (None, 9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"starting": datetime(2026, 1, 1)}, "timezone-aware"),  # naive, on purpose
+        ({"starting": 0}, "starting must be"),
+        ({"ending": 0}, "ending must be 'latest' or a sequence >= 1"),
+        ({"fetch_size": 0}, "fetch_size must be >= 1"),
+        ({"max_partitions": True}, "max_partitions must be >= 1"),
+    ],
+)
+def test_read_refuses_bad_options_before_spark_runs(
+    kwargs: dict[str, object], message: str
+) -> None:
+    session = FakeSession()
+    with pytest.raises(gspark.SourceOptionError, match=message):
+        gspark.read(cast(SparkSession, session), Sale, servers="nats://x", stream="S", **kwargs)  # type: ignore[arg-type]
+    assert session.loads == []
+
+
+async def test_micro_batches_refuse_bad_arguments_before_spark_runs() -> None:
+    class Clash(BaseModel):
+        seq: int
+
+    no_spark = cast(SparkSession, None)  # never reached: every call fails first
+    bus: channel.Bus[Sale] = channel.Bus()
+    subscriber = channel.Subscriber(bus)
+    with pytest.raises(ValueError, match="max_batches must be >= 1"):
+        await gspark.run_micro_batches(no_spark, subscriber, "s", print, max_batches=0)
+    with pytest.raises(TypeError, match="pass payload_type="):
+        await gspark.run_micro_batches(no_spark, subscriber, "s", print)
+    with pytest.raises(gspark.SchemaError, match="clash with the metadata columns"):
+        await gspark.run_micro_batches(no_spark, subscriber, "s", print, payload_type=Clash)
+    assert gspark.MicroBatchStats() == gspark.MicroBatchStats(batches=0, messages=0)
