@@ -60,6 +60,9 @@ async def test_killing_the_stream_leader_loses_no_acknowledged_message(
         leader = -1
         for n in range(SENT):
             if n == KILL_AT:
+                # A healthy R3 stream loses its leader: every replica of the stream and
+                # the consumer has caught up, so the failover is the only fault.
+                await cluster.wait_for_stream(nc, RELIABILITY_STREAM, consumers=["failover"])
                 leader = await cluster.stream_leader(nc, RELIABILITY_STREAM)
                 cluster.kill(leader)
                 killed_at = clock()
