@@ -65,6 +65,13 @@ class NatsCluster:
     current, so streams of any replica count can be placed at once. Readiness is read
     from each node's monitoring endpoint (``/jsz``), never a fixed sleep.
 
+    Creating a replicated stream or consumer is answered once its Raft group has
+    elected a leader. On a loaded machine the first election can be lost, and the
+    next waits out nats-server's election timeout (4-9 s), longer than nats-py's
+    default JetStream API timeout of 5 s: provision through
+    ``nc.jetstream(timeout=NatsCluster.PROVISION_TIMEOUT)``, which waits for that
+    answer through a second election round.
+
     Args:
         size: Number of nodes (3 gives R3 streams a quorum after losing one).
         name: The cluster name.
@@ -81,6 +88,9 @@ class NatsCluster:
         NatsServerNotFound: No nats-server binary is available.
         ValueError: ``size`` < 1.
     """
+
+    PROVISION_TIMEOUT = 20.0
+    """Seconds to wait for the answer to a stream or consumer creation (see above)."""
 
     def __init__(
         self,

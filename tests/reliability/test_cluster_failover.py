@@ -34,11 +34,12 @@ async def test_killing_the_stream_leader_loses_no_acknowledged_message(
     async with NatsCluster(3) as cluster:
         nc = await connection.connect(cluster.urls)
         js = nc.jetstream()
+        admin = nc.jetstream(timeout=NatsCluster.PROVISION_TIMEOUT)  # see its docstring
         await jetstream.ensure_stream(
-            js, name=RELIABILITY_STREAM, subjects=["rel.>"], num_replicas=3
+            admin, name=RELIABILITY_STREAM, subjects=["rel.>"], num_replicas=3
         )
         await jetstream.ensure_consumer(
-            js, stream=RELIABILITY_STREAM, name="failover", filter_subject="rel.>", ack_wait=2
+            admin, stream=RELIABILITY_STREAM, name="failover", filter_subject="rel.>", ack_wait=2
         )
         publisher = retry_publish(attempts=30, backoff=ExponentialBackoff(initial=0.05, max=0.5))(
             jetstream.Publisher(js, CODEC, timeout=2)

@@ -108,7 +108,7 @@ def test_stream_readiness_names_the_replica_that_is_behind() -> None:
 async def test_a_killed_node_rejoins_with_its_replica() -> None:
     async with NatsCluster(3) as cluster:  # R3 placement needs every peer: it is ready
         nc = await nats.connect(servers=cluster.urls)
-        js = nc.jetstream()
+        js = nc.jetstream(timeout=NatsCluster.PROVISION_TIMEOUT)  # see its docstring
         await jetstream.ensure_stream(js, name="R3", subjects=["r3.>"], num_replicas=3)
         await js.publish("r3.a", b"before")
         await cluster.wait_for_stream(nc, "R3")  # every replica holds it before a kill
