@@ -38,6 +38,7 @@ async def test_killing_the_stream_leader_loses_no_acknowledged_message(
         await jetstream.ensure_stream(
             admin, name=RELIABILITY_STREAM, subjects=["rel.>"], num_replicas=3
         )
+        await cluster.wait_for_stream(nc, RELIABILITY_STREAM)  # whole before a consumer
         await jetstream.ensure_consumer(
             admin, stream=RELIABILITY_STREAM, name="failover", filter_subject="rel.>", ack_wait=2
         )
