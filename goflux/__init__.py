@@ -5,6 +5,7 @@ Application code is written against ``Publisher[T]``, ``Subscriber[T]``,
 (``goflux.transports.channel``, ``nats``, ``jetstream``, ``spark``) implement them.
 """
 
+from goflux._telemetry import Telemetry
 from goflux._version import __version__
 from goflux.batches import MicroBatches, micro_batches
 from goflux.chain import chain, chain_publishers
@@ -58,7 +59,6 @@ from goflux.pipes import pipe, pipe_flat_map, pipe_map
 from goflux.processing import ProcessStats, process
 from goflux.receipt import PublishReceipt
 from goflux.streams import MessageStream, message_stream
-from goflux.telemetry import Telemetry
 from goflux.topics import (
     BoundPublisher,
     BoundSubscriber,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Generic, Self, TypeVar
 
 from goflux.errors import SubscribeError
 from goflux.interfaces import Subscription
+from goflux.subjects import validate_pattern
 
 __all__ = (
     "CloseOnExit",
@@ -88,14 +90,31 @@ class SubscriberLifecycle(CloseOnExit, Generic[SubscriptionT]):
         self._subscriptions: set[SubscriptionT] = set()
         self._closed = False
 
+    async def _start_subscription(
+        self, subject: str, open_subscription: Callable[[], Awaitable[SubscriptionT]]
+    ) -> SubscriptionT:
+        """The start routine of every subscriber: check, open, and track a subscription.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid pattern.
+            SubscribeError: The subscriber is closed (before or while the subscription
+                opened; one opened meanwhile is stopped), or ``open_subscription``
+                raised it.
+        """
+        validate_pattern(subject)
+        self._refuse_if_closed(subject)
+        subscription = await open_subscription()
+        if self._closed:
+            await subscription.stop()
+            self._refuse_if_closed(subject)
+        # Stopped subscriptions are forgotten here, so the set stays small.
+        self._subscriptions = {s for s in self._subscriptions if s.running}
+        self._subscriptions.add(subscription)
+        return subscription
+
     def _refuse_if_closed(self, subject: str) -> None:
         if self._closed:
             raise SubscribeError(f"cannot subscribe to {subject!r}: subscriber is closed")
-
-    def _track(self, subscription: SubscriptionT, done: asyncio.Future[Any]) -> None:
-        """Remember ``subscription`` until ``done`` completes (it has stopped)."""
-        self._subscriptions.add(subscription)
-        done.add_done_callback(lambda _: self._subscriptions.discard(subscription))
 
     async def _run(self, subscription: SubscriptionT) -> None:
         """Wait until ``subscription`` stops (or the caller is cancelled), then drain it."""
@@ -113,4 +132,4 @@ class SubscriberLifecycle(CloseOnExit, Generic[SubscriptionT]):
     async def close(self) -> None:
         """Drain and stop every subscription; later ``start`` calls raise."""
         self._closed = True
-        await asyncio.gather(*(s.stop() for s in list(self._subscriptions)))
+        await asyncio.gather(*(s.stop() for s in list(self._subscriptions) if s.running))

@@ -7,13 +7,14 @@ import re
 from datetime import UTC, datetime
 from typing import Final, Literal, TypeAlias
 
+from goflux._semconv import GOFLUX_DEAD_LETTER_REASON, MESSAGING_DESTINATION_NAME, error_type
+from goflux._telemetry import Telemetry
 from goflux.errors import PayloadTooLarge, PublishError
 from goflux.headers import Headers, escape_header_value
 from goflux.interfaces import Publisher
 from goflux.message import Message
 from goflux.receipt import PublishReceipt
 from goflux.subjects import validate_subject
-from goflux.telemetry import DEAD_LETTER_REASON, DESTINATION, Telemetry, error_type
 
 __all__ = (
     "DEAD_LETTER_HEADER_PREFIX",
@@ -186,7 +187,7 @@ class DeadLetter:
         validate_subject(subject)
         self._publisher = publisher
         self._subject = subject
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._tel = Telemetry.or_default(telemetry)
 
     @property
     def publisher(self) -> Publisher[bytes]:
@@ -255,5 +256,7 @@ class DeadLetter:
                 self._subject, data, headers=letter, message_id=message_id
             )
         if receipt is None or not receipt.duplicate:
-            self._tel.record_dead_letter({DEAD_LETTER_REASON: reason, DESTINATION: self._subject})
+            self._tel.record_dead_letter(
+                {GOFLUX_DEAD_LETTER_REASON: reason, MESSAGING_DESTINATION_NAME: self._subject}
+            )
         return receipt

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
+from goflux._semconv import error_type
 from goflux.errors import DecodeError, SettlementError, find_in_chain
 from goflux.errors import is_non_retryable as _marked_non_retryable
 from goflux.headers import Headers, escape_header_value
@@ -22,7 +23,6 @@ from goflux.middleware.deadletter import (
     refused_for_good,
 )
 from goflux.middleware.types import GenericMiddleware
-from goflux.telemetry import error_type
 
 __all__ = ("DEFAULT_MAX_ATTEMPTS", "Decision", "RetryPolicy", "retry_ack")
 

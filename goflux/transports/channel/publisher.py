@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from goflux._scopes import PublishScopes
+from goflux._telemetry import Telemetry
 from goflux.errors import PublishError
 from goflux.headers import Headers, HeadersLike, check_message_id
 from goflux.lifecycle import CloseOnExit
 from goflux.subjects import validate_subject
-from goflux.telemetry import Telemetry
 from goflux.transports.channel.bus import Bus, Envelope
 from goflux.transports.channel.system import SYSTEM
 
@@ -28,11 +29,11 @@ class Publisher(CloseOnExit, Generic[T]):
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
     """
 
-    __slots__ = ("_bus", "_closed", "_tel")
+    __slots__ = ("_bus", "_closed", "_scopes")
 
     def __init__(self, bus: Bus[T], *, telemetry: Telemetry | None = None) -> None:
         self._bus = bus
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
         self._closed = False
 
     async def publish(
@@ -64,7 +65,7 @@ class Publisher(CloseOnExit, Generic[T]):
         user_headers = Headers(headers) if headers else None
         trace: dict[str, str] = {}
         codec = self._bus.codec
-        with self._tel.publish(SYSTEM, subject, trace, message_id=message_id) as scope:
+        with self._scopes.open(subject, trace, message_id=message_id) as scope:
             data: bytes | None = None
             if codec is not None:
                 data = codec.encode(value)

@@ -6,6 +6,8 @@ import asyncio
 import logging
 from typing import Generic, TypeVar, cast
 
+from goflux._scopes import ProcessScopes
+from goflux._telemetry import Telemetry
 from goflux.errors import DecodeError, SubscribeError
 from goflux.interfaces import Handler
 from goflux.lifecycle import (
@@ -16,8 +18,7 @@ from goflux.lifecycle import (
 )
 from goflux.message import Message
 from goflux.streams import Streaming
-from goflux.subjects import is_wildcard, validate_pattern
-from goflux.telemetry import Telemetry
+from goflux.subjects import is_wildcard
 from goflux.transports.channel.bus import Bus, Envelope, Route
 from goflux.transports.channel.system import SYSTEM
 
@@ -57,11 +58,15 @@ class ChannelSubscription(StopOnExit, Generic[T]):
     ) -> None:
         self._bus = bus
         self._pattern = pattern
-        self._template = pattern if is_wildcard(pattern) else None
         self._handler = handler
         self._queue = queue
         self._drain_timeout = drain_timeout
-        self._tel = telemetry
+        self._scopes = ProcessScopes(
+            telemetry,
+            SYSTEM,
+            template=pattern if is_wildcard(pattern) else None,
+            consumer_group=queue,
+        )
         self._route = Route(pattern, queue, buffer)
         self._draining = False
         self._expired = False  # the drain deadline passed: handle nothing more
@@ -121,14 +126,11 @@ class ChannelSubscription(StopOnExit, Generic[T]):
     async def _process(self, envelope: Envelope) -> None:
         codec = self._bus.codec
         try:
-            with self._tel.process(
-                SYSTEM,
+            with self._scopes.open(
                 envelope.subject,
                 envelope.trace,
-                template=self._template,
                 message_id=envelope.message_id,
                 body_size=len(envelope.data) if envelope.data is not None else None,
-                consumer_group=self._queue,
             ):
                 if codec is not None:
                     try:
@@ -263,7 +265,7 @@ class Subscriber(SubscriberLifecycle["ChannelSubscription[T]"], Streaming[T], Ge
         self._queue = queue
         self._buffer = buffer if buffer is not None else bus.buffer
         self._drain_timeout = drain_timeout
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._tel = Telemetry.or_default(telemetry)
         super().__init__()
 
     async def start(self, subject: str, handler: Handler[T]) -> ChannelSubscription[T]:
@@ -273,19 +275,21 @@ class Subscriber(SubscriberLifecycle["ChannelSubscription[T]"], Streaming[T], Ge
             InvalidSubject: ``subject`` is not a valid pattern.
             SubscribeError: The subscriber is closed.
         """
-        validate_pattern(subject)
-        self._refuse_if_closed(subject)
-        subscription = ChannelSubscription(
-            self._bus,
-            subject,
-            handler,
-            queue=self._queue,
-            buffer=self._buffer,
-            drain_timeout=self._drain_timeout,
-            telemetry=self._tel,
-        )
-        self._track(subscription, subscription._start())
-        return subscription
+
+        async def open_subscription() -> ChannelSubscription[T]:
+            subscription = ChannelSubscription(
+                self._bus,
+                subject,
+                handler,
+                queue=self._queue,
+                buffer=self._buffer,
+                drain_timeout=self._drain_timeout,
+                telemetry=self._tel,
+            )
+            subscription._start()
+            return subscription
+
+        return await self._start_subscription(subject, open_subscription)
 
     async def subscribe(self, subject: str, handler: Handler[T]) -> None:
         """Subscribe and run until cancelled or the subscriber is closed, then drain.

@@ -8,11 +8,12 @@ from typing import Generic, TypeVar
 import nats.errors
 from nats.aio.client import Client
 
+from goflux._scopes import PublishScopes
+from goflux._telemetry import Telemetry
 from goflux.codecs import Codec
 from goflux.errors import PublishError
 from goflux.headers import HeadersLike
 from goflux.lifecycle import CloseOnExit
-from goflux.telemetry import Telemetry
 from goflux.transports.nats.system import SYSTEM
 from goflux.wire import check_size, outgoing
 
@@ -39,7 +40,7 @@ class Publisher(CloseOnExit, Generic[T]):
     def __init__(self, nc: Client, codec: Codec[T], *, telemetry: Telemetry | None = None) -> None:
         self._nc = nc
         self._codec = codec
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
         self._closed = False
 
     async def publish(
@@ -67,7 +68,7 @@ class Publisher(CloseOnExit, Generic[T]):
                 permanent=True,
             )
         wire = outgoing(subject, headers, message_id, jetstream=False)
-        with self._tel.publish(SYSTEM, subject, wire, message_id=message_id) as scope:
+        with self._scopes.open(subject, wire, message_id=message_id) as scope:
             data = self._codec.encode(value)
             scope.set_body_size(len(data))
             check_size(subject, wire, data, self._nc.max_payload)

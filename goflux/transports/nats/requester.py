@@ -6,7 +6,10 @@ from typing import Generic, TypeVar
 
 import nats.errors
 from nats.aio.client import Client
+from opentelemetry.trace import SpanKind
 
+from goflux._scopes import PublishScopes
+from goflux._telemetry import Telemetry
 from goflux.codecs import Codec
 from goflux.errors import (
     NoResponders,
@@ -17,7 +20,6 @@ from goflux.errors import (
 )
 from goflux.headers import HeadersLike
 from goflux.lifecycle import CloseOnExit
-from goflux.telemetry import Telemetry
 from goflux.transports.nats.system import SYSTEM
 from goflux.wire import check_size, outgoing
 
@@ -65,7 +67,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
         self._request_codec = request_codec
         self._response_codec = response_codec
         self._timeout = timeout
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM, kind=SpanKind.CLIENT)
         self._closed = False
 
     async def request(
@@ -94,7 +96,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
             raise RequestError(f"cannot request {subject!r}: requester is closed", subject=subject)
         wire = outgoing(subject, headers, message_id, jetstream=False)
         wait = self._timeout if timeout is None else timeout
-        with self._tel.request(SYSTEM, subject, wire, message_id=message_id) as scope:
+        with self._scopes.open(subject, wire, message_id=message_id) as scope:
             data = self._request_codec.encode(request)
             scope.set_body_size(len(data))
             try:

@@ -10,12 +10,14 @@ from typing import Generic, TypeVar
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
 
+from goflux._scopes import ProcessScopes
+from goflux._telemetry import Telemetry
 from goflux.codecs import Codec
 from goflux.errors import DecodeError, EncodeError, PayloadTooLarge, ServiceError
 from goflux.lifecycle import SubscriberLifecycle
-from goflux.subjects import is_wildcard, validate_pattern
-from goflux.telemetry import Telemetry
+from goflux.subjects import is_wildcard
 from goflux.transports.nats.requester import ERROR_CODE_HEADER, ERROR_HEADER
 from goflux.transports.nats.subscription import (
     DEFAULT_DRAIN_TIMEOUT,
@@ -60,7 +62,14 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         self._request_codec = request_codec
         self._response_codec = response_codec
         self._handle = handle
-        self._template = pattern if is_wildcard(pattern) else None
+        self._scopes = ProcessScopes(
+            telemetry,
+            SYSTEM,
+            template=pattern if is_wildcard(pattern) else None,
+            consumer_group=options.queue,
+            kind=SpanKind.SERVER,
+            parented=True,  # the caller waits: the span is its child, not a link
+        )
         self.answered = 0
         self.failed = 0
         self.unanswerable = 0
@@ -73,14 +82,8 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         _, message_id = read_headers(msg.headers)
         reply_headers = {MESSAGE_ID_HEADER: message_id} if message_id is not None else {}
         try:
-            with self._tel.respond(
-                SYSTEM,
-                msg.subject,
-                msg.headers,
-                template=self._template,
-                message_id=message_id,
-                body_size=len(msg.data),
-                consumer_group=self._o.queue,
+            with self._scopes.open(
+                msg.subject, msg.headers, message_id=message_id, body_size=len(msg.data)
             ) as scope:
                 failure = await self._serve(msg, reply_headers)
                 if failure is not None:
@@ -201,7 +204,7 @@ class Responder(SubscriberLifecycle["ResponderSubscription[Req, Resp]"], Generic
         self._nc = nc
         self._request_codec = request_codec
         self._response_codec = response_codec
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._tel = Telemetry.or_default(telemetry)
         super().__init__()
 
     async def start(
@@ -213,20 +216,21 @@ class Responder(SubscriberLifecycle["ResponderSubscription[Req, Resp]"], Generic
             InvalidSubject: ``subject`` is not a valid pattern.
             SubscribeError: The responder is closed or the connection failed.
         """
-        validate_pattern(subject)
-        self._refuse_if_closed(subject)
-        subscription = ResponderSubscription(
-            self._nc,
-            self._request_codec,
-            self._response_codec,
-            subject,
-            handle,
-            self._options,
-            self._tel,
-        )
-        await subscription._begin()
-        self._track(subscription, subscription._done)
-        return subscription
+
+        async def open_subscription() -> ResponderSubscription[Req, Resp]:
+            subscription = ResponderSubscription(
+                self._nc,
+                self._request_codec,
+                self._response_codec,
+                subject,
+                handle,
+                self._options,
+                self._tel,
+            )
+            await subscription._begin()
+            return subscription
+
+        return await self._start_subscription(subject, open_subscription)
 
     async def serve(self, subject: str, handle: Callable[[Req], Awaitable[Resp]]) -> None:
         """Serve ``subject`` until cancelled or the responder is closed, then drain.

@@ -9,14 +9,15 @@ from typing import Generic, TypeVar
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from goflux._scopes import ProcessScopes
+from goflux._telemetry import Telemetry
 from goflux.codecs import Codec
 from goflux.errors import DecodeError
 from goflux.interfaces import Handler
 from goflux.lifecycle import SubscriberLifecycle
 from goflux.message import received
 from goflux.streams import Streaming
-from goflux.subjects import is_wildcard, validate_pattern
-from goflux.telemetry import Telemetry
+from goflux.subjects import is_wildcard
 from goflux.transports.nats.subscription import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_PENDING_BYTES,
@@ -55,7 +56,12 @@ class NatsSubscription(CoreSubscription, Generic[T]):
         super().__init__(nc, pattern, self._handle, options, telemetry)
         self._codec = codec
         self._handler = handler
-        self._template = pattern if is_wildcard(pattern) else None
+        self._scopes = ProcessScopes(
+            telemetry,
+            SYSTEM,
+            template=pattern if is_wildcard(pattern) else None,
+            consumer_group=options.queue,
+        )
         self.handled = 0
         self.failed = 0
         self.undecodable = 0
@@ -64,14 +70,8 @@ class NatsSubscription(CoreSubscription, Generic[T]):
         headers, message_id = read_headers(msg.headers)
         data = msg.data
         try:
-            with self._tel.process(
-                SYSTEM,
-                msg.subject,
-                msg.headers,
-                template=self._template,
-                message_id=message_id,
-                body_size=len(data),
-                consumer_group=self._o.queue,
+            with self._scopes.open(
+                msg.subject, msg.headers, message_id=message_id, body_size=len(data)
             ):
                 try:
                     payload = self._codec.decode(data)
@@ -141,7 +141,7 @@ class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Streaming[T], Gener
         )
         self._nc = nc
         self._codec = codec
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._tel = Telemetry.or_default(telemetry)
         super().__init__()
 
     @property
@@ -156,14 +156,15 @@ class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Streaming[T], Gener
             InvalidSubject: ``subject`` is not a valid pattern.
             SubscribeError: The subscriber is closed or the connection failed.
         """
-        validate_pattern(subject)
-        self._refuse_if_closed(subject)
-        subscription = NatsSubscription(
-            self._nc, self._codec, subject, handler, self._options, self._tel
-        )
-        await subscription._begin()
-        self._track(subscription, subscription._done)
-        return subscription
+
+        async def open_subscription() -> NatsSubscription[T]:
+            subscription = NatsSubscription(
+                self._nc, self._codec, subject, handler, self._options, self._tel
+            )
+            await subscription._begin()
+            return subscription
+
+        return await self._start_subscription(subject, open_subscription)
 
     async def subscribe(self, subject: str, handler: Handler[T]) -> None:
         """Subscribe and run until cancelled or the subscriber is closed, then drain.

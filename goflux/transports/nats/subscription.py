@@ -14,10 +14,14 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 from opentelemetry.util.types import AttributeValue
 
+from goflux._semconv import (
+    MESSAGING_CONSUMER_GROUP_NAME,
+    MESSAGING_DESTINATION_TEMPLATE,
+    MESSAGING_SYSTEM,
+)
+from goflux._telemetry import Telemetry
 from goflux.errors import SubscribeError
 from goflux.lifecycle import StopOnExit, enter_handler_context, in_handler_context
-from goflux.telemetry import CONSUMER_GROUP, DESTINATION_TEMPLATE, Telemetry
-from goflux.telemetry import SYSTEM as SYSTEM_ATTR
 from goflux.transports.nats.system import SYSTEM
 
 __all__ = (
@@ -104,11 +108,11 @@ class CoreSubscription(StopOnExit):
         self._expired = False
         self._failure: BaseException | None = None
         self._attrs: dict[str, AttributeValue] = {
-            SYSTEM_ATTR: SYSTEM,
-            DESTINATION_TEMPLATE: pattern,
+            MESSAGING_SYSTEM: SYSTEM,
+            MESSAGING_DESTINATION_TEMPLATE: pattern,
         }
         if options.queue is not None:
-            self._attrs[CONSUMER_GROUP] = options.queue
+            self._attrs[MESSAGING_CONSUMER_GROUP_NAME] = options.queue
         self.received = 0
         self.dropped = 0
 

@@ -29,7 +29,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from goflux.errors import StreamNotFound, TransportError
-from goflux.transports.jetstream.acker import ack_tokens
+from goflux.transports.jetstream._delivery import ack_tokens
 
 __all__ = ("HeaderLines", "LineKeepingClient", "RangeReader", "StreamBounds", "stream_bounds")
 

@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 
 from goflux.codecs import JsonCodec
 from goflux.errors import DecodeError, SchemaError
-from goflux.transports.jetstream.acker import ack_tokens
+from goflux.transports.jetstream._delivery import ack_tokens
 from goflux.transports.spark.options import SourceOptions
 from goflux.transports.spark.schema import PayloadColumns, loosen_nulls
 

@@ -28,7 +28,7 @@ from pyspark.sql.types import BinaryType, StructType
 from goflux.codecs import BytesCodec, Codec, JsonCodec
 from goflux.errors import SourceOptionError
 from goflux.subjects import validate_subject
-from goflux.transports.jetstream.publisher import Outgoing, Publisher
+from goflux.transports.jetstream._publisher import Outgoing, Publisher
 from goflux.transports.spark.connection import ConnectionSettings, TaskLoop
 from goflux.transports.spark.options import (
     dump_type,

@@ -14,13 +14,14 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
+from goflux._scopes import NullScope, PublishScope, PublishScopes
+from goflux._telemetry import Telemetry
 from goflux.codecs import Codec
 from goflux.errors import ExpectationFailed, PayloadTooLarge, PublishError
 from goflux.headers import HeadersLike
 from goflux.lifecycle import CloseOnExit
 from goflux.receipt import PublishReceipt
-from goflux.telemetry import NullScope, PublishScope, Telemetry
-from goflux.transports.jetstream.system import SYSTEM
+from goflux.transports.jetstream._system import SYSTEM
 from goflux.wire import check_size, outgoing
 
 __all__ = ("Outgoing", "Publisher")
@@ -149,7 +150,7 @@ class Publisher(CloseOnExit, Generic[T]):
         self._nc = js._nc
         self._codec = codec
         self._timeout = timeout
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
         self._closed = False
 
     def _prepare(
@@ -209,7 +210,7 @@ class Publisher(CloseOnExit, Generic[T]):
         )
         wait = self._timeout if timeout is None else timeout
         data, wire = self._prepare(subject, value, headers, message_id, expected)
-        with self._tel.publish(SYSTEM, subject, wire, message_id=message_id) as scope:
+        with self._scopes.open(subject, wire, message_id=message_id) as scope:
             scope.set_body_size(len(data))
             check_size(subject, wire, data, self._nc.max_payload)
             try:
@@ -321,7 +322,7 @@ class Publisher(CloseOnExit, Generic[T]):
             )
             return
         data, wire = self._prepare(subject, item.value, item.headers, item.message_id, None)
-        scope = self._tel.publish(SYSTEM, subject, wire, message_id=item.message_id)
+        scope = self._scopes.open(subject, wire, message_id=item.message_id)
         scope.__enter__()
         scope.set_body_size(len(data))
         try:

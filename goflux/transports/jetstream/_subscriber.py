@@ -11,25 +11,32 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import APIError, NotFoundError
 
+from goflux._telemetry import Telemetry
 from goflux.codecs import Codec
 from goflux.errors import SubscribeError
 from goflux.interfaces import Handler
 from goflux.lifecycle import SubscriberLifecycle
 from goflux.middleware.deadletter import DeadLetter
 from goflux.streams import Starter, Streaming
-from goflux.subjects import covers, validate_pattern
-from goflux.telemetry import Telemetry
-from goflux.transports.jetstream.settings import (
+from goflux.subjects import covers
+from goflux.transports._natspy import api_prefix, api_timeout, connection
+from goflux.transports.jetstream._consumers import (
+    AcknowledgedConsumer,
+    OrderedConsumer,
+    PulledConsumer,
+    ordered_consumer_config,
+)
+from goflux.transports.jetstream._options import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_EXPIRES,
     DEFAULT_MAX_IN_FLIGHT,
     EPHEMERAL_INACTIVE_THRESHOLD,
-    Settings,
-    ordered_consumer_config,
+    SubscriberOptions,
 )
-from goflux.transports.jetstream.subscription import JetStreamSubscription, PullLimits
+from goflux.transports.jetstream._pull import PullLimits
+from goflux.transports.jetstream._subscription import JetStreamSubscription, start_subscription
 
-__all__ = ("JetStreamSubscription", "Subscriber")
+__all__ = ("Subscriber",)
 
 T = TypeVar("T")
 
@@ -37,11 +44,9 @@ T = TypeVar("T")
 class _Binding(NamedTuple):
     """The consumer a subscription reads from, and what the subscription needs of it."""
 
-    name: str
-    ephemeral: bool
+    consumer: PulledConsumer
     ack_wait: float
     limits: PullLimits
-    start_floor: int  # stream sequence the consumer started after (ordered mode)
 
 
 def _filters(info: ConsumerInfo) -> list[str]:
@@ -125,7 +130,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         dead_letter: DeadLetter | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
-        self._settings = Settings(
+        self._options = SubscriberOptions(
             manual_ack=manual_ack,
             max_in_flight=max_in_flight,
             concurrency=concurrency,
@@ -147,7 +152,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         self._codec = codec
         self._stream = stream
         self._consumer = consumer
-        self._tel = telemetry if telemetry is not None else Telemetry.default()
+        self._tel = Telemetry.or_default(telemetry)
         super().__init__()
 
     @property
@@ -157,17 +162,17 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
 
     async def _create_consumer(self, subject: str) -> _Binding:
         """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""
-        settings, stream = self._settings, self._stream
+        options, stream = self._options, self._stream
         try:
-            if settings.ordered:
-                consumer_config = ordered_consumer_config(subject, settings, None)
+            if options.ordered:
+                consumer_config = ordered_consumer_config(subject, options, None)
             else:
                 config = {
                     "ack_policy": "explicit",
                     "inactive_threshold": EPHEMERAL_INACTIVE_THRESHOLD,
                     # The server enforces the in-flight bound too.
-                    "max_ack_pending": settings.max_in_flight,
-                    **settings.consumer_config,
+                    "max_ack_pending": options.max_in_flight,
+                    **options.consumer_config,
                 }
                 if not config.get("filter_subject") and not config.get("filter_subjects"):
                     config["filter_subject"] = subject
@@ -181,16 +186,20 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             ) from exc
         except TypeError as exc:
             raise SubscribeError(f"invalid consumer_config: {exc}") from exc
-        floor = info.delivered.stream_seq if info.delivered is not None else 0
-        return _Binding(info.name, True, info.config.ack_wait or 30.0, PullLimits(settings), floor)
+        consumer: PulledConsumer
+        if options.ordered:
+            consumer = OrderedConsumer(self._js, stream, info, subject=subject, options=options)
+        else:
+            consumer = AcknowledgedConsumer(self._js, stream, info.name, ephemeral=True)
+        return _Binding(consumer, info.config.ack_wait or 30.0, PullLimits(options))
 
     async def _bind_consumer(self, subject: str, name: str) -> _Binding:
         """Check that the durable consumer ``name`` exists and fits ``subject``."""
         js, stream = self._js, self._stream
         # The raw reply also carries max_batch / max_expires, which nats-py drops.
         try:
-            reply = await js._nc.request(
-                f"{js._prefix}.CONSUMER.INFO.{stream}.{name}", b"", timeout=js._timeout
+            reply = await connection(js).request(
+                f"{api_prefix(js)}.CONSUMER.INFO.{stream}.{name}", b"", timeout=api_timeout(js)
             )
             raw = json.loads(reply.data)
             if "error" in raw:
@@ -220,11 +229,12 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             )
         max_expires = limits_config.get("max_expires")
         limits = PullLimits(
-            self._settings,
+            self._options,
             max_batch=limits_config.get("max_batch") or None,
             max_expires=max_expires / 1e9 if max_expires else None,
         )
-        return _Binding(info.name, False, info.config.ack_wait or 30.0, limits, 0)
+        consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=False)
+        return _Binding(consumer, info.config.ack_wait or 30.0, limits)
 
     async def start(self, subject: str, handler: Handler[T]) -> JetStreamSubscription[T]:
         """Start consuming ``subject``; return once the first pull request is at the server.
@@ -234,46 +244,37 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             SubscribeError: The subscriber is closed, the stream or consumer does not
                 exist, the consumer does not fit, or the connection failed.
         """
-        return await self._start(subject, handler, self._settings)
+        return await self._start(subject, handler, self._options)
 
     def _stream_starter(self, subject: str) -> Starter[T]:
-        settings = self._settings.streaming()
+        options = self._options.streaming()
 
         async def start(handler: Handler[T]) -> JetStreamSubscription[T]:
-            return await self._start(subject, handler, settings)
+            return await self._start(subject, handler, options)
 
         return start
 
     async def _start(
-        self, subject: str, handler: Handler[T], settings: Settings
+        self, subject: str, handler: Handler[T], options: SubscriberOptions
     ) -> JetStreamSubscription[T]:
-        validate_pattern(subject)
-        self._refuse_if_closed(subject)
-        if self._consumer is None:
-            binding = await self._create_consumer(subject)
-        else:
-            binding = await self._bind_consumer(subject, self._consumer)
-        subscription = JetStreamSubscription(
-            self._js,
-            self._codec,
-            handler,
-            stream=self._stream,
-            pattern=subject,
-            consumer=binding.name,
-            ephemeral=binding.ephemeral,
-            ack_wait=binding.ack_wait,
-            limits=binding.limits,
-            settings=settings,
-            telemetry=self._tel,
-            start_floor=binding.start_floor,
-        )
-        try:
-            await subscription._start()
-        except (nats.errors.Error, TimeoutError) as exc:
-            await subscription._finish(exc)
-            raise SubscribeError(f"cannot subscribe to {subject!r}: {exc}") from exc
-        self._track(subscription, subscription._done)
-        return subscription
+        async def open_subscription() -> JetStreamSubscription[T]:
+            if self._consumer is None:
+                binding = await self._create_consumer(subject)
+            else:
+                binding = await self._bind_consumer(subject, self._consumer)
+            return await start_subscription(
+                self._js,
+                self._codec,
+                handler,
+                consumer=binding.consumer,
+                pattern=subject,
+                ack_wait=binding.ack_wait,
+                limits=binding.limits,
+                options=options,
+                telemetry=self._tel,
+            )
+
+        return await self._start_subscription(subject, open_subscription)
 
     async def subscribe(self, subject: str, handler: Handler[T]) -> None:
         """Consume until cancelled or the subscriber is closed, then drain.

@@ -1,11 +1,9 @@
-"""Validated options of a JetStream subscriber and the consumers it creates."""
+"""Validated options of a JetStream subscriber, shared by its subscriptions."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-from nats.js.api import ConsumerConfig
 
 from goflux.middleware.deadletter import DeadLetter
 
@@ -14,8 +12,7 @@ __all__ = (
     "DEFAULT_EXPIRES",
     "DEFAULT_MAX_IN_FLIGHT",
     "EPHEMERAL_INACTIVE_THRESHOLD",
-    "Settings",
-    "ordered_consumer_config",
+    "SubscriberOptions",
 )
 
 DEFAULT_MAX_IN_FLIGHT = 256
@@ -26,8 +23,12 @@ DEFAULT_DRAIN_TIMEOUT = 30.0
 EPHEMERAL_INACTIVE_THRESHOLD = 60.0
 
 
-class Settings:
-    """Validated subscriber options, shared by its subscriptions."""
+class SubscriberOptions:
+    """Validated options of a JetStream subscriber, shared by its subscriptions.
+
+    Raises:
+        ValueError: An option is out of range.
+    """
 
     __slots__ = (
         "batch",
@@ -91,37 +92,16 @@ class Settings:
         self.ordered = ordered
         self.dead_letter = dead_letter
 
-    def streaming(self) -> Settings:
-        """These settings for a message stream: a worker per message in flight.
+    def streaming(self) -> SubscriberOptions:
+        """These options for a message stream: a worker per message in flight.
 
         A stream's handler holds each message until the stream's consumer settles it,
         so as many may be out as ``max_in_flight`` allows (ordered mode holds none).
         """
         if self.ordered:
             return self
-        copy = Settings.__new__(Settings)
-        for name in Settings.__slots__:
+        copy = SubscriberOptions.__new__(SubscriberOptions)
+        for name in SubscriberOptions.__slots__:
             setattr(copy, name, getattr(self, name))
         copy.concurrency = self.max_in_flight
         return copy
-
-
-def ordered_consumer_config(
-    subject: str, settings: Settings, start_sequence: int | None
-) -> ConsumerConfig:
-    """The AckNone, in-memory consumer of ordered mode, starting at ``start_sequence``."""
-    config: dict[str, Any] = {
-        **settings.consumer_config,
-        "ack_policy": "none",
-        "max_deliver": 1,
-        "mem_storage": True,
-        "num_replicas": 1,
-    }
-    config.setdefault("inactive_threshold", EPHEMERAL_INACTIVE_THRESHOLD)
-    if not config.get("filter_subject") and not config.get("filter_subjects"):
-        config["filter_subject"] = subject
-    if start_sequence is not None:
-        config["deliver_policy"] = "by_start_sequence"
-        config["opt_start_seq"] = start_sequence
-        config.pop("opt_start_time", None)
-    return ConsumerConfig(**config)
