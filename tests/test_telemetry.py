@@ -133,7 +133,7 @@ def test_failures_set_error_type_on_spans_and_metrics(otel: Otel) -> None:
 
 def test_error_type_is_the_qualified_class_name() -> None:
     assert error_type(ValueError()) == "ValueError"
-    assert error_type(DecodeError("x", type_name="T", size=0)) == "goflux.errors.DecodeError"
+    assert error_type(DecodeError("x", type_name="T", size=0)) == "goflux._errors.DecodeError"
 
 
 async def test_the_four_metrics_with_semconv_buckets(otel: Otel) -> None:
@@ -200,7 +200,7 @@ async def test_decode_failures_are_recorded_on_the_consumer_span(otel: Otel) -> 
     await channel.Publisher(bus, telemetry=otel.telemetry).publish("orders.raw", b"not json")
     await subscription.stop()
     span = otel.span("process orders.raw")
-    assert dict(span.attributes or {})["error.type"] == "goflux.errors.DecodeError"
+    assert dict(span.attributes or {})["error.type"] == "goflux._errors.DecodeError"
     assert span.kind is SpanKind.CONSUMER
     assert handled.messages == []
 

@@ -20,7 +20,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "goflux.transports.jetstream needs nats-py: pip install 'goflux[nats]'"
     ) from exc
 
-from goflux.errors import (
+from goflux._errors import (
     ConsumerNotFound,
     ExpectationFailed,
     IncompatibleConfig,

@@ -16,10 +16,10 @@ import nats.errors
 from nats.aio.client import Client
 from opentelemetry.util.types import AttributeValue
 
+from goflux._errors import SettlementError
+from goflux._message import Delivery, Outcome
 from goflux._semconv import GOFLUX_SETTLEMENT_OUTCOME
 from goflux._telemetry import Telemetry
-from goflux.errors import SettlementError
-from goflux.message import Delivery, Outcome
 from goflux.transports.jetstream._delivery import ack_tokens, delivery_of
 
 __all__ = ("JetStreamAcker", "Ledger", "hand_back")

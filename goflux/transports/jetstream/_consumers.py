@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import APIError, NotFoundError
 
-from goflux.errors import SubscribeError
+from goflux._errors import SubscribeError
 from goflux.transports._natspy import api_prefix
 from goflux.transports.jetstream._delivery import ack_tokens
 from goflux.transports.jetstream._options import EPHEMERAL_INACTIVE_THRESHOLD, SubscriberOptions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from goflux.message import Delivery
+from goflux._message import Delivery
 
 __all__ = ("ack_tokens", "delivery_of")
 

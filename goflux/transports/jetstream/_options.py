@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from goflux.middleware.deadletter import DeadLetter
+from goflux._deadletter import DeadLetter
 
 __all__ = (
     "DEFAULT_DRAIN_TIMEOUT",

@@ -11,14 +11,14 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo
 from nats.js.errors import APIError, NotFoundError
 
-from goflux.errors import (
+from goflux._errors import (
     ConsumerNotFound,
     IncompatibleConfig,
     ProvisioningError,
     StreamNotFound,
     SubjectOverlap,
 )
-from goflux.subjects import validate_pattern
+from goflux._subjects import validate_pattern
 
 __all__ = ("ensure_consumer", "ensure_stream")
 

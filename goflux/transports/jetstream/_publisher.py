@@ -14,15 +14,15 @@ import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
+from goflux._codecs import Codec
+from goflux._errors import ExpectationFailed, PayloadTooLarge, PublishError
+from goflux._headers import HeadersLike
+from goflux._lifecycle import CloseOnExit
+from goflux._receipt import PublishReceipt
 from goflux._scopes import NullScope, PublishScope, PublishScopes
 from goflux._telemetry import Telemetry
-from goflux.codecs import Codec
-from goflux.errors import ExpectationFailed, PayloadTooLarge, PublishError
-from goflux.headers import HeadersLike
-from goflux.lifecycle import CloseOnExit
-from goflux.receipt import PublishReceipt
+from goflux._wire import check_size, outgoing
 from goflux.transports.jetstream._system import SYSTEM
-from goflux.wire import check_size, outgoing
 
 __all__ = ("Outgoing", "Publisher")
 

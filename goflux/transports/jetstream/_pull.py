@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 from nats.js import JetStreamContext
 
-from goflux.errors import SubscribeError
+from goflux._errors import SubscribeError
 from goflux.transports._natspy import connection, drain
 from goflux.transports.jetstream._acker import hand_back
 from goflux.transports.jetstream._consumers import Admission, Cause, PulledConsumer, Recovery

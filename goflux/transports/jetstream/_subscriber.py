@@ -11,14 +11,14 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import APIError, NotFoundError
 
+from goflux._codecs import Codec
+from goflux._deadletter import DeadLetter
+from goflux._errors import SubscribeError
+from goflux._interfaces import Handler
+from goflux._lifecycle import SubscriberLifecycle
+from goflux._streams import Starter, Streaming
+from goflux._subjects import covers
 from goflux._telemetry import Telemetry
-from goflux.codecs import Codec
-from goflux.errors import SubscribeError
-from goflux.interfaces import Handler
-from goflux.lifecycle import SubscriberLifecycle
-from goflux.middleware.deadletter import DeadLetter
-from goflux.streams import Starter, Streaming
-from goflux.subjects import covers
 from goflux.transports._natspy import api_prefix, api_timeout, connection
 from goflux.transports.jetstream._consumers import (
     AcknowledgedConsumer,

@@ -23,6 +23,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry.util.types import AttributeValue
 
+from goflux._codecs import Codec
+from goflux._deadletter import is_dead_letter, refused_for_good
+from goflux._errors import DecodeError, SettlementError, SubscribeError
+from goflux._headers import Headers
+from goflux._interfaces import Handler
+from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
+from goflux._message import Message, received
 from goflux._scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScopes
 from goflux._semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
@@ -32,22 +39,15 @@ from goflux._semconv import (
     MESSAGING_NATS_STREAM_SEQUENCE,
     MESSAGING_SYSTEM,
 )
+from goflux._subjects import is_wildcard
 from goflux._telemetry import Telemetry
-from goflux.codecs import Codec
-from goflux.errors import DecodeError, SettlementError, SubscribeError
-from goflux.headers import Headers
-from goflux.interfaces import Handler
-from goflux.lifecycle import StopOnExit, enter_handler_context, in_handler_context
-from goflux.message import Message, received
-from goflux.middleware.deadletter import is_dead_letter, refused_for_good
-from goflux.subjects import is_wildcard
+from goflux._wire import read_headers
 from goflux.transports._natspy import connection
 from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 from goflux.transports.jetstream._consumers import PulledConsumer
 from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
 from goflux.transports.jetstream._system import SYSTEM
-from goflux.wire import read_headers
 
 __all__ = ("JetStreamSubscription", "start_subscription")
 
