@@ -8,6 +8,7 @@ Application code is written against ``Publisher[T]``, ``Subscriber[T]``,
 from goflux._batches import MicroBatches, micro_batches
 from goflux._chain import chain, chain_publishers
 from goflux._codecs import BytesCodec, Codec, JsonCodec, StrCodec
+from goflux._deadletter import DeadLetter, DeadLetterReason
 from goflux._errors import (
     AlreadySettled,
     CodecError,
@@ -57,6 +58,7 @@ from goflux._pipes import pipe, pipe_flat_map, pipe_map
 from goflux._processing import ProcessStats, process
 from goflux._receipt import PublishReceipt
 from goflux._streams import MessageStream, message_stream
+from goflux._subjects import MAX_SUBJECT_BYTES
 from goflux._telemetry import Telemetry
 from goflux._topics import (
     BoundPublisher,
@@ -69,6 +71,7 @@ from goflux._topics import (
 from goflux._version import __version__
 
 __all__ = (
+    "MAX_SUBJECT_BYTES",
     "Acker",
     "AlreadySettled",
     "BoundPublisher",
@@ -78,6 +81,8 @@ __all__ = (
     "Codec",
     "CodecError",
     "ConsumerNotFound",
+    "DeadLetter",
+    "DeadLetterReason",
     "DecodeError",
     "Delivery",
     "EncodeError",

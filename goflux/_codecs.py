@@ -19,7 +19,15 @@ from typing_extensions import TypeForm, is_typeddict
 
 from goflux._errors import DecodeError, EncodeError
 
-__all__ = ("BytesCodec", "Codec", "JsonCodec", "StrCodec")
+__all__ = (
+    "BytesCodec",
+    "Codec",
+    "JsonCodec",
+    "StrCodec",
+    "describe_validation",
+    "type_adapter",
+    "type_name",
+)
 
 T = TypeVar("T")
 
@@ -46,14 +54,15 @@ class Codec(Protocol[T]):
         ...
 
 
-def _type_name(tp: object) -> str:
+def type_name(tp: object) -> str:
     """Return a readable name for a type or type expression (``Order``, ``list[int]``)."""
     if isinstance(tp, type) and not getattr(tp, "__args__", None):
         return tp.__qualname__.rpartition("<locals>.")[2]
     return repr(tp).replace("typing.", "")
 
 
-def _describe_validation(exc: ValidationError) -> str:
+def describe_validation(exc: ValidationError) -> str:
+    """Summarise a pydantic validation error in one line (the first few failures)."""
     errors = exc.errors(include_url=False)
     parts = [
         f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
@@ -116,7 +125,7 @@ _PLAIN_TYPE_CONFIG = ConfigDict(
 )
 
 
-def _adapter(type_: object) -> TypeAdapter[Any]:
+def type_adapter(type_: object) -> TypeAdapter[Any]:
     """Build the TypeAdapter, refusing non-finite floats where the type takes our config."""
     try:
         return TypeAdapter(cast(Any, type_), config=_PLAIN_TYPE_CONFIG)
@@ -164,9 +173,9 @@ class JsonCodec(Generic[T]):
 
     def __init__(self, type_: TypeForm[T], /, *, strict: bool = False) -> None:
         self._type = type_
-        self._name = _type_name(type_)
+        self._name = type_name(type_)
         try:
-            adapter: TypeAdapter[T] = _adapter(type_)
+            adapter: TypeAdapter[T] = type_adapter(type_)
         except PydanticUserError as exc:
             raise TypeError(f"JsonCodec cannot handle {self._name}: {exc}") from exc
         self._adapter = adapter
@@ -224,8 +233,7 @@ class JsonCodec(Generic[T]):
             out = self._to_json(value, by_alias=True, warnings=self._warnings)
         except ValidationError as exc:
             raise EncodeError(
-                f"cannot encode {type(value).__name__} as {self._name}: "
-                f"{_describe_validation(exc)}",
+                f"cannot encode {type(value).__name__} as {self._name}: {describe_validation(exc)}",
                 type_name=self._name,
             ) from exc
         except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
@@ -276,7 +284,7 @@ class JsonCodec(Generic[T]):
             value = self._validate(data)
         except ValidationError as exc:
             raise DecodeError(
-                f"cannot decode {len(data)} bytes as {self._name}: {_describe_validation(exc)}",
+                f"cannot decode {len(data)} bytes as {self._name}: {describe_validation(exc)}",
                 type_name=self._name,
                 size=len(data),
             ) from exc

@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import Generic, Self, TypeVar
 
-from goflux._errors import SubscribeError
+from goflux._errors import PublishError, SubscribeError
 from goflux._interfaces import Subscription
 from goflux._subjects import validate_pattern
 
@@ -16,6 +16,7 @@ __all__ = (
     "CloseOnExit",
     "StopOnExit",
     "SubscriberLifecycle",
+    "closed_publisher_error",
     "enter_handler_context",
     "in_handler_context",
 )
@@ -39,6 +40,14 @@ def in_handler_context(subscription: object) -> bool:
     A drain started from there must not wait for itself.
     """
     return _HANDLING.get() is subscription
+
+
+def closed_publisher_error(subject: str, why: str = "publisher is closed") -> PublishError:
+    """The error a publish to ``subject`` gets once its publisher (or connection) closed.
+
+    It is permanent: publishing again through the same publisher cannot succeed.
+    """
+    return PublishError(f"cannot publish to {subject!r}: {why}", subject=subject, permanent=True)
 
 
 class CloseOnExit:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from goflux._errors import PublishError
 from goflux._headers import Headers, HeadersLike, check_message_id
-from goflux._lifecycle import CloseOnExit
+from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._scopes import PublishScopes
 from goflux._subjects import validate_subject
 from goflux._telemetry import Telemetry
@@ -54,11 +53,7 @@ class Publisher(CloseOnExit, Generic[T]):
             PublishError: The publisher is closed.
         """
         if self._closed:
-            raise PublishError(
-                f"cannot publish to {subject!r}: publisher is closed",
-                subject=subject,
-                permanent=True,
-            )
+            raise closed_publisher_error(subject)
         validate_subject(subject)
         if message_id is not None:
             check_message_id(message_id)

@@ -17,11 +17,12 @@ from nats.js.api import PubAck
 from goflux._codecs import Codec
 from goflux._errors import ExpectationFailed, PayloadTooLarge, PublishError
 from goflux._headers import HeadersLike
-from goflux._lifecycle import CloseOnExit
+from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._receipt import PublishReceipt
 from goflux._scopes import NullScope, PublishScope, PublishScopes
 from goflux._telemetry import Telemetry
 from goflux._wire import check_size, outgoing
+from goflux.transports._natspy import connection
 from goflux.transports.jetstream._system import SYSTEM
 
 __all__ = ("Outgoing", "Publisher")
@@ -147,7 +148,7 @@ class Publisher(CloseOnExit, Generic[T]):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self._js = js
-        self._nc = js._nc
+        self._nc = connection(js)
         self._codec = codec
         self._timeout = timeout
         self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
@@ -162,11 +163,7 @@ class Publisher(CloseOnExit, Generic[T]):
         expected: dict[str, str] | None,
     ) -> tuple[bytes, dict[str, str]]:
         if self._closed:
-            raise PublishError(
-                f"cannot publish to {subject!r}: publisher is closed",
-                subject=subject,
-                permanent=True,
-            )
+            raise closed_publisher_error(subject)
         wire = outgoing(subject, headers, message_id, jetstream=True)
         if expected:
             wire.update(expected)
@@ -315,11 +312,7 @@ class Publisher(CloseOnExit, Generic[T]):
         if self._closed or self._nc.is_closed:
             # Not bad input: this and the remaining messages each get their error.
             why = "publisher is closed" if self._closed else "the connection is closed"
-            results.append(
-                PublishError(
-                    f"cannot publish to {subject!r}: {why}", subject=subject, permanent=True
-                )
-            )
+            results.append(closed_publisher_error(subject, why))
             return
         data, wire = self._prepare(subject, item.value, item.headers, item.message_id, None)
         scope = self._scopes.open(subject, wire, message_id=item.message_id)

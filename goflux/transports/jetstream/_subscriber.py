@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -34,19 +34,15 @@ from goflux.transports.jetstream._options import (
     SubscriberOptions,
 )
 from goflux.transports.jetstream._pull import PullLimits
-from goflux.transports.jetstream._subscription import JetStreamSubscription, start_subscription
+from goflux.transports.jetstream._subscription import (
+    Binding,
+    JetStreamSubscription,
+    start_subscription,
+)
 
 __all__ = ("Subscriber",)
 
 T = TypeVar("T")
-
-
-class _Binding(NamedTuple):
-    """The consumer a subscription reads from, and what the subscription needs of it."""
-
-    consumer: PulledConsumer
-    ack_wait: float
-    limits: PullLimits
 
 
 def _filters(info: ConsumerInfo) -> list[str]:
@@ -160,7 +156,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         """The codec that decodes the payloads."""
         return self._codec
 
-    async def _create_consumer(self, subject: str) -> _Binding:
+    async def _create_consumer(self, subject: str) -> Binding:
         """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""
         options, stream = self._options, self._stream
         try:
@@ -191,9 +187,9 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             consumer = OrderedConsumer(self._js, stream, info, subject=subject, options=options)
         else:
             consumer = AcknowledgedConsumer(self._js, stream, info.name, ephemeral=True)
-        return _Binding(consumer, info.config.ack_wait or 30.0, PullLimits(options))
+        return Binding(consumer, info.config.ack_wait or 30.0, PullLimits(options))
 
-    async def _bind_consumer(self, subject: str, name: str) -> _Binding:
+    async def _bind_consumer(self, subject: str, name: str) -> Binding:
         """Check that the durable consumer ``name`` exists and fits ``subject``."""
         js, stream = self._js, self._stream
         # The raw reply also carries max_batch / max_expires, which nats-py drops.
@@ -234,7 +230,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             max_expires=max_expires / 1e9 if max_expires else None,
         )
         consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=False)
-        return _Binding(consumer, info.config.ack_wait or 30.0, limits)
+        return Binding(consumer, info.config.ack_wait or 30.0, limits)
 
     async def start(self, subject: str, handler: Handler[T]) -> JetStreamSubscription[T]:
         """Start consuming ``subject``; return once the first pull request is at the server.
@@ -266,10 +262,8 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                 self._js,
                 self._codec,
                 handler,
-                consumer=binding.consumer,
                 pattern=subject,
-                ack_wait=binding.ack_wait,
-                limits=binding.limits,
+                binding=binding,
                 options=options,
                 telemetry=self._tel,
             )

@@ -16,7 +16,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -49,7 +49,7 @@ from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
 from goflux.transports.jetstream._system import SYSTEM
 
-__all__ = ("JetStreamSubscription", "start_subscription")
+__all__ = ("Binding", "JetStreamSubscription", "start_subscription")
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -57,6 +57,14 @@ P = TypeVar("P")
 logger = logging.getLogger("goflux.transports.jetstream")
 
 DEAD_LETTER_RETRY_DELAY = 5.0  # seconds before an undecodable message is dead-lettered again
+
+
+class Binding(NamedTuple):
+    """The consumer a subscription reads from, and what the subscription needs of it."""
+
+    consumer: PulledConsumer
+    ack_wait: float  # seconds the server waits for an acknowledgement
+    limits: PullLimits
 
 
 class _MessageFactory(Protocol):
@@ -104,19 +112,18 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         codec: Codec[T],
         handler: Handler[T],
         *,
-        consumer: PulledConsumer,
         pattern: str,
-        ack_wait: float,
-        limits: PullLimits,
+        binding: Binding,
         options: SubscriberOptions,
         telemetry: Telemetry,
     ) -> None:
+        consumer = binding.consumer
         self._loop = asyncio.get_running_loop()
         self._nc = connection(js)
         self._codec = codec
         self._handler = handler
         self._pattern = pattern
-        self._ack_wait = ack_wait
+        self._ack_wait = binding.ack_wait
         self._options = options
         self._tel = telemetry
         self._acknowledged = consumer.acknowledges
@@ -125,7 +132,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._engine = PullEngine(
             js,
             consumer,
-            limits,
+            binding.limits,
             max_in_flight=options.max_in_flight,
             deliver=self._enqueue,
             fail=self._finish,
@@ -524,29 +531,19 @@ async def start_subscription(
     codec: Codec[T],
     handler: Handler[T],
     *,
-    consumer: PulledConsumer,
     pattern: str,
-    ack_wait: float,
-    limits: PullLimits,
+    binding: Binding,
     options: SubscriberOptions,
     telemetry: Telemetry,
 ) -> JetStreamSubscription[T]:
-    """Start a subscription on ``consumer``; return once its first pull is at the server.
+    """Start a subscription on ``binding``'s consumer; return once its first pull is out.
 
     Raises:
         SubscribeError: The connection failed; the consumer is removed if it was
             created for the subscription.
     """
     subscription = JetStreamSubscription(
-        js,
-        codec,
-        handler,
-        consumer=consumer,
-        pattern=pattern,
-        ack_wait=ack_wait,
-        limits=limits,
-        options=options,
-        telemetry=telemetry,
+        js, codec, handler, pattern=pattern, binding=binding, options=options, telemetry=telemetry
     )
     try:
         await subscription._begin()

@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from goflux._codecs import Codec
 from goflux._errors import PublishError
 from goflux._headers import HeadersLike
-from goflux._lifecycle import CloseOnExit
+from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._scopes import PublishScopes
 from goflux._telemetry import Telemetry
 from goflux._wire import check_size, outgoing
@@ -62,11 +62,7 @@ class Publisher(CloseOnExit, Generic[T]):
                 the server's ``max_payload``, or the client's reconnect buffer is full.
         """
         if self._closed:
-            raise PublishError(
-                f"cannot publish to {subject!r}: publisher is closed",
-                subject=subject,
-                permanent=True,
-            )
+            raise closed_publisher_error(subject)
         wire = outgoing(subject, headers, message_id, jetstream=False)
         with self._scopes.open(subject, wire, message_id=message_id) as scope:
             data = self._codec.encode(value)

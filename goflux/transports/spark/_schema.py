@@ -1,4 +1,4 @@
-"""Spark SQL columns for goflux payload types, and conversion of values both ways.
+"""Spark SQL columns for goflux payload types: schema, Arrow fields and converters.
 
 :class:`PayloadColumns` reads a payload type ``T`` (anything :class:`goflux.JsonCodec`
 accepts) once and derives its Spark ``StructType``, the matching Arrow fields, and
@@ -87,7 +87,7 @@ from pyspark.sql.types import (
 )
 from typing_extensions import TypeForm
 
-from goflux._codecs import _adapter, _describe_validation, _type_name
+from goflux._codecs import describe_validation, type_adapter, type_name
 from goflux._errors import DecodeError, SchemaError
 
 __all__ = ("VALUE_COLUMN", "PayloadColumns", "loosen_nulls")
@@ -199,7 +199,7 @@ def _to_utc(value: Any) -> Any:
 def _schema_name(schema: Mapping[str, Any]) -> str:
     cls = schema.get("cls")
     if cls is not None:
-        return _type_name(cls)
+        return type_name(cls)
     kind = str(schema["type"])
     if kind == "nullable":
         return f"{_schema_name(schema['schema'])} | None"
@@ -279,14 +279,14 @@ class _Builder:
         if kind in ("model", "dataclass", "typed-dict", "named-tuple"):
             return self._record(schema, path)
         if kind == "is-instance":
-            name = _type_name(schema["cls"])
+            name = type_name(schema["cls"])
             raise SchemaError(f"{path}: {name} has no Spark SQL type; use a concrete type")
         reason = _NOT_SUPPORTED.get(kind, f"{kind} values have no Spark SQL type")
         raise SchemaError(f"{path}: {reason}")
 
     def _enum(self, schema: Mapping[str, Any], path: str) -> _Node:
         values = [member.value for member in schema["members"]]
-        return _Node(_common_type(values, _type_name(schema["cls"]), path), to=_enum_value)
+        return _Node(_common_type(values, type_name(schema["cls"]), path), to=_enum_value)
 
     def _literal(self, schema: Mapping[str, Any], path: str) -> _Node:
         expected = list(schema["expected"])
@@ -568,9 +568,9 @@ class PayloadColumns(Generic[T]):
 
     def __init__(self, type_: TypeForm[T]) -> None:
         self._type = type_
-        self._name = name = _type_name(type_)
+        self._name = name = type_name(type_)
         try:
-            adapter: TypeAdapter[T] = _adapter(type_)
+            adapter: TypeAdapter[T] = type_adapter(type_)
         except PydanticUserError as exc:
             raise SchemaError(f"{name}: pydantic cannot handle the type: {exc}") from exc
         self._validate = adapter.validate_python
@@ -647,7 +647,7 @@ class PayloadColumns(Generic[T]):
             value: T = self._validate(data, by_alias=False, by_name=True)
         except ValidationError as exc:
             raise DecodeError(
-                f"cannot convert a row to {self._name}: {_describe_validation(exc)}",
+                f"cannot convert a row to {self._name}: {describe_validation(exc)}",
                 type_name=self._name,
                 size=0,
             ) from exc
