@@ -84,8 +84,9 @@ class SphinxRoles(griffe.Extension):
     """Rewrite every docstring of the loaded package before mkdocstrings renders it."""
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
-        """Visit every object of the package once it is loaded."""
-        self._visit(pkg)
+        """Visit every object of goflux once it is loaded (other packages: untouched)."""
+        if pkg.name == "goflux":
+            self._visit(pkg)
 
     def _visit(self, obj: griffe.Object) -> None:
         if obj.docstring is not None:
@@ -99,8 +100,9 @@ class ShadowedSubmodules(griffe.Extension):
     """Point a name imported from a same-named submodule at the import, as Python does."""
 
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
-        """Visit every module of the package once it is loaded, before aliases resolve."""
-        self._visit(pkg)
+        """Visit every module of goflux once it is loaded, before aliases resolve."""
+        if pkg.name == "goflux":
+            self._visit(pkg)
 
     def _visit(self, module: griffe.Module) -> None:
         for name, member in list(module.members.items()):
