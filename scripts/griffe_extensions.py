@@ -12,13 +12,6 @@ this extension turns
 - ``text::`` followed by an indented block into ``text:`` and a fenced code block
   (Python when the block compiles as Python, plain text otherwise).
 
-``ShadowedSubmodules``: a name that a package both has as a submodule and imports
-from it (``goflux.chain``: the module ``goflux/chain.py`` and the function ``chain``
-that ``goflux/__init__.py`` imports from it) is, as at run time, the imported object.
-griffe cannot hold both and keeps the submodule, so the function would be missing from
-the reference (``goflux.middleware.timeout`` likewise). Once no public name shadows a
-submodule, this does nothing.
-
 Loaded by ``mkdocs.yml`` (``plugins: mkdocstrings: handlers: python: options:
 extensions``); goflux itself does not import this module.
 """
@@ -94,38 +87,3 @@ class SphinxRoles(griffe.Extension):
         for member in obj.members.values():
             if not member.is_alias:
                 self._visit(member)  # type: ignore[arg-type]
-
-
-class ShadowedSubmodules(griffe.Extension):
-    """Point a name imported from a same-named submodule at the import, as Python does."""
-
-    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
-        """Visit every module of goflux once it is loaded, before aliases resolve."""
-        if pkg.name == "goflux":
-            self._visit(pkg)
-
-    def _visit(self, module: griffe.Module) -> None:
-        for name, member in list(module.members.items()):
-            if member.is_alias or not isinstance(member, griffe.Module):
-                continue
-            self._visit(member)
-            prefix = f"{member.path}."
-            imported = module.imports.get(name, "")
-            if not imported.startswith(prefix):
-                continue
-            # Once the submodule is out of the tree, paths into it no longer resolve: the
-            # package's other names imported from it get their objects directly.
-            for other, alias in list(module.members.items()):
-                if isinstance(alias, griffe.Alias) and alias.target_path.startswith(prefix):
-                    module.set_member(other, self._alias(module, alias, member, prefix))
-            target = member[imported.removeprefix(prefix)]
-            module.set_member(name, griffe.Alias(name, target, parent=module))
-
-    @staticmethod
-    def _alias(
-        module: griffe.Module, alias: griffe.Alias, submodule: griffe.Module, prefix: str
-    ) -> griffe.Alias:
-        target = submodule[alias.target_path.removeprefix(prefix)]
-        return griffe.Alias(
-            alias.name, target, parent=module, lineno=alias.lineno, endlineno=alias.endlineno
-        )

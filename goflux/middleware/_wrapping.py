@@ -37,7 +37,8 @@ class WrappingPublisher(CloseOnExit, Generic[T]):
         """Publish through the wrapped publisher.
 
         Raises:
-            Whatever the wrapped publisher raises.
+            GofluxError: Whatever the wrapped publisher raises (``PublishError``,
+                ``EncodeError``, ``InvalidSubject``, ...), unchanged.
         """
         return await self._inner.publish(subject, value, headers=headers, message_id=message_id)
 
