@@ -37,7 +37,7 @@ from goflux.transports.jetstream._pull import PullLimits
 from goflux.transports.jetstream._subscription import (
     Binding,
     JetStreamSubscription,
-    start_subscription,
+    started,
 )
 
 __all__ = ("Subscriber",)
@@ -258,7 +258,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                 binding = await self._create_consumer(subject)
             else:
                 binding = await self._bind_consumer(subject, self._consumer)
-            return await start_subscription(
+            subscription = JetStreamSubscription(
                 self._js,
                 self._codec,
                 handler,
@@ -267,6 +267,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                 options=options,
                 telemetry=self._tel,
             )
+            return await started(subscription)
 
         return await self._start_subscription(subject, open_subscription)
 

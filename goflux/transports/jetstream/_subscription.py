@@ -49,7 +49,7 @@ from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
 from goflux.transports.jetstream._system import SYSTEM
 
-__all__ = ("Binding", "JetStreamSubscription", "start_subscription")
+__all__ = ("Binding", "JetStreamSubscription", "started")
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -526,28 +526,16 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             acker.release()
 
 
-async def start_subscription(
-    js: JetStreamContext,
-    codec: Codec[T],
-    handler: Handler[T],
-    *,
-    pattern: str,
-    binding: Binding,
-    options: SubscriberOptions,
-    telemetry: Telemetry,
-) -> JetStreamSubscription[T]:
-    """Start a subscription on ``binding``'s consumer; return once its first pull is out.
+async def started(subscription: JetStreamSubscription[T]) -> JetStreamSubscription[T]:
+    """Start ``subscription``; return it once its first pull request is at the server.
 
     Raises:
         SubscribeError: The connection failed; the consumer is removed if it was
             created for the subscription.
     """
-    subscription = JetStreamSubscription(
-        js, codec, handler, pattern=pattern, binding=binding, options=options, telemetry=telemetry
-    )
     try:
         await subscription._begin()
     except (nats.errors.Error, TimeoutError) as exc:
         await subscription._finish(exc)
-        raise SubscribeError(f"cannot subscribe to {pattern!r}: {exc}") from exc
+        raise SubscribeError(f"cannot subscribe to {subscription.subject!r}: {exc}") from exc
     return subscription
