@@ -5,11 +5,11 @@ Application code is written against ``Publisher[T]``, ``Subscriber[T]``,
 (``goflux.transports.channel``, ``nats``, ``jetstream``, ``spark``) implement them.
 """
 
-from goflux._version import __version__
-from goflux.batches import MicroBatches, micro_batches
-from goflux.chain import chain, chain_publishers
-from goflux.codecs import BytesCodec, Codec, JsonCodec, StrCodec
-from goflux.errors import (
+from goflux._batches import MicroBatches, micro_batches
+from goflux._chain import chain, chain_publishers
+from goflux._codecs import BytesCodec, Codec, JsonCodec, StrCodec
+from goflux._deadletter import DeadLetter, DeadLetterReason
+from goflux._errors import (
     AlreadySettled,
     CodecError,
     ConsumerNotFound,
@@ -37,9 +37,9 @@ from goflux.errors import (
     TransportError,
     is_non_retryable,
 )
-from goflux.group import Group
-from goflux.headers import Headers, HeadersLike
-from goflux.interfaces import (
+from goflux._group import Group
+from goflux._headers import Headers, HeadersLike
+from goflux._interfaces import (
     Closeable,
     GenericMiddleware,
     GenericPublisherMiddleware,
@@ -53,13 +53,14 @@ from goflux.interfaces import (
     Subscriber,
     Subscription,
 )
-from goflux.message import Acker, Delivery, Message
-from goflux.pipes import pipe, pipe_flat_map, pipe_map
-from goflux.processing import ProcessStats, process
-from goflux.receipt import PublishReceipt
-from goflux.streams import MessageStream, message_stream
-from goflux.telemetry import Telemetry
-from goflux.topics import (
+from goflux._message import Acker, Delivery, Message
+from goflux._pipes import pipe, pipe_flat_map, pipe_map
+from goflux._processing import ProcessStats, process
+from goflux._receipt import PublishReceipt
+from goflux._streams import MessageStream, message_stream
+from goflux._subjects import MAX_SUBJECT_BYTES
+from goflux._telemetry import Telemetry
+from goflux._topics import (
     BoundPublisher,
     BoundSubscriber,
     Topic,
@@ -67,8 +68,10 @@ from goflux.topics import (
     bind_subscriber,
     bind_topic,
 )
+from goflux._version import __version__
 
 __all__ = (
+    "MAX_SUBJECT_BYTES",
     "Acker",
     "AlreadySettled",
     "BoundPublisher",
@@ -78,6 +81,8 @@ __all__ = (
     "Codec",
     "CodecError",
     "ConsumerNotFound",
+    "DeadLetter",
+    "DeadLetterReason",
     "DecodeError",
     "Delivery",
     "EncodeError",

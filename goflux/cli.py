@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from goflux.urls import redact_url
+from goflux._errors import GofluxError
+from goflux._urls import redact_url
 
 if TYPE_CHECKING:
     from goflux.demo.summary import DemoSummary
@@ -32,7 +33,7 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 
 
 def _server(args: argparse.Namespace) -> int:
-    from goflux.testing.server import NatsServer  # noqa: PLC0415
+    from goflux.testing import NatsServer  # noqa: PLC0415 - only this command needs it
 
     store = Path(args.store).resolve() if args.store else None
     if store is not None:
@@ -210,8 +211,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        from goflux.errors import GofluxError  # noqa: PLC0415
-
         if isinstance(exc, GofluxError | OSError | TimeoutError) or type(exc).__module__.startswith(
             "nats"
         ):

@@ -31,7 +31,7 @@ TESTS = Path(__file__).resolve().parent
 # every test marked slow, spark, reliability or e2e. Single slow tests elsewhere carry
 # ``@pytest.mark.slow`` themselves.
 FOLDER_MARKERS = {"reliability": "reliability"}
-FILE_MARKERS = {"test_examples.py": "e2e", "test_readme.py": "e2e", "test_bench.py": "e2e"}
+FILE_MARKERS = {"test_examples.py": "e2e", "test_docs.py": "e2e", "test_bench.py": "e2e"}
 SPARK_FIXTURE = "spark"  # tests/spark/conftest.py: the session-wide local SparkSession
 
 

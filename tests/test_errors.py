@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-import goflux.errors as errors
+import goflux._errors as errors
 from goflux import GofluxError, NonRetryable, is_non_retryable
-from goflux.errors import find_in_chain
+from goflux._errors import find_in_chain
 
 
 def test_every_error_derives_from_the_root() -> None:

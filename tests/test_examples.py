@@ -90,11 +90,11 @@ def test_retry_dead_letter() -> None:
         assert f"{order_id}: delivery {deliveries + 1}\n" not in out
     assert "attempts: {'o-1': 1, 'o-2': 3, 'o-3': 1, 'o-4': 3}" in out
     assert (
-        "dead letter o-3: non_retryable after 1 deliveries, goflux.errors.NonRetryable: "
+        "dead letter o-3: non_retryable after 1 deliveries, goflux._errors.NonRetryable: "
         "negative amount -5.0"
     ) in out
     assert (
-        "dead letter o-4: max_attempts after 3 deliveries, goflux.errors.HandlerTimeout: "
+        "dead letter o-4: max_attempts after 3 deliveries, goflux._errors.HandlerTimeout: "
         "handler for the message on 'payments.requested' ran longer than 0.5s"
     ) in out
     assert "invoices stored: 2" in out

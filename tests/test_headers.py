@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from goflux import Headers, InvalidHeader
-from goflux.headers import check_message_id
+from goflux._headers import check_message_id
 
 
 def test_lookup_ignores_case_and_keeps_original_casing() -> None:

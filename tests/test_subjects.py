@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from goflux import InvalidSubject
-from goflux.subjects import is_wildcard, matches, validate_pattern, validate_subject
+from goflux._subjects import is_wildcard, matches, validate_pattern, validate_subject
 
 
 @pytest.mark.parametrize(

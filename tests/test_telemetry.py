@@ -7,7 +7,8 @@ from opentelemetry.sdk.metrics.export import Histogram, Metric, Sum
 from opentelemetry.trace import SpanKind, StatusCode
 
 from goflux import DecodeError, JsonCodec, Message, Telemetry
-from goflux.telemetry import DURATION_BUCKETS, HeaderGetter, HeaderSetter, error_type
+from goflux._scopes import HeaderGetter, HeaderSetter, ProcessScopes, PublishScopes
+from goflux._semconv import DURATION_BUCKETS, error_type
 from goflux.transports import channel
 from tests.conftest import Otel
 from tests.helpers import Inbox
@@ -34,7 +35,7 @@ def test_setter_writes_lowercase_and_getter_reads_any_casing() -> None:
 
 def test_publish_injects_lowercase_trace_context(otel: Otel) -> None:
     carrier: dict[str, str] = {}
-    with otel.telemetry.publish("channel", "a.b", carrier):
+    with PublishScopes(otel.telemetry, "channel").open("a.b", carrier):
         pass
     span = otel.span("send a.b")
     assert span.context is not None
@@ -45,7 +46,7 @@ def test_publish_injects_lowercase_trace_context(otel: Otel) -> None:
 
 
 def test_consumer_links_to_a_go_style_capitalised_traceparent(otel: Otel) -> None:
-    with otel.telemetry.process("nats", "orders.1", {"Traceparent": TRACEPARENT}):
+    with ProcessScopes(otel.telemetry, "nats").open("orders.1", {"Traceparent": TRACEPARENT}):
         pass
     span = otel.span("process orders.1")
     assert span.parent is None
@@ -55,9 +56,9 @@ def test_consumer_links_to_a_go_style_capitalised_traceparent(otel: Otel) -> Non
 
 
 def test_consumer_without_trace_context_has_no_links(otel: Otel) -> None:
-    with otel.telemetry.process("nats", "orders.1", {}):
+    with ProcessScopes(otel.telemetry, "nats").open("orders.1", {}):
         pass
-    with otel.telemetry.process("nats", "orders.2", None):
+    with ProcessScopes(otel.telemetry, "nats").open("orders.2", None):
         pass
     assert all(not s.links for s in otel.spans())
 
@@ -66,7 +67,7 @@ def test_producer_span_is_a_child_of_the_current_span(otel: Otel) -> None:
     tracer = otel.tracer_provider.get_tracer("test")
     with (
         tracer.start_as_current_span("request") as request,
-        otel.telemetry.publish("channel", "a.b", {}),
+        PublishScopes(otel.telemetry, "channel").open("a.b", {}),
     ):
         pass
     producer = otel.span("send a.b")
@@ -78,13 +79,13 @@ def test_consumer_span_is_current_during_processing_and_keeps_baggage(otel: Otel
     carrier: dict[str, str] = {}
     token = otel_context.attach(baggage.set_baggage("tenant", "acme"))
     try:
-        with otel.telemetry.publish("channel", "a.b", carrier):
+        with PublishScopes(otel.telemetry, "channel").open("a.b", carrier):
             pass
     finally:
         otel_context.detach(token)
     assert "baggage" in carrier
     tracer = otel.tracer_provider.get_tracer("test")
-    with otel.telemetry.process("channel", "a.b", carrier) as scope:
+    with ProcessScopes(otel.telemetry, "channel").open("a.b", carrier) as scope:
         assert trace.get_current_span() is scope.span
         assert baggage.get_baggage("tenant") == "acme"
         with tracer.start_as_current_span("work"):
@@ -96,7 +97,7 @@ def test_consumer_span_is_current_during_processing_and_keeps_baggage(otel: Otel
 
 
 def test_wildcard_template_names_the_span(otel: Otel) -> None:
-    with otel.telemetry.process("channel", "orders.eu.123", {}, template="orders.>"):
+    with ProcessScopes(otel.telemetry, "channel", template="orders.>").open("orders.eu.123", {}):
         pass
     span = otel.span("process orders.>")
     attrs = dict(span.attributes or {})
@@ -107,10 +108,13 @@ def test_wildcard_template_names_the_span(otel: Otel) -> None:
 def test_failures_set_error_type_on_spans_and_metrics(otel: Otel) -> None:
     with (
         pytest.raises(KeyError),
-        otel.telemetry.process("channel", "a.b", {}, consumer_group="g", body_size=3),
+        ProcessScopes(otel.telemetry, "channel", consumer_group="g").open("a.b", {}, body_size=3),
     ):
         raise KeyError("x")
-    with pytest.raises(ValueError, match="bad"), otel.telemetry.publish("channel", "a.b", {}):
+    with (
+        pytest.raises(ValueError, match="bad"),
+        PublishScopes(otel.telemetry, "channel").open("a.b", {}),
+    ):
         raise ValueError("bad")
     consumer = otel.span("process a.b")
     producer = otel.span("send a.b")
@@ -129,7 +133,7 @@ def test_failures_set_error_type_on_spans_and_metrics(otel: Otel) -> None:
 
 def test_error_type_is_the_qualified_class_name() -> None:
     assert error_type(ValueError()) == "ValueError"
-    assert error_type(DecodeError("x", type_name="T", size=0)) == "goflux.errors.DecodeError"
+    assert error_type(DecodeError("x", type_name="T", size=0)) == "goflux._errors.DecodeError"
 
 
 async def test_the_four_metrics_with_semconv_buckets(otel: Otel) -> None:
@@ -196,7 +200,7 @@ async def test_decode_failures_are_recorded_on_the_consumer_span(otel: Otel) -> 
     await channel.Publisher(bus, telemetry=otel.telemetry).publish("orders.raw", b"not json")
     await subscription.stop()
     span = otel.span("process orders.raw")
-    assert dict(span.attributes or {})["error.type"] == "goflux.errors.DecodeError"
+    assert dict(span.attributes or {})["error.type"] == "goflux._errors.DecodeError"
     assert span.kind is SpanKind.CONSUMER
     assert handled.messages == []
 

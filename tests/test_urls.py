@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from goflux.urls import redact_url
+from goflux._urls import redact_url
 
 
 @pytest.mark.parametrize(

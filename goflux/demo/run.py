@@ -39,6 +39,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from goflux import BytesCodec, GofluxError, JsonCodec, Message, Telemetry, chain
+from goflux._urls import redact_url
 from goflux.demo.model import (
     DEAD_LETTER_STREAM,
     ORDER_STREAM,
@@ -53,8 +54,7 @@ from goflux.demo.summary import DemoSummary, check, print_summary
 from goflux.middleware import DeadLetter, ExponentialBackoff, RetryPolicy, retry_ack
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
-from goflux.transports.spark.connection import ConnectionSettings
-from goflux.urls import redact_url
+from goflux.transports.spark._connection import ConnectionOptions
 
 __all__ = (
     "DemoConfig",
@@ -401,7 +401,7 @@ async def _run(url: str, config: DemoConfig, summary: DemoSummary) -> None:
     progress = Progress(out)
 
     # No reconnecting and no per-attempt tracebacks: an unreachable server is one line.
-    nc = await ConnectionSettings(servers=(url,)).connect(name="goflux-demo")
+    nc = await ConnectionOptions(servers=(url,)).connect(name="goflux-demo")
     try:
         js = nc.jetstream()
         await _provision(js)

@@ -1,6 +1,6 @@
 """Handler and publisher middleware: ack policies, retries, dead letters, timeouts, context.
 
-Handler middleware wraps a ``Handler[T]``; compose it with :func:`goflux.chain`, where
+Handler middleware wraps a ``Handler[T]``; compose it with :func:`goflux._chain`, where
 the first given is the outermost (it sees the message first and the outcome last)::
 
     handler = chain(
@@ -15,21 +15,21 @@ Publisher middleware wraps a ``Publisher[T]``; compose it with
     publisher = chain_publishers(forward_context(), retry_publish(attempts=5))(js_publisher)
 """
 
-from goflux.middleware.ack import auto_ack
-from goflux.middleware.backoff import Backoff, BackoffLike, ExponentialBackoff, FixedBackoff
-from goflux.middleware.context import (
+from goflux._deadletter import DeadLetter, DeadLetterReason, dead_letter_headers
+from goflux._interfaces import GenericMiddleware, GenericPublisherMiddleware
+from goflux.middleware._ack import auto_ack
+from goflux.middleware._backoff import Backoff, BackoffLike, ExponentialBackoff, FixedBackoff
+from goflux.middleware._context import (
     current_headers,
     current_message,
     current_message_id,
     forward_context,
     message_context,
 )
-from goflux.middleware.deadletter import DeadLetter, DeadLetterReason, dead_letter_headers
-from goflux.middleware.publish import retry_publish
-from goflux.middleware.retry import Decision, RetryPolicy, retry_ack
-from goflux.middleware.timeout import timeout
-from goflux.middleware.types import GenericMiddleware, GenericPublisherMiddleware
-from goflux.middleware.wrapping import WrappingPublisher
+from goflux.middleware._publish import retry_publish
+from goflux.middleware._retry import Decision, RetryPolicy, retry_ack
+from goflux.middleware._timeout import timeout
+from goflux.middleware._wrapping import WrappingPublisher
 
 __all__ = (
     "Backoff",

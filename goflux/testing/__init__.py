@@ -4,8 +4,8 @@
 and provides the ``nats_server`` and ``nats_url`` fixtures.
 """
 
-from goflux.testing.cluster import NatsCluster
-from goflux.testing.server import NatsServer, NatsServerError, NatsServerNotFound, find_nats_server
+from goflux.testing._cluster import NatsCluster
+from goflux.testing._server import NatsServer, NatsServerError, NatsServerNotFound, find_nats_server
 
 __all__ = (
     "NatsCluster",

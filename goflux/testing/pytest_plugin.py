@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from goflux.testing.server import NatsServer
+from goflux.testing._server import NatsServer
 
 __all__ = ("nats_server", "nats_url")
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from goflux import Headers, InvalidSubject, Message
-from goflux.message import Delivery
+from goflux._message import Delivery
 from goflux.middleware import DeadLetter, dead_letter_headers
 from goflux.transports import channel
 

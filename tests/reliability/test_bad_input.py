@@ -34,8 +34,8 @@ from goflux import (
     PayloadTooLarge,
     PublishError,
 )
+from goflux._subjects import MAX_SUBJECT_BYTES
 from goflux.middleware import DeadLetter, RetryPolicy, retry_ack
-from goflux.subjects import MAX_SUBJECT_BYTES
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import nats as gnats

@@ -10,7 +10,7 @@ import pytest
 
 from goflux import JsonCodec, Message, PublishError
 from goflux.middleware import ExponentialBackoff, retry_publish
-from goflux.testing.cluster import NatsCluster
+from goflux.testing._cluster import NatsCluster
 from goflux.transports import jetstream
 from tests.helpers import drained
 from tests.models import Order, order

@@ -21,7 +21,7 @@ from goflux import JsonCodec, Message, TransportError
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import nats as gnats
-from goflux.transports.spark.connection import ConnectionSettings
+from goflux.transports.spark._connection import ConnectionOptions
 from tests.conftest import Otel
 from tests.models import Order, order
 
@@ -84,14 +84,14 @@ async def test_tls_carries_both_transports(
     # The Spark adapter's connection settings take a CA file.
     ca_file = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_file))
-    settings = ConnectionSettings(
+    settings = ConnectionOptions(
         servers=(f"tls://127.0.0.1:{tls_server.port}",), tls_ca_file=str(ca_file)
     )
     spark_nc = await settings.connect()
     await spark_nc.close()
     # Without trusting the CA the handshake fails: TLS is really on.
     with pytest.raises(TransportError):
-        await ConnectionSettings(servers=(f"tls://127.0.0.1:{tls_server.port}",)).connect()
+        await ConnectionOptions(servers=(f"tls://127.0.0.1:{tls_server.port}",)).connect()
 
 
 @pytest.fixture
@@ -129,9 +129,9 @@ async def test_user_and_password_carry_both_transports_and_never_leak(
     # Wrong credentials: a clear error that names neither password.
     bad = f"nats://alice:{WRONG}@127.0.0.1:{password_server.port}"
     with pytest.raises(TransportError) as refused:
-        await ConnectionSettings(servers=(bad,)).connect()
+        await ConnectionOptions(servers=(bad,)).connect()
     assert "Authorization Violation" in str(refused.value)  # the URL's credentials were lifted
-    settings = ConnectionSettings(servers=(url,))
+    settings = ConnectionOptions(servers=(url,))
     assert SECRET not in repr(settings)
     works = await settings.connect()
     await works.close()
@@ -172,8 +172,8 @@ async def test_a_token_in_the_url_works_and_never_leaks(
         finally:
             await nc.close()
         with pytest.raises(TransportError) as refused:
-            await ConnectionSettings(servers=(f"nats://{WRONG}@127.0.0.1:{server.port}",)).connect()
-        settings = ConnectionSettings(servers=(f"nats://{SECRET}@127.0.0.1:{server.port}",))
+            await ConnectionOptions(servers=(f"nats://{WRONG}@127.0.0.1:{server.port}",)).connect()
+        settings = ConnectionOptions(servers=(f"nats://{SECRET}@127.0.0.1:{server.port}",))
         assert SECRET not in repr(settings)
         await (await settings.connect()).close()
     text = caplog.text + str(refused.value) + repr(refused.value.__cause__)
@@ -190,7 +190,7 @@ async def test_nkey_authentication_carries_both_transports(tmp_path: Path) -> No
     )
     async with NatsServer(args=["-c", str(config)]) as server:
         with pytest.raises(TransportError, match="Authorization Violation"):  # a key is needed
-            await ConnectionSettings(servers=(server.url,)).connect()
+            await ConnectionOptions(servers=(server.url,)).connect()
         nc = await nats.connect(server.url, nkeys_seed_str=seed.decode())
         try:
             await round_trip(nc, "nkey")
@@ -198,6 +198,6 @@ async def test_nkey_authentication_carries_both_transports(tmp_path: Path) -> No
             await nc.close()
         seed_file = tmp_path / "user.nk"
         seed_file.write_bytes(seed)
-        settings = ConnectionSettings(servers=(server.url,), nkey_seed_file=str(seed_file))
+        settings = ConnectionOptions(servers=(server.url,), nkey_seed_file=str(seed_file))
         spark_nc = await settings.connect()
         await spark_nc.close()

@@ -18,16 +18,16 @@ from pyspark.sql import Row, SparkSession
 from goflux import InvalidSubject, JsonCodec, StrCodec, TransportError
 from goflux.transports import channel
 from goflux.transports import spark as gspark
-from goflux.transports.spark.connection import ConnectionSettings
-from goflux.transports.spark.options import SourceOptions, load_type
-from goflux.transports.spark.sink import SinkOptions, _as_batches
-from goflux.transports.spark.source import split_range
+from goflux.transports.spark._connection import ConnectionOptions
+from goflux.transports.spark._options import SourceOptions, load_type
+from goflux.transports.spark._sink import SinkOptions, _as_batches
+from goflux.transports.spark._source import split_range
 from tests.spark.helpers import Sale
 
 
 def test_source_options_round_trip_through_spark_strings() -> None:
     options = SourceOptions(
-        connection=ConnectionSettings(servers=("nats://a:4222", "nats://b:4222")),
+        connection=ConnectionOptions(servers=("nats://a:4222", "nats://b:4222")),
         stream="SALES",
         subjects=("sales.eu", "sales.us.>"),
         starting_time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
@@ -83,22 +83,22 @@ def test_payload_type_by_import_path() -> None:
 
 
 def test_credentials_in_urls_move_to_redacted_fields() -> None:
-    settings = ConnectionSettings(servers=("nats://alice:s%40cret@h:4222", "nats://h2:4222"))
+    settings = ConnectionOptions(servers=("nats://alice:s%40cret@h:4222", "nats://h2:4222"))
     assert settings.servers == ("nats://h:4222", "nats://h2:4222")
     assert (settings.user, settings.password) == ("alice", "s@cret")
     assert "s@cret" not in repr(settings)
     assert "cret" not in settings.to_options()["servers"]
-    token = ConnectionSettings(servers="nats://t0ken@h:4222")
+    token = ConnectionOptions(servers="nats://t0ken@h:4222")
     assert (token.token, token.servers) == ("t0ken", ("nats://h:4222",))
     with pytest.raises(gspark.SourceOptionError, match="different credentials"):
-        ConnectionSettings(servers=("nats://a:b@h", "nats://a:c@h2"))
+        ConnectionOptions(servers=("nats://a:b@h", "nats://a:c@h2"))
     with pytest.raises(gspark.SourceOptionError, match="go together"):
-        ConnectionSettings(servers=("nats://h",), user="alone")
+        ConnectionOptions(servers=("nats://h",), user="alone")
 
 
 def test_sink_options_take_fractional_timeouts_and_check_subjects() -> None:
     sink = SinkOptions(
-        connection=ConnectionSettings(servers=("nats://h",)),
+        connection=ConnectionOptions(servers=("nats://h",)),
         subject="out.x",
         payload_type=Sale,
         timeout=0.5,
@@ -136,7 +136,7 @@ def test_stream_writer_takes_rows_where_pyspark_has_no_arrow_writer() -> None:
 
 @pytest.mark.slow
 def test_an_unreachable_server_fails_at_once() -> None:
-    settings = ConnectionSettings(servers=("nats://127.0.0.1:1",), connect_timeout=1)
+    settings = ConnectionOptions(servers=("nats://127.0.0.1:1",), connect_timeout=1)
     with pytest.raises(
         TransportError, match=re.escape("cannot connect to NATS at nats://127.0.0.1:1")
     ):

@@ -8,9 +8,10 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from goflux._wire import RepeatedHeaders
 from goflux.testing import NatsServer
-from goflux.transports.spark.ranges import LineKeepingClient, RangeReader, stream_bounds
-from goflux.wire import RepeatedHeaders
+from goflux.transports._natspy import LineKeepingClient
+from goflux.transports.spark._ranges import RangeReader, stream_bounds
 
 
 @pytest.fixture

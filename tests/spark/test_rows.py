@@ -11,11 +11,11 @@ from nats.aio.msg import Msg
 from pydantic import BaseModel
 
 from goflux import DecodeError
-from goflux.errors import SchemaError
-from goflux.transports.spark.connection import ConnectionSettings
-from goflux.transports.spark.options import SourceOptions
-from goflux.transports.spark.rows import CORRUPT_COLUMN, RowBuilder, source_schema
-from goflux.wire import RepeatedHeaders
+from goflux._errors import SchemaError
+from goflux._wire import RepeatedHeaders
+from goflux.transports.spark._connection import ConnectionOptions
+from goflux.transports.spark._options import SourceOptions
+from goflux.transports.spark._rows import CORRUPT_COLUMN, RowBuilder, source_schema
 from tests.spark.helpers import Sale, sale
 
 STORED_NS = 1_767_225_600_123_456_789  # 2026-01-01 00:00:00.123456789 UTC
@@ -23,7 +23,7 @@ STORED_NS = 1_767_225_600_123_456_789  # 2026-01-01 00:00:00.123456789 UTC
 
 def options(payload_type: Any = Sale, **kwargs: Any) -> SourceOptions:
     return SourceOptions(
-        connection=ConnectionSettings(servers=("nats://127.0.0.1:4222",)),
+        connection=ConnectionOptions(servers=("nats://127.0.0.1:4222",)),
         stream="SALES",
         payload_type=payload_type,
         **kwargs,

@@ -49,8 +49,8 @@ from pyspark.sql.types import (
 from typing_extensions import TypedDict
 
 from goflux import DecodeError, JsonCodec
-from goflux.errors import SchemaError
-from goflux.transports.spark.schema import PayloadColumns
+from goflux._errors import SchemaError
+from goflux.transports.spark._schema import PayloadColumns
 from tests.models import Order
 
 # ------------------------------------------------------------------ payload types

@@ -8,9 +8,9 @@ network transport (give the bus a codec to send payloads through bytes)::
     subscriber = channel.Subscriber(bus)
 """
 
-from goflux.transports.channel.bus import Bus
-from goflux.transports.channel.publisher import Publisher
-from goflux.transports.channel.subscriber import ChannelSubscription, Subscriber
-from goflux.transports.channel.system import SYSTEM
+from goflux.transports.channel._bus import Bus
+from goflux.transports.channel._publisher import Publisher
+from goflux.transports.channel._subscriber import ChannelSubscription, Subscriber
+from goflux.transports.channel._system import SYSTEM
 
 __all__ = ("SYSTEM", "Bus", "ChannelSubscription", "Publisher", "Subscriber")

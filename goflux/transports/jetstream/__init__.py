@@ -20,7 +20,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "goflux.transports.jetstream needs nats-py: pip install 'goflux[nats]'"
     ) from exc
 
-from goflux.errors import (
+from goflux._errors import (
     ConsumerNotFound,
     ExpectationFailed,
     IncompatibleConfig,
@@ -28,12 +28,12 @@ from goflux.errors import (
     StreamNotFound,
     SubjectOverlap,
 )
-from goflux.transports.jetstream.acker import JetStreamAcker
-from goflux.transports.jetstream.provision import ensure_consumer, ensure_stream
-from goflux.transports.jetstream.publisher import Outgoing, Publisher
-from goflux.transports.jetstream.subscriber import Subscriber
-from goflux.transports.jetstream.subscription import JetStreamSubscription
-from goflux.transports.jetstream.system import SYSTEM
+from goflux.transports.jetstream._acker import JetStreamAcker
+from goflux.transports.jetstream._provision import ensure_consumer, ensure_stream
+from goflux.transports.jetstream._publisher import Outgoing, Publisher
+from goflux.transports.jetstream._subscriber import Subscriber
+from goflux.transports.jetstream._subscription import JetStreamSubscription
+from goflux.transports.jetstream._system import SYSTEM
 
 __all__ = (
     "SYSTEM",

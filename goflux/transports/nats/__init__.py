@@ -17,12 +17,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("goflux.transports.nats needs nats-py: pip install 'goflux[nats]'") from exc
 
-from goflux.transports.nats.publisher import Publisher
-from goflux.transports.nats.requester import ERROR_CODE_HEADER, ERROR_HEADER, Requester
-from goflux.transports.nats.responder import Responder, ResponderSubscription
-from goflux.transports.nats.subscriber import NatsSubscription, Subscriber
-from goflux.transports.nats.subscription import CoreSubscription, DispatchOptions
-from goflux.transports.nats.system import SYSTEM
+from goflux.transports.nats._publisher import Publisher
+from goflux.transports.nats._requester import ERROR_CODE_HEADER, ERROR_HEADER, Requester
+from goflux.transports.nats._responder import Responder, ResponderSubscription
+from goflux.transports.nats._subscriber import NatsSubscription, Subscriber
+from goflux.transports.nats._subscription import CoreSubscription, DispatchOptions
+from goflux.transports.nats._system import SYSTEM
 
 __all__ = (
     "ERROR_CODE_HEADER",

@@ -24,25 +24,26 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("goflux.transports.spark needs pyspark: pip install 'goflux[spark]'") from exc
 
-from goflux.errors import DataLossError, SchemaError, SourceOptionError, SparkError
-from goflux.transports.spark.connection import ConnectionSettings
-from goflux.transports.spark.micro import MicroBatchStats, run_micro_batches
-from goflux.transports.spark.options import SourceOptions
-from goflux.transports.spark.reading import local_session, read, read_stream, register
-from goflux.transports.spark.schema import PayloadColumns
-from goflux.transports.spark.sink import (
+from goflux._errors import DataLossError, SchemaError, SourceOptionError, SparkError
+from goflux.transports.spark._connection import ConnectionOptions
+from goflux.transports.spark._datasource import FORMAT, JetStreamDataSource, register
+from goflux.transports.spark._micro import MicroBatchStats, run_micro_batches
+from goflux.transports.spark._options import SourceOptions
+from goflux.transports.spark._reading import read, read_stream
+from goflux.transports.spark._schema import PayloadColumns
+from goflux.transports.spark._session import local_session
+from goflux.transports.spark._sink import (
     BatchPublisher,
     SinkOptions,
     SinkStats,
     foreach_batch_publisher,
-    write_stream,
 )
-from goflux.transports.spark.source import FORMAT, JetStreamDataSource
+from goflux.transports.spark._writing import write_stream
 
 __all__ = (
     "FORMAT",
     "BatchPublisher",
-    "ConnectionSettings",
+    "ConnectionOptions",
     "DataLossError",
     "JetStreamDataSource",
     "MicroBatchStats",

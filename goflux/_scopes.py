@@ -1,0 +1,462 @@
+"""Spans and metrics of single operations: one publish, one processed message.
+
+A publisher builds its :class:`PublishScopes` once, a subscription its
+:class:`ProcessScopes`: each holds what all operations of its owner share (the
+telemetry, ``messaging.system``, the destination template, the consumer group, the
+server, the span kind) and opens one scope per operation. A scope is a context manager:
+entering it starts the span (a PRODUCER span injects its context into the outgoing
+headers; a CONSUMER span links to the producer), leaving it ends the span and records
+the metrics, with ``error.type`` when an exception leaves it. While the telemetry
+records nothing, ``open`` returns :data:`NULL_SCOPE` and costs a flag check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, MutableMapping
+from contextvars import Token
+from types import TracebackType
+from typing import Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import Getter, Setter
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from goflux._semconv import (
+    ERROR_TYPE,
+    MESSAGING_CONSUMER_GROUP_NAME,
+    MESSAGING_DESTINATION_NAME,
+    MESSAGING_DESTINATION_TEMPLATE,
+    MESSAGING_MESSAGE_BODY_SIZE,
+    MESSAGING_MESSAGE_ID,
+    MESSAGING_OPERATION_NAME,
+    MESSAGING_OPERATION_TYPE,
+    MESSAGING_SYSTEM,
+    SERVER_ADDRESS,
+    SERVER_PORT,
+    error_type,
+)
+from goflux._telemetry import Telemetry
+
+__all__ = (
+    "NULL_SCOPE",
+    "HeaderGetter",
+    "HeaderSetter",
+    "NullScope",
+    "ProcessScope",
+    "ProcessScopes",
+    "PublishScope",
+    "PublishScopes",
+)
+
+
+class HeaderGetter(Getter[Mapping[str, str]]):
+    """Reads propagation fields from NATS-style headers, in any casing.
+
+    NATS headers keep the casing they were written with; Go services that use an HTTP
+    header carrier write ``Traceparent``. The exact key is tried first, then a
+    case-insensitive match.
+    """
+
+    def get(self, carrier: Mapping[str, str], key: str) -> list[str] | None:
+        """Return the value of ``key`` (any casing) as a one-item list, or None."""
+        value = carrier.get(key)
+        if value is None:
+            lowered = key.lower()
+            for name, candidate in carrier.items():
+                if name.lower() == lowered:
+                    value = candidate
+                    break
+            else:
+                return None
+        return [value]
+
+    def keys(self, carrier: Mapping[str, str]) -> list[str]:
+        """Return every header name."""
+        return list(carrier.keys())
+
+
+class HeaderSetter(Setter[MutableMapping[str, str]]):
+    """Writes propagation fields into NATS-style headers with lowercase keys."""
+
+    def set(self, carrier: MutableMapping[str, str], key: str, value: str) -> None:
+        """Store ``value`` under the lowercased ``key`` (``traceparent``, ``tracestate``)."""
+        carrier[key.lower()] = value
+
+
+_GETTER: Final = HeaderGetter()
+_SETTER: Final = HeaderSetter()
+
+
+def _shared_attributes(
+    system: str,
+    operation: str,
+    *,
+    template: str | None = None,
+    consumer_group: str | None = None,
+    server_address: str | None = None,
+    server_port: int | None = None,
+) -> dict[str, AttributeValue]:
+    attrs: dict[str, AttributeValue] = {
+        MESSAGING_SYSTEM: system,
+        MESSAGING_OPERATION_NAME: operation,
+    }
+    if template is not None:
+        attrs[MESSAGING_DESTINATION_TEMPLATE] = template
+    if consumer_group is not None:
+        attrs[MESSAGING_CONSUMER_GROUP_NAME] = consumer_group
+    if server_address is not None:
+        attrs[SERVER_ADDRESS] = server_address
+    if server_port is not None:
+        attrs[SERVER_PORT] = server_port
+    return attrs
+
+
+def _end_span(span: trace.Span, exc: BaseException | None, kind: str | None) -> None:
+    if span is trace.INVALID_SPAN:
+        return
+    if exc is not None and kind is not None:
+        span.set_attribute(ERROR_TYPE, kind)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.record_exception(exc)
+    span.end()
+
+
+class PublishScopes:
+    """The publish scopes of one publisher (or requester): what they all share.
+
+    Args:
+        telemetry: Where spans and metrics go.
+        system: The ``messaging.system`` value (``channel``, ``nats``, ``nats-jetstream``).
+        server_address: Broker host, when known.
+        server_port: Broker port, when known.
+        kind: PRODUCER for a publish; CLIENT for a request, whose caller waits for the
+            reply (the responder's span becomes its child).
+    """
+
+    __slots__ = ("attributes", "kind", "telemetry")
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        system: str,
+        *,
+        server_address: str | None = None,
+        server_port: int | None = None,
+        kind: SpanKind = SpanKind.PRODUCER,
+    ) -> None:
+        self.telemetry = telemetry
+        self.kind = kind
+        self.attributes = _shared_attributes(
+            system, "send", server_address=server_address, server_port=server_port
+        )
+
+    def open(
+        self, subject: str, carrier: MutableMapping[str, str], *, message_id: str | None = None
+    ) -> PublishScope | NullScope:
+        """The scope of one publish to ``subject``; entering it injects trace context.
+
+        Args:
+            subject: The publish subject.
+            carrier: Outgoing transport headers; trace fields are written lowercase.
+            message_id: The message ID, if set.
+
+        Returns :data:`NULL_SCOPE` when nothing is recorded.
+        """
+        if not self.telemetry.active:
+            return NULL_SCOPE
+        return PublishScope(self, subject, carrier, message_id=message_id)
+
+
+class PublishScope:
+    """One publish: a PRODUCER (or CLIENT) span plus the send metrics.
+
+    Use as a context manager; an exception leaving it marks the span and metrics with
+    ``error.type``. Call :meth:`set_body_size` once the payload is encoded. Without a
+    configured tracer provider no span is made (and nothing is injected).
+    """
+
+    __slots__ = ("_carrier", "_message_id", "_scopes", "_span", "_start", "_subject")
+
+    def __init__(
+        self,
+        scopes: PublishScopes,
+        subject: str,
+        carrier: MutableMapping[str, str],
+        *,
+        message_id: str | None,
+    ) -> None:
+        self._scopes = scopes
+        self._subject = subject
+        self._carrier = carrier
+        self._message_id = message_id
+        self._span: trace.Span = trace.INVALID_SPAN
+        self._start = 0.0
+
+    def _attributes(self) -> dict[str, AttributeValue]:
+        return {**self._scopes.attributes, MESSAGING_DESTINATION_NAME: self._subject}
+
+    def __enter__(self) -> PublishScope:
+        scopes = self._scopes
+        tel = scopes.telemetry
+        if tel.tracing:
+            span_attrs = self._attributes()
+            span_attrs[MESSAGING_OPERATION_TYPE] = "send"
+            if self._message_id is not None:
+                span_attrs[MESSAGING_MESSAGE_ID] = self._message_id
+            span = tel.tracer.start_span(
+                f"send {self._subject}", kind=scopes.kind, attributes=span_attrs
+            )
+            self._span = span
+            tel.propagator.inject(
+                self._carrier, context=trace.set_span_in_context(span), setter=_SETTER
+            )
+        self._start = time.perf_counter()
+        return self
+
+    def set_body_size(self, size: int) -> None:
+        """Record the encoded payload size on the span."""
+        span = self._span
+        if span is not trace.INVALID_SPAN:
+            span.set_attribute(MESSAGING_MESSAGE_BODY_SIZE, size)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = time.perf_counter() - self._start
+        kind = error_type(exc) if exc is not None else None
+        _end_span(self._span, exc, kind)
+        tel = self._scopes.telemetry
+        if tel.metering:
+            attrs = self._attributes()
+            if kind is not None:
+                attrs[ERROR_TYPE] = kind
+            tel.sent.add(1, attrs)
+            tel.operation_duration.record(elapsed, attrs)
+
+
+class ProcessScopes:
+    """The process scopes of one subscription (or responder): what they all share.
+
+    Args:
+        telemetry: Where spans and metrics go.
+        system: The ``messaging.system`` value.
+        template: The subscription pattern when it is a wildcard; it then names the
+            spans, keeping span names low-cardinality.
+        consumer_group: Queue group or consumer name, if any.
+        server_address: Broker host, when known.
+        server_port: Broker port, when known.
+        kind: CONSUMER for a delivered message; SERVER for a request being answered.
+        parented: Make the span a child of the remote caller instead of linking to it
+            (synchronous request/reply).
+    """
+
+    __slots__ = ("attributes", "kind", "parented", "telemetry", "template")
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        system: str,
+        *,
+        template: str | None = None,
+        consumer_group: str | None = None,
+        server_address: str | None = None,
+        server_port: int | None = None,
+        kind: SpanKind = SpanKind.CONSUMER,
+        parented: bool = False,
+    ) -> None:
+        self.telemetry = telemetry
+        self.template = template
+        self.kind = kind
+        self.parented = parented
+        self.attributes = _shared_attributes(
+            system,
+            "process",
+            template=template,
+            consumer_group=consumer_group,
+            server_address=server_address,
+            server_port=server_port,
+        )
+
+    def open(
+        self,
+        subject: str,
+        carrier: Mapping[str, str] | None,
+        *,
+        message_id: str | None = None,
+        body_size: int | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> ProcessScope | NullScope:
+        """The scope of processing one message received on ``subject``.
+
+        Args:
+            subject: The concrete subject of the message.
+            carrier: Incoming transport headers holding the producer's trace context.
+            message_id: The message ID, if set.
+            body_size: Size of the payload in bytes, if known.
+            attributes: More span attributes (transport specifics such as the stream
+                sequence); not added to metrics.
+
+        Returns :data:`NULL_SCOPE` when nothing is recorded.
+        """
+        if not self.telemetry.active:
+            return NULL_SCOPE
+        return ProcessScope(
+            self,
+            subject,
+            carrier,
+            message_id=message_id,
+            body_size=body_size,
+            attributes=attributes,
+        )
+
+
+class ProcessScope:
+    """Processing of one received message: a CONSUMER span linked to the producer.
+
+    While the scope is entered its span is the current span. An exception leaving it
+    marks the span and the process metrics with ``error.type``. Without a configured
+    tracer provider no span is made and the trace context is not read.
+    """
+
+    __slots__ = (
+        "_body_size",
+        "_carrier",
+        "_extra",
+        "_failure",
+        "_message_id",
+        "_scopes",
+        "_span",
+        "_start",
+        "_subject",
+        "_token",
+    )
+
+    def __init__(
+        self,
+        scopes: ProcessScopes,
+        subject: str,
+        carrier: Mapping[str, str] | None,
+        *,
+        message_id: str | None,
+        body_size: int | None,
+        attributes: Mapping[str, AttributeValue] | None,
+    ) -> None:
+        self._scopes = scopes
+        self._subject = subject
+        self._carrier = carrier
+        self._message_id = message_id
+        self._body_size = body_size
+        self._extra = attributes
+        self._failure: BaseException | None = None
+        self._span: trace.Span = trace.INVALID_SPAN
+        self._token: Token[Context] | None = None
+        self._start = 0.0
+
+    def _attributes(self) -> dict[str, AttributeValue]:
+        return {**self._scopes.attributes, MESSAGING_DESTINATION_NAME: self._subject}
+
+    def __enter__(self) -> ProcessScope:
+        if self._scopes.telemetry.tracing:
+            self._open_span()
+        self._start = time.perf_counter()
+        return self
+
+    def _open_span(self) -> None:
+        scopes = self._scopes
+        tel = scopes.telemetry
+        links: list[Link] | None = None
+        parent = Context()
+        if self._carrier:
+            remote = tel.propagator.extract(self._carrier, getter=_GETTER)
+            if scopes.parented:
+                parent = remote  # synchronous request/reply: a child of the caller
+            else:
+                producer = trace.get_current_span(remote).get_span_context()
+                if producer.is_valid:
+                    links = [Link(producer)]
+                # Keep what else travelled (baggage) but not the producer as parent.
+                parent = trace.set_span_in_context(trace.INVALID_SPAN, remote)
+        span_attrs = self._attributes()
+        span_attrs[MESSAGING_OPERATION_TYPE] = "process"
+        if self._message_id is not None:
+            span_attrs[MESSAGING_MESSAGE_ID] = self._message_id
+        if self._body_size is not None:
+            span_attrs[MESSAGING_MESSAGE_BODY_SIZE] = self._body_size
+        if self._extra:
+            span_attrs.update(self._extra)
+        template = scopes.template
+        name = f"process {template if template is not None else self._subject}"
+        span = tel.tracer.start_span(
+            name, context=parent, kind=scopes.kind, attributes=span_attrs, links=links
+        )
+        self._span = span
+        self._token = otel_context.attach(trace.set_span_in_context(span, parent))
+
+    @property
+    def span(self) -> trace.Span:
+        """The span (valid once entered, while tracing is configured)."""
+        return self._span
+
+    def fail(self, exc: BaseException) -> None:
+        """Record a failure that was handled (no exception leaves the scope)."""
+        self._failure = exc
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = time.perf_counter() - self._start
+        if exc is None:
+            exc = self._failure
+        kind = error_type(exc) if exc is not None else None
+        if self._token is not None:
+            otel_context.detach(self._token)
+        _end_span(self._span, exc, kind)
+        tel = self._scopes.telemetry
+        if tel.metering:
+            attrs = self._attributes()
+            tel.consumed.add(1, attrs)  # delivery itself succeeded: no error.type
+            if kind is not None:
+                attrs = {**attrs, ERROR_TYPE: kind}
+            tel.process_duration.record(elapsed, attrs)
+
+
+class NullScope:
+    """A scope that records nothing, for when telemetry is inactive (no allocation)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> NullScope:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    def set_body_size(self, size: int) -> None:
+        """Nothing to record."""
+
+    @property
+    def span(self) -> trace.Span:
+        """No span: the invalid one."""
+        return trace.INVALID_SPAN
+
+    def fail(self, exc: BaseException) -> None:
+        """Nothing to record."""
+
+
+NULL_SCOPE: Final = NullScope()
+"""Stands in for a scope when the telemetry records nothing."""

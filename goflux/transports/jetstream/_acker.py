@@ -1,0 +1,165 @@
+"""Settlement of one JetStream message, and where a subscription's settlements are counted.
+
+Every acknowledgement goes through :meth:`JetStreamAcker._send`: it publishes the
+payload (``+ACK``, ``-NAK``, ``+TERM``, ``+WPI``) on the message's ``$JS.ACK`` reply
+subject, records the outcome in the subscription's :class:`Ledger`, and gives the
+message's in-flight room back once it is settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+
+import nats.errors
+from nats.aio.client import Client
+from opentelemetry.util.types import AttributeValue
+
+from goflux._errors import SettlementError
+from goflux._message import Delivery, Outcome
+from goflux._semconv import GOFLUX_SETTLEMENT_OUTCOME
+from goflux._telemetry import Telemetry
+from goflux.transports.jetstream._delivery import ack_tokens, delivery_of
+
+__all__ = ("JetStreamAcker", "Ledger", "hand_back")
+
+_ACK = b"+ACK"
+_NAK = b"-NAK"
+_TERM = b"+TERM"
+_PROGRESS = b"+WPI"
+_OUTCOMES: tuple[Outcome, ...] = ("ack", "nak", "term")
+
+
+class Ledger:
+    """Where a subscription's ackers report: settlements by outcome, and room given back.
+
+    Args:
+        telemetry: Records the ``goflux.consumer.settlements`` metric.
+        attributes: The subscription's metric attributes (system, consumer, subject).
+        release: Gives one message's in-flight room back to the pull engine.
+    """
+
+    __slots__ = ("_by_outcome", "_progress", "_tel", "release")
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        attributes: Mapping[str, AttributeValue],
+        release: Callable[[], None],
+    ) -> None:
+        self._tel = telemetry
+        self._by_outcome = {
+            outcome: {**attributes, GOFLUX_SETTLEMENT_OUTCOME: outcome} for outcome in _OUTCOMES
+        }
+        self._progress = {**attributes, GOFLUX_SETTLEMENT_OUTCOME: "in_progress"}
+        self.release = release
+
+    def record(self, outcome: Outcome | None) -> None:
+        """Count one settlement sent (``None``: an in-progress signal)."""
+        self._tel.record_settlement(
+            self._progress if outcome is None else self._by_outcome[outcome]
+        )
+
+
+class JetStreamAcker:
+    """Acknowledges one message through its ``$JS.ACK`` reply subject.
+
+    The reply subject carries the delivery facts (see
+    :func:`~goflux.transports.jetstream._delivery.ack_tokens`). ``last_progress`` is
+    when the server last heard of the message (its arrival, or the last in-progress
+    signal): its ``ack_wait`` runs from then.
+
+    Args:
+        nc: The connection the message arrived on.
+        reply: The message's reply subject.
+        ledger: The subscription's ledger.
+        arrival: Event-loop time the message arrived.
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+
+    __slots__ = ("_ledger", "_nc", "_reply", "last_progress", "num_delivered", "released")
+
+    def __init__(self, nc: Client, reply: str, ledger: Ledger, arrival: float) -> None:
+        tokens, offset = ack_tokens(reply)  # the tokens are not kept: memory per message
+        self._nc = nc
+        self._reply = reply
+        self._ledger = ledger
+        self.num_delivered = int(tokens[offset + 2])
+        self.last_progress = arrival
+        self.released = False  # its in-flight room was given back (at most once)
+
+    @property
+    def stream_sequence(self) -> int:
+        """The message's sequence in its stream."""
+        tokens, offset = ack_tokens(self._reply)
+        return int(tokens[offset + 3])
+
+    @property
+    def delivery(self) -> Delivery:
+        """The delivery facts from the reply subject."""
+        return delivery_of(self._reply)
+
+    def release(self) -> None:
+        """Give the message's in-flight room back to the pull engine (once)."""
+        if not self.released:
+            self.released = True
+            self._ledger.release()
+
+    async def _send(self, payload: bytes, outcome: Outcome | None) -> None:
+        try:
+            await self._nc.publish(self._reply, payload)
+        except nats.errors.Error as exc:
+            raise SettlementError(f"could not {outcome or 'in_progress'} message: {exc}") from exc
+        self._ledger.record(outcome)
+        if outcome is not None:
+            self.release()
+
+    async def ack(self) -> None:
+        """Acknowledge: the consumer will not deliver the message again.
+
+        Raises:
+            SettlementError: The acknowledgement could not be sent.
+        """
+        await self._send(_ACK, "ack")
+
+    async def nak(self, delay: float | None) -> None:
+        """Ask for redelivery, after ``delay`` seconds if given (server-side delay).
+
+        Raises:
+            SettlementError: The nak could not be sent.
+        """
+        if delay:
+            await self._send(b'%s {"delay": %d}' % (_NAK, int(delay * 1e9)), "nak")
+        else:
+            await self._send(_NAK, "nak")
+
+    async def term(self, reason: str | None) -> None:
+        """Stop redelivery for good; the reason appears in the server's advisory.
+
+        Raises:
+            SettlementError: The termination could not be sent.
+        """
+        text = " ".join(reason.split()).encode("utf-8", "backslashreplace") if reason else b""
+        await self._send(_TERM + b" " + text if text else _TERM, "term")
+
+    async def in_progress(self) -> None:
+        """Reset the message's ack_wait timer on the server.
+
+        Raises:
+            SettlementError: The signal could not be sent.
+        """
+        await self._send(_PROGRESS, None)
+        self.last_progress = asyncio.get_running_loop().time()
+
+
+async def hand_back(nc: Client, reply: str) -> None:
+    """Nak a message that was received but never taken into the in-flight count.
+
+    Used for messages arriving while a subscription drains, or on a retired inbox; if
+    the nak cannot be sent, the server redelivers the message after ``ack_wait``.
+    """
+    with contextlib.suppress(nats.errors.Error):
+        await nc.publish(reply, _NAK)

@@ -1,0 +1,107 @@
+"""Validated options of a JetStream subscriber, shared by its subscriptions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from goflux._deadletter import DeadLetter
+
+__all__ = (
+    "DEFAULT_DRAIN_TIMEOUT",
+    "DEFAULT_EXPIRES",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "EPHEMERAL_INACTIVE_THRESHOLD",
+    "SubscriberOptions",
+)
+
+DEFAULT_MAX_IN_FLIGHT = 256
+DEFAULT_EXPIRES = 30.0
+DEFAULT_DRAIN_TIMEOUT = 30.0
+# The server's default (5 s) is shorter than a server restart can take; an ephemeral
+# consumer left by a crashed process is still removed after this long.
+EPHEMERAL_INACTIVE_THRESHOLD = 60.0
+
+
+class SubscriberOptions:
+    """Validated options of a JetStream subscriber, shared by its subscriptions.
+
+    Raises:
+        ValueError: An option is out of range.
+    """
+
+    __slots__ = (
+        "batch",
+        "concurrency",
+        "consumer_config",
+        "dead_letter",
+        "drain_timeout",
+        "expires",
+        "heartbeat",
+        "keep_alive",
+        "manual_ack",
+        "max_in_flight",
+        "ordered",
+    )
+
+    def __init__(
+        self,
+        *,
+        manual_ack: bool,
+        max_in_flight: int,
+        concurrency: int,
+        batch: int | None,
+        expires: float,
+        idle_heartbeat: float | None,
+        keep_alive: bool,
+        drain_timeout: float,
+        consumer_config: Mapping[str, Any] | None,
+        ordered: bool,
+        dead_letter: DeadLetter | None = None,
+    ) -> None:
+        if ordered and (manual_ack or concurrency != 1):
+            raise ValueError("ordered mode delivers in order: no manual_ack, concurrency 1")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if concurrency > max_in_flight:
+            raise ValueError(
+                f"concurrency ({concurrency}) cannot exceed max_in_flight ({max_in_flight})"
+            )
+        if batch is not None and batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        if expires < 1.0:
+            raise ValueError(f"expires must be >= 1 second, got {expires}")
+        heartbeat = idle_heartbeat if idle_heartbeat is not None else min(expires / 2, 5.0)
+        if not 0.1 <= heartbeat <= expires / 2:
+            raise ValueError(
+                f"idle_heartbeat must be between 0.1s and half of expires, got {heartbeat}"
+            )
+        if drain_timeout < 0:
+            raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout}")
+        self.manual_ack = manual_ack
+        self.max_in_flight = max_in_flight
+        self.concurrency = concurrency
+        self.batch = min(batch or max_in_flight, max_in_flight)
+        self.expires = expires
+        self.heartbeat = heartbeat
+        self.keep_alive = keep_alive
+        self.drain_timeout = drain_timeout
+        self.consumer_config = dict(consumer_config or {})
+        self.ordered = ordered
+        self.dead_letter = dead_letter
+
+    def streaming(self) -> SubscriberOptions:
+        """These options for a message stream: a worker per message in flight.
+
+        A stream's handler holds each message until the stream's consumer settles it,
+        so as many may be out as ``max_in_flight`` allows (ordered mode holds none).
+        """
+        if self.ordered:
+            return self
+        copy = SubscriberOptions.__new__(SubscriberOptions)
+        for name in SubscriberOptions.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.concurrency = self.max_in_flight
+        return copy

@@ -1,0 +1,214 @@
+"""Idempotent provisioning of JetStream streams and consumers."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo
+from nats.js.errors import APIError, NotFoundError
+
+from goflux._errors import (
+    ConsumerNotFound,
+    IncompatibleConfig,
+    ProvisioningError,
+    StreamNotFound,
+    SubjectOverlap,
+)
+from goflux._subjects import validate_pattern
+
+__all__ = ("ensure_consumer", "ensure_stream")
+
+# JetStream API error codes (nats-server errors.json).
+_STREAM_NOT_FOUND = 10059
+_CONSUMER_NOT_FOUND = 10014
+_SUBJECTS_OVERLAP = 10065
+_STREAM_NAME_IN_USE = 10058
+
+_NAME = re.compile(r"[^.*>\s\x00-\x1f\x7f/\\]+")
+
+
+def _check_name(kind: str, name: object) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"invalid {kind} name {name!r}: use a non-empty name without dots, "
+            "wildcards, slashes or whitespace"
+        )
+    return name
+
+
+def _fields(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+_STREAM_FIELDS = _fields(StreamConfig)
+_CONSUMER_FIELDS = _fields(ConsumerConfig)
+
+
+def _check_keys(kind: str, given: dict[str, Any], allowed: frozenset[str]) -> None:
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise TypeError(
+            f"unknown {kind} option(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}"
+        )
+
+
+def _same(current: Any, wanted: Any) -> bool:
+    if isinstance(current, list) and isinstance(wanted, list | tuple):
+        try:
+            return sorted(current) == sorted(wanted)
+        except TypeError:
+            return list(current) == list(wanted)
+    if isinstance(current, float) or isinstance(wanted, float):
+        return current is not None and wanted is not None and abs(current - wanted) < 1e-9
+    return bool(current == wanted)
+
+
+def _differences(current: Any, wanted: dict[str, Any]) -> list[str]:
+    return [key for key, value in wanted.items() if not _same(getattr(current, key), value)]
+
+
+def _provisioning_error(exc: APIError, what: str) -> ProvisioningError:
+    description = exc.description or str(exc)
+    if exc.err_code == _STREAM_NOT_FOUND:
+        return StreamNotFound(f"{what}: stream not found", code=exc.code, err_code=exc.err_code)
+    if exc.err_code == _CONSUMER_NOT_FOUND:
+        return ConsumerNotFound(f"{what}: consumer not found", code=exc.code, err_code=exc.err_code)
+    if (exc.code is not None and exc.code >= 500) or exc.err_code == _STREAM_NAME_IN_USE:
+        return IncompatibleConfig(
+            f"{what}: the server refuses the change: {description}",
+            code=exc.code,
+            err_code=exc.err_code,
+        )
+    return ProvisioningError(f"{what}: {description}", code=exc.code, err_code=exc.err_code)
+
+
+async def _overlap_error(
+    js: JetStreamContext, name: str, subjects: Sequence[str], exc: APIError
+) -> SubjectOverlap:
+    owners: set[str] = set()
+    for subject in subjects:
+        try:
+            owner = await js.find_stream_name_by_subject(subject)
+        except (APIError, NotFoundError):
+            continue
+        if owner != name:
+            owners.add(owner)
+    others = ", ".join(sorted(owners)) or "another stream"
+    return SubjectOverlap(
+        f"stream {name!r}: subjects {list(subjects)} overlap with {others}",
+        streams=tuple(sorted(owners)),
+        code=exc.code,
+        err_code=exc.err_code,
+    )
+
+
+async def ensure_stream(
+    js: JetStreamContext, *, name: str, subjects: Sequence[str], **config: Any
+) -> StreamInfo:
+    """Create the stream, or bring an existing one to the given settings (idempotent).
+
+    Settings not given keep their current (or default) values, so calling it again with
+    new limits updates a live stream in place. Keywords are nats-py ``StreamConfig``
+    fields: ``retention`` (``"limits"``, ``"workqueue"``, ``"interest"``), ``storage``
+    (``"file"``, ``"memory"``), ``max_msgs``, ``max_bytes``, ``max_age`` (seconds),
+    ``max_msgs_per_subject``, ``duplicate_window`` (seconds), ``num_replicas``,
+    ``discard`` (``"old"``, ``"new"``), ...
+
+    Returns:
+        The stream's info after the call.
+
+    Raises:
+        ValueError: Invalid stream name or subjects.
+        TypeError: An unknown setting.
+        SubjectOverlap: Another stream captures some of the subjects.
+        IncompatibleConfig: The existing stream cannot be changed so (e.g. storage).
+        ProvisioningError: Any other refusal by the server.
+    """
+    _check_name("stream", name)
+    if isinstance(subjects, str) or not subjects:
+        raise ValueError(f"stream {name!r}: subjects must be a non-empty list of subjects")
+    for subject in subjects:
+        validate_pattern(subject)
+    _check_keys("stream", config, _STREAM_FIELDS - {"name", "subjects"})
+    wanted: dict[str, Any] = {"subjects": list(subjects), **config}
+    what = f"stream {name!r}"
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        try:
+            return await js.add_stream(StreamConfig(name=name, **wanted))
+        except APIError as exc:
+            if exc.err_code == _SUBJECTS_OVERLAP:
+                raise await _overlap_error(js, name, subjects, exc) from exc
+            if exc.err_code != _STREAM_NAME_IN_USE:
+                raise _provisioning_error(exc, what) from exc
+            info = await js.stream_info(name)  # created concurrently: update it below
+    if not _differences(info.config, wanted):
+        return info
+    try:
+        return await js.update_stream(dataclasses.replace(info.config, **wanted))
+    except APIError as exc:
+        if exc.err_code == _SUBJECTS_OVERLAP:
+            raise await _overlap_error(js, name, subjects, exc) from exc
+        raise _provisioning_error(exc, what) from exc
+
+
+async def ensure_consumer(
+    js: JetStreamContext, *, stream: str, name: str | None = None, **config: Any
+) -> ConsumerInfo:
+    """Create a pull consumer, or update an existing one to the given settings.
+
+    With ``name`` the consumer is durable (it survives restarts and keeps its
+    position); without, an ephemeral consumer is created, removed by the server after
+    ``inactive_threshold`` without clients. Keywords are nats-py ``ConsumerConfig``
+    fields: ``filter_subject`` / ``filter_subjects``, ``deliver_policy`` (``"all"``,
+    ``"new"``, ``"last"``, ``"last_per_subject"``, ``"by_start_sequence"``,
+    ``"by_start_time"``) with ``opt_start_seq`` / ``opt_start_time``, ``ack_policy``,
+    ``ack_wait`` (seconds), ``max_deliver``, ``backoff`` (list of seconds),
+    ``max_ack_pending``, ``inactive_threshold`` (seconds), ...
+
+    Returns:
+        The consumer's info after the call.
+
+    Raises:
+        ValueError: Invalid stream or consumer name, or filter subject.
+        TypeError: An unknown setting.
+        StreamNotFound: The stream does not exist.
+        IncompatibleConfig: The existing consumer cannot be changed so (e.g. ack policy).
+        ProvisioningError: Any other refusal by the server.
+    """
+    _check_name("stream", stream)
+    if name is not None:
+        _check_name("consumer", name)
+    _check_keys("consumer", config, _CONSUMER_FIELDS - {"name", "durable_name"})
+    if config.get("deliver_subject"):
+        raise ValueError("goflux consumers are pull consumers: deliver_subject is not allowed")
+    for key in ("filter_subject",):
+        if config.get(key) is not None:
+            validate_pattern(config[key])
+    for subject in config.get("filter_subjects") or ():
+        validate_pattern(subject)
+    what = f"consumer {name or '(ephemeral)'!r} on stream {stream!r}"
+    if name is not None:
+        try:
+            info: ConsumerInfo = await js.consumer_info(stream, name)
+        except NotFoundError as exc:
+            if exc.err_code == _STREAM_NOT_FOUND:
+                raise StreamNotFound(
+                    f"{what}: stream not found", code=exc.code, err_code=exc.err_code
+                ) from exc
+        else:
+            if not _differences(info.config, config):
+                return info
+        consumer_config = ConsumerConfig(name=name, durable_name=name, **config)
+    else:
+        consumer_config = ConsumerConfig(**config)
+    try:
+        created: ConsumerInfo = await js.add_consumer(stream, consumer_config)
+    except APIError as exc:
+        raise _provisioning_error(exc, what) from exc
+    return created

@@ -1,0 +1,325 @@
+"""The pull engine: keeps pull requests open on a consumer, within an in-flight bound.
+
+It never asks for more than ``max_in_flight`` minus what is outstanding (received,
+not yet settled) minus what open requests may still bring, and asks again once half a
+batch of room is free. It reads the server's status messages (100 heartbeat, 408/409
+request ended, 409 consumer deleted or request refused, 503 no responders), watches
+for silence and reconnects, and starts over on a new inbox when requests may have been
+lost. Each inbox is a generation: requests still open on a retired inbox stop counting
+(the server drops them), and what still arrives there is handed back.
+
+Taken messages go to ``deliver``; a condition that ends the subscription goes to
+``fail``. What to do with each delivery and how to recover is the consumer's call
+(:mod:`._consumers`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as NatsSubscription
+from nats.js import JetStreamContext
+
+from goflux._errors import SubscribeError
+from goflux.transports._natspy import connection, drain
+from goflux.transports.jetstream._acker import hand_back
+from goflux.transports.jetstream._consumers import Admission, Cause, PulledConsumer, Recovery
+from goflux.transports.jetstream._options import SubscriberOptions
+
+__all__ = ("PullEngine", "PullLimits")
+
+logger = logging.getLogger("goflux.transports.jetstream")
+
+_NS = 1_000_000_000
+# Most seconds between two looks at the connection: a reconnect is noticed this soon
+# (nats-py offers no signal for it that goflux could subscribe to on the user's client).
+_MAX_TICK = 0.5
+
+
+class PullLimits:
+    """Pull request sizes for one subscription, within what its consumer accepts.
+
+    Args:
+        options: The subscriber's options (batch, expires, heartbeat).
+        max_batch: The consumer's ``max_batch``, if it sets one.
+        max_expires: The consumer's ``max_expires`` in seconds, if it sets one.
+    """
+
+    __slots__ = ("batch", "expires", "heartbeat")
+
+    def __init__(
+        self,
+        options: SubscriberOptions,
+        *,
+        max_batch: int | None = None,
+        max_expires: float | None = None,
+    ) -> None:
+        self.batch = min(options.batch, max_batch) if max_batch else options.batch
+        self.expires = min(options.expires, max_expires) if max_expires else options.expires
+        self.heartbeat = min(options.heartbeat, self.expires / 2)
+
+
+class PullEngine:
+    """Pulls messages from one consumer for one subscription.
+
+    Args:
+        js: The JetStream context (its connection carries the requests).
+        consumer: The consumer to pull from; it decides on admission and recovery.
+        limits: Pull request sizes.
+        max_in_flight: Most messages outstanding plus requested.
+        deliver: Takes each admitted message with its arrival (event-loop time).
+        fail: Ends the subscription with a failure.
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        consumer: PulledConsumer,
+        limits: PullLimits,
+        *,
+        max_in_flight: int,
+        deliver: Callable[[Msg, float], None],
+        fail: Callable[[BaseException], Awaitable[None]],
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._nc = connection(js)
+        self.consumer = consumer
+        self._limits = limits
+        self._max_in_flight = max_in_flight
+        self._threshold = max(1, limits.batch // 2)
+        self._deliver = deliver
+        self._fail = fail
+        self._generation = 0
+        self._inbox = ""
+        self._sub: NatsSubscription | None = None
+        self._requested = 0  # messages asked for by pull requests still open
+        self.outstanding = 0  # messages delivered and not yet released
+        self._pull_scheduled = False
+        self._stopping = False
+        self._recovering = False
+        self._watchdog: asyncio.Task[None] | None = None
+        self._last_activity = 0.0
+        self._reconnects = 0
+
+    # -------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Open the inbox and send the first pull request; return once it is at the server.
+
+        Raises:
+            nats.errors.Error: The connection failed.
+            TimeoutError: The server did not answer the flush.
+        """
+        await self._open_inbox()
+        self._reconnects = self._nc.stats["reconnects"]
+        self._last_activity = self._loop.time()
+        await self.pull()
+        await self._nc.flush()
+        self._watchdog = self._loop.create_task(
+            self._watch(), name=f"goflux-jetstream-{self.consumer.name}-watchdog"
+        )
+
+    async def stop_pulling(self, timeout: float) -> None:
+        """Stop asking: remove interest, then hand back what still arrives.
+
+        Interest goes first: a nak sent while a pull request is still open would be
+        redelivered into it, to an inbox nobody reads any more, and come back only
+        after ack_wait. Messages already received pass through the callback, which
+        hands them back.
+        """
+        self._stopping = True
+        if self._sub is None:
+            return
+        try:
+            await asyncio.wait_for(drain(self._sub), timeout=max(timeout, 0.1))
+        except (nats.errors.Error, TimeoutError):
+            logger.warning("could not drain the pull inbox of %r", self.consumer.name)
+
+    async def close(self, *, failed: bool) -> None:
+        """Stop for good: end the watchdog, drop the inbox if failed, remove the consumer."""
+        self._stopping = True
+        watchdog = self._watchdog
+        if watchdog is not None and watchdog is not asyncio.current_task():
+            watchdog.cancel()
+        if self._sub is not None and failed:
+            with contextlib.suppress(nats.errors.Error):
+                await self._sub.unsubscribe()
+        await self.consumer.remove()
+
+    async def _open_inbox(self) -> NatsSubscription | None:
+        """Receive on a new inbox; return the previous subscription (to retire)."""
+        previous = self._sub
+        self._generation += 1
+        self._inbox = self._nc.new_inbox()
+        callback = functools.partial(self._on_message, self._generation)
+        self._sub = await self._nc.subscribe(self._inbox, cb=callback)
+        return previous
+
+    async def _retire(self, subscription: NatsSubscription) -> None:
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await asyncio.wait_for(drain(subscription), timeout=self._limits.expires)
+
+    async def _closed(self) -> bool:
+        """Fail the subscription if the connection was closed for good."""
+        if not self._nc.is_closed:
+            return False
+        await self._fail(nats.errors.ConnectionClosedError())
+        return True
+
+    # ----------------------------------------------------------- pull control
+
+    def release(self) -> None:
+        """One delivered message was settled: its room is free; pull if enough is."""
+        self.outstanding -= 1
+        if (
+            not self._pull_scheduled
+            and not self._stopping
+            and self._max_in_flight - self.outstanding - self._requested >= self._threshold
+        ):
+            self._pull_scheduled = True
+            self._loop.create_task(self.pull())
+
+    async def pull(self) -> None:
+        """Ask for more messages if the in-flight bound leaves room."""
+        self._pull_scheduled = False
+        if self._stopping or await self._closed() or not self._nc.is_connected:
+            return  # while disconnected, the reconnect reset pulls afresh
+        credit = self._max_in_flight - self.outstanding - self._requested
+        if credit < self._threshold and not (self._requested == 0 and credit > 0):
+            return
+        count = min(credit, self._limits.batch)
+        self._requested += count
+        request = {
+            "batch": count,
+            "expires": int(self._limits.expires * _NS),
+            "idle_heartbeat": int(self._limits.heartbeat * _NS),
+        }
+        try:
+            await self._nc.publish(
+                self.consumer.next_subject, json.dumps(request).encode(), reply=self._inbox
+            )
+        except nats.errors.Error as exc:
+            self._requested -= count
+            if not await self._closed():
+                logger.warning("pull request for %r failed: %s", self.consumer.name, exc)
+
+    async def _reset(self, why: str) -> None:
+        """Start over on a new inbox: requests may be lost (reconnect, restart, silence).
+
+        The old inbox is drained away: the server drops its open requests and what
+        is already on its way is handed back, so the in-flight bound holds.
+        """
+        logger.info("re-pulling for %r: %s", self.consumer.name, why)
+        self._last_activity = self._loop.time()
+        try:
+            previous = await self._open_inbox()
+        except nats.errors.Error as exc:
+            await self._closed()
+            logger.warning("could not open a new pull inbox for %r: %s", self.consumer.name, exc)
+            return
+        self._requested = 0
+        if previous is not None:
+            self._loop.create_task(self._retire(previous))
+        await self._recover("lost", why)
+
+    async def _recover(self, cause: Cause, why: str) -> None:
+        """Let the consumer recover from ``cause``; then pull, wait, or fail as it says."""
+        if self._recovering or self._stopping:
+            return  # one recovery at a time; the watchdog pulls if it is left waiting
+        self._recovering = True
+        try:
+            outcome = await self.consumer.recover(cause, why)
+        finally:
+            self._recovering = False
+        if isinstance(outcome, SubscribeError):
+            await self._fail(outcome)
+        elif outcome is Recovery.PULL:
+            await self.pull()
+
+    # -------------------------------------------------------------- receiving
+
+    async def _on_message(self, generation: int, msg: Msg) -> None:
+        consumer = self.consumer
+        if generation != self._generation:
+            if msg.reply and consumer.acknowledges:
+                await hand_back(self._nc, msg.reply)  # from a retired inbox
+            return
+        now = self._loop.time()
+        self._last_activity = now
+        if not msg.reply:
+            await self._on_status(msg)
+            return
+        if self._requested > 0:
+            self._requested -= 1
+        if self._stopping:
+            if consumer.acknowledges:
+                await hand_back(self._nc, msg.reply)
+            return
+        admission = consumer.admit(msg)
+        if admission is Admission.TAKE:
+            self.outstanding += 1
+            self._deliver(msg, now)
+        elif admission is Admission.GAP:
+            self._requested = 0
+            self._loop.create_task(self._recover("lost", "a delivery went missing"))
+
+    async def _on_status(self, msg: Msg) -> None:
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "100":  # idle heartbeat: the pull request is alive
+            return
+        description = str(headers.get("Description", ""))
+        if status == "408" or (status == "409" and "Nats-Pending-Messages" in headers):
+            # A pull request ended; its headers say how much of it was unfilled.
+            try:
+                unfilled = int(headers.get("Nats-Pending-Messages", "0"))
+            except ValueError:
+                unfilled = self._requested
+            self._requested = max(0, self._requested - unfilled)
+            await self.pull()
+            return
+        if status == "409" and "Consumer Deleted" in description:
+            self._requested = 0
+            await self._recover("deleted", "consumer deleted")
+            return
+        if status == "409" and "Exceeded MaxRequest" in description:
+            # The consumer refuses requests this big or long: retrying cannot help.
+            await self._fail(
+                SubscribeError(
+                    f"consumer {self.consumer.name!r} refuses our pull requests: {description}"
+                )
+            )
+            return
+        # 503 (no JetStream responder: restarting, or the consumer is gone), 409
+        # leadership change and the like: the requests are gone; the watchdog pulls
+        # again. A 503 may also mean the consumer was deleted: the consumer finds out.
+        reason = description.split("\n", maxsplit=1)[0]
+        logger.info("pull status %s %s for %r", status, reason, self.consumer.name)
+        self._requested = 0
+        if status == "503":
+            self._loop.create_task(self._recover("unavailable", "no responders"))
+
+    async def _watch(self) -> None:
+        """Pull again after a reconnect, when nothing is requested, or after silence."""
+        heartbeat = self._limits.heartbeat
+        tick = min(heartbeat, _MAX_TICK)
+        while not self._stopping:
+            await asyncio.sleep(tick)
+            if await self._closed():
+                return
+            now = self._loop.time()
+            reconnects = self._nc.stats["reconnects"]
+            if reconnects != self._reconnects:
+                self._reconnects = reconnects
+                await self._reset("reconnected")
+            elif self._requested == 0:
+                await self.pull()
+            elif now - self._last_activity > 2 * heartbeat:
+                await self._reset(f"no heartbeat for {now - self._last_activity:.1f}s")

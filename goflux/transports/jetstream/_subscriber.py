@@ -1,0 +1,281 @@
+"""Consuming from JetStream: subscribers binding or creating pull consumers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, ConsumerInfo
+from nats.js.errors import APIError, NotFoundError
+
+from goflux._codecs import Codec
+from goflux._deadletter import DeadLetter
+from goflux._errors import SubscribeError
+from goflux._interfaces import Handler
+from goflux._lifecycle import SubscriberLifecycle
+from goflux._streams import Starter, Streaming
+from goflux._subjects import covers
+from goflux._telemetry import Telemetry
+from goflux.transports._natspy import api_prefix, api_timeout, connection
+from goflux.transports.jetstream._consumers import (
+    AcknowledgedConsumer,
+    OrderedConsumer,
+    PulledConsumer,
+    ordered_consumer_config,
+)
+from goflux.transports.jetstream._options import (
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_EXPIRES,
+    DEFAULT_MAX_IN_FLIGHT,
+    EPHEMERAL_INACTIVE_THRESHOLD,
+    SubscriberOptions,
+)
+from goflux.transports.jetstream._pull import PullLimits
+from goflux.transports.jetstream._subscription import (
+    Binding,
+    JetStreamSubscription,
+    started,
+)
+
+__all__ = ("Subscriber",)
+
+T = TypeVar("T")
+
+
+def _filters(info: ConsumerInfo) -> list[str]:
+    config = info.config
+    if config.filter_subjects:
+        return list(config.filter_subjects)
+    if config.filter_subject:
+        return [config.filter_subject]
+    return []
+
+
+class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], Generic[T]):
+    """Consumes a JetStream stream with typed handlers, through a pull consumer.
+
+    Without ``consumer``, each :meth:`start` creates an ephemeral consumer filtered on
+    its subject (deleted when the subscription stops). With ``consumer``, it binds to
+    that existing durable consumer (see :func:`ensure_consumer`), whose filter must lie
+    within the subscribed subject.
+
+    The subscription pulls continuously with its own pull requests (``batch``,
+    ``expires``, ``idle_heartbeat``), never holding more than ``max_in_flight``
+    unsettled messages; ``concurrency`` handlers run at a time. By default a handler
+    that returns acks its message and one that raises naks it (redelivered at once;
+    retry middleware can choose a delay or a term instead); with ``manual_ack`` the
+    handler settles. An undecodable payload is terminated and counted, never
+    redelivered (after a copy is published to ``dead_letter``, if given). Handlers
+    running longer than half the consumer's ``ack_wait`` get ``in_progress`` signals so
+    the server does not redeliver them meanwhile.
+
+    Args:
+        js: A JetStream context of a connected nats-py client (the caller owns it).
+        codec: Decodes the payloads.
+        stream: The stream to consume.
+        consumer: A durable consumer to bind to; None creates ephemeral ones.
+        manual_ack: Leave settlement to the handler.
+        max_in_flight: Most messages received and not yet settled. Ephemeral
+            consumers get it as their ``max_ack_pending`` too; give a durable the same
+            ``max_ack_pending`` for a hard server-side bound (the server may otherwise
+            count one more for a moment while an ack and the next pull cross).
+        concurrency: Handlers running at a time (messages beyond one are processed in
+            parallel, so out of order).
+        batch: Most messages asked for per pull request (default: ``max_in_flight``).
+        expires: Seconds a pull request stays open at the server.
+        idle_heartbeat: Seconds between server heartbeats on an idle pull request
+            (default: ``min(expires / 2, 5)``); two missed ones trigger a new pull.
+        keep_alive: Send ``in_progress`` for handlers outliving half the ack_wait.
+        drain_timeout: Seconds a drain waits for running handlers.
+        consumer_config: Settings for the ephemeral consumers (nats-py
+            ``ConsumerConfig`` fields, such as ``deliver_policy`` or ``ack_wait``).
+        dead_letter: Where undecodable payloads are published (bytes unchanged, with
+            failure headers) before they are terminated; see
+            :class:`goflux.middleware.DeadLetter`. Handler failures are dead-lettered
+            by :func:`goflux.middleware.retry_ack`.
+        ordered: Replay in stream order without acknowledgements, through an
+            ephemeral consumer that is recreated after the last message seen whenever
+            a gap, a missed heartbeat or a reconnect is detected (no durable needed;
+            concurrency 1; settling is a no-op).
+        telemetry: Tracing and metrics; default: OpenTelemetry globals.
+
+    Raises:
+        ValueError: An option is out of range.
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        codec: Codec[T],
+        *,
+        stream: str,
+        consumer: str | None = None,
+        manual_ack: bool = False,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        concurrency: int = 1,
+        batch: int | None = None,
+        expires: float = DEFAULT_EXPIRES,
+        idle_heartbeat: float | None = None,
+        keep_alive: bool = True,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        consumer_config: Mapping[str, Any] | None = None,
+        ordered: bool = False,
+        dead_letter: DeadLetter | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self._options = SubscriberOptions(
+            manual_ack=manual_ack,
+            max_in_flight=max_in_flight,
+            concurrency=concurrency,
+            batch=batch,
+            expires=expires,
+            idle_heartbeat=idle_heartbeat,
+            keep_alive=keep_alive,
+            drain_timeout=drain_timeout,
+            consumer_config=consumer_config,
+            ordered=ordered,
+            dead_letter=dead_letter,
+        )
+        if consumer is not None and (consumer_config or ordered):
+            raise ValueError(
+                "consumer_config and ordered apply to consumers the subscriber creates, "
+                "not to a bound one"
+            )
+        self._js = js
+        self._codec = codec
+        self._stream = stream
+        self._consumer = consumer
+        self._tel = Telemetry.or_default(telemetry)
+        super().__init__()
+
+    @property
+    def codec(self) -> Codec[T]:
+        """The codec that decodes the payloads."""
+        return self._codec
+
+    async def _create_consumer(self, subject: str) -> Binding:
+        """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""
+        options, stream = self._options, self._stream
+        try:
+            if options.ordered:
+                consumer_config = ordered_consumer_config(subject, options, None)
+            else:
+                config = {
+                    "ack_policy": "explicit",
+                    "inactive_threshold": EPHEMERAL_INACTIVE_THRESHOLD,
+                    # The server enforces the in-flight bound too.
+                    "max_ack_pending": options.max_in_flight,
+                    **options.consumer_config,
+                }
+                if not config.get("filter_subject") and not config.get("filter_subjects"):
+                    config["filter_subject"] = subject
+                consumer_config = ConsumerConfig(**config)
+            info: ConsumerInfo = await self._js.add_consumer(stream, consumer_config)
+        except NotFoundError as exc:
+            raise SubscribeError(f"cannot subscribe: stream {stream!r} not found") from exc
+        except APIError as exc:
+            raise SubscribeError(
+                f"cannot create a consumer on stream {stream!r}: {exc.description}"
+            ) from exc
+        except TypeError as exc:
+            raise SubscribeError(f"invalid consumer_config: {exc}") from exc
+        consumer: PulledConsumer
+        if options.ordered:
+            consumer = OrderedConsumer(self._js, stream, info, subject=subject, options=options)
+        else:
+            consumer = AcknowledgedConsumer(self._js, stream, info.name, ephemeral=True)
+        return Binding(consumer, info.config.ack_wait or 30.0, PullLimits(options))
+
+    async def _bind_consumer(self, subject: str, name: str) -> Binding:
+        """Check that the durable consumer ``name`` exists and fits ``subject``."""
+        js, stream = self._js, self._stream
+        # The raw reply also carries max_batch / max_expires, which nats-py drops.
+        try:
+            reply = await connection(js).request(
+                f"{api_prefix(js)}.CONSUMER.INFO.{stream}.{name}", b"", timeout=api_timeout(js)
+            )
+            raw = json.loads(reply.data)
+            if "error" in raw:
+                raise APIError.from_error(raw["error"])
+        except NotFoundError as exc:
+            what = "stream" if exc.err_code == 10059 else "consumer"
+            raise SubscribeError(
+                f"cannot subscribe: {what} not found ({stream!r}/{name!r}); "
+                "create it with ensure_consumer()"
+            ) from exc
+        except (nats.errors.Error, APIError, ValueError) as exc:
+            raise SubscribeError(f"cannot read consumer {name!r} on {stream!r}: {exc}") from exc
+        limits_config = dict(raw.get("config", {}))  # from_response converts in place
+        info = ConsumerInfo.from_response(raw)
+        if info.config.deliver_subject:
+            raise SubscribeError(
+                f"consumer {name!r} is a push consumer; goflux needs a pull consumer"
+            )
+        filters = _filters(info)
+        if not filters:
+            stream_info = await js.stream_info(stream)
+            filters = list(stream_info.config.subjects or [])
+        outside = [f for f in filters if not covers(subject, f)]
+        if outside:
+            raise SubscribeError(
+                f"consumer {name!r} delivers {outside}, outside the subscribed subject {subject!r}"
+            )
+        max_expires = limits_config.get("max_expires")
+        limits = PullLimits(
+            self._options,
+            max_batch=limits_config.get("max_batch") or None,
+            max_expires=max_expires / 1e9 if max_expires else None,
+        )
+        consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=False)
+        return Binding(consumer, info.config.ack_wait or 30.0, limits)
+
+    async def start(self, subject: str, handler: Handler[T]) -> JetStreamSubscription[T]:
+        """Start consuming ``subject``; return once the first pull request is at the server.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid pattern.
+            SubscribeError: The subscriber is closed, the stream or consumer does not
+                exist, the consumer does not fit, or the connection failed.
+        """
+        return await self._start(subject, handler, self._options)
+
+    def _stream_starter(self, subject: str) -> Starter[T]:
+        options = self._options.streaming()
+
+        async def start(handler: Handler[T]) -> JetStreamSubscription[T]:
+            return await self._start(subject, handler, options)
+
+        return start
+
+    async def _start(
+        self, subject: str, handler: Handler[T], options: SubscriberOptions
+    ) -> JetStreamSubscription[T]:
+        async def open_subscription() -> JetStreamSubscription[T]:
+            if self._consumer is None:
+                binding = await self._create_consumer(subject)
+            else:
+                binding = await self._bind_consumer(subject, self._consumer)
+            subscription = JetStreamSubscription(
+                self._js,
+                self._codec,
+                handler,
+                pattern=subject,
+                binding=binding,
+                options=options,
+                telemetry=self._tel,
+            )
+            return await started(subscription)
+
+        return await self._start_subscription(subject, open_subscription)
+
+    async def subscribe(self, subject: str, handler: Handler[T]) -> None:
+        """Consume until cancelled or the subscriber is closed, then drain.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid pattern.
+            SubscribeError: The subscription could not start, or failed.
+        """
+        await self._run(await self.start(subject, handler))

@@ -1,0 +1,541 @@
+"""A running JetStream subscription: workers, processing, settlement and drain.
+
+The pull engine (:mod:`._pull`) delivers each taken message here with a
+:class:`~._acker.JetStreamAcker`. Workers (started on demand, up to ``concurrency``)
+decode it, run the handler inside a CONSUMER span, and settle what the handler left
+unsettled: auto-ack on return, nak on failure, or nothing in manual mode. Every
+settlement goes through the message and its acker, which gives the in-flight room
+back to the engine. A keep-alive task sends in-progress signals for messages held
+longer than half the consumer's ``ack_wait``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable
+from typing import Generic, NamedTuple, Protocol, TypeVar
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from opentelemetry.util.types import AttributeValue
+
+from goflux._codecs import Codec
+from goflux._deadletter import is_dead_letter, refused_for_good
+from goflux._errors import DecodeError, SettlementError, SubscribeError
+from goflux._headers import Headers
+from goflux._interfaces import Handler
+from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
+from goflux._message import Message, received
+from goflux._scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScopes
+from goflux._semconv import (
+    MESSAGING_CONSUMER_GROUP_NAME,
+    MESSAGING_DESTINATION_TEMPLATE,
+    MESSAGING_NATS_DELIVERY_COUNT,
+    MESSAGING_NATS_STREAM,
+    MESSAGING_NATS_STREAM_SEQUENCE,
+    MESSAGING_SYSTEM,
+)
+from goflux._subjects import is_wildcard
+from goflux._telemetry import Telemetry
+from goflux._wire import read_headers
+from goflux.transports._natspy import connection
+from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
+from goflux.transports.jetstream._consumers import PulledConsumer
+from goflux.transports.jetstream._options import SubscriberOptions
+from goflux.transports.jetstream._pull import PullEngine, PullLimits
+from goflux.transports.jetstream._system import SYSTEM
+
+__all__ = ("Binding", "JetStreamSubscription", "started")
+
+T = TypeVar("T")
+P = TypeVar("P")
+
+logger = logging.getLogger("goflux.transports.jetstream")
+
+DEAD_LETTER_RETRY_DELAY = 5.0  # seconds before an undecodable message is dead-lettered again
+
+
+class Binding(NamedTuple):
+    """The consumer a subscription reads from, and what the subscription needs of it."""
+
+    consumer: PulledConsumer
+    ack_wait: float  # seconds the server waits for an acknowledgement
+    limits: PullLimits
+
+
+class _MessageFactory(Protocol):
+    """Builds a received message (with its acker, or without for ordered mode)."""
+
+    def __call__(
+        self,
+        subject: str,
+        payload: P,
+        headers: Headers | None,
+        message_id: str | None,
+        data: bytes,
+        acker: JetStreamAcker,
+        /,
+    ) -> Message[P]: ...
+
+
+def _unacknowledged(
+    subject: str,
+    payload: P,
+    headers: Headers | None,
+    message_id: str | None,
+    data: bytes,
+    acker: JetStreamAcker,
+) -> Message[P]:
+    """A message of a consumer without acknowledgement (ordered mode): settling is a no-op."""
+    return Message(
+        subject, payload, headers=headers, id=message_id, delivery=acker.delivery, data=data
+    )
+
+
+class JetStreamSubscription(StopOnExit, Generic[T]):
+    """A running pull subscription on a JetStream consumer.
+
+    Attributes:
+        handled: Messages whose handler returned.
+        failed: Messages whose handler raised (or was cancelled by a drain deadline).
+        undecodable: Messages that could not be decoded (terminated, never redelivered).
+        redelivered: Deliveries of messages that had been delivered before.
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        codec: Codec[T],
+        handler: Handler[T],
+        *,
+        pattern: str,
+        binding: Binding,
+        options: SubscriberOptions,
+        telemetry: Telemetry,
+    ) -> None:
+        consumer = binding.consumer
+        self._loop = asyncio.get_running_loop()
+        self._nc = connection(js)
+        self._codec = codec
+        self._handler = handler
+        self._pattern = pattern
+        self._ack_wait = binding.ack_wait
+        self._options = options
+        self._tel = telemetry
+        self._acknowledged = consumer.acknowledges
+        self._auto_ack = consumer.acknowledges and not options.manual_ack
+        self._make: _MessageFactory = received if consumer.acknowledges else _unacknowledged
+        self._engine = PullEngine(
+            js,
+            consumer,
+            binding.limits,
+            max_in_flight=options.max_in_flight,
+            deliver=self._enqueue,
+            fail=self._finish,
+        )
+        self._scopes = ProcessScopes(
+            telemetry,
+            SYSTEM,
+            template=pattern if is_wildcard(pattern) else None,
+            consumer_group=consumer.name,
+        )
+        base: dict[str, AttributeValue] = {
+            MESSAGING_SYSTEM: SYSTEM,
+            MESSAGING_CONSUMER_GROUP_NAME: consumer.name,
+            MESSAGING_DESTINATION_TEMPLATE: pattern,
+        }
+        self._ledger = Ledger(telemetry, base, self._engine.release)
+        self._redelivery_attrs = base
+        self._ready: deque[tuple[Msg, JetStreamAcker]] = deque()  # taken, not started
+        self._idle: list[asyncio.Future[None]] = []  # workers waiting for a message
+        self._running: set[JetStreamAcker] = set()  # messages whose handler runs
+        self._workers: list[asyncio.Task[None]] = []
+        self._keeper: asyncio.Task[None] | None = None
+        self._drainer: asyncio.Task[None] | None = None
+        self._draining = False
+        self._finishing = False
+        self._failure: BaseException | None = None
+        self._done = self._loop.create_future()
+        self.handled = 0
+        self.failed = 0
+        self.undecodable = 0
+        self.redelivered = 0
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def subject(self) -> str:
+        """The subject pattern subscribed to."""
+        return self._pattern
+
+    @property
+    def consumer(self) -> str:
+        """The consumer's name (generated for an ephemeral consumer)."""
+        return self._engine.consumer.name
+
+    @property
+    def stream(self) -> str:
+        """The stream consumed."""
+        return self._engine.consumer.stream
+
+    @property
+    def running(self) -> bool:
+        """True until the subscription has stopped."""
+        return not self._done.done()
+
+    @property
+    def outstanding(self) -> int:
+        """Messages received and not yet settled (never more than ``max_in_flight``)."""
+        return self._engine.outstanding
+
+    # -------------------------------------------------------------- lifecycle
+
+    async def _begin(self) -> None:
+        await self._engine.start()
+        if self._acknowledged and self._options.keep_alive and self._ack_wait > 0:
+            self._keeper = self._loop.create_task(
+                self._keep_alive(), name=f"goflux-jetstream-{self.consumer}-keep-alive"
+            )
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Drain: stop pulling, finish in-flight handlers, nak what has not started.
+
+        Messages received but not started are nak'd so the server redelivers them at
+        once (to this or another subscriber); handlers still running after ``timeout``
+        seconds (default: the subscriber's drain timeout) are cancelled and their
+        messages nak'd too. An ephemeral consumer created for the subscription is
+        deleted. The deadline holds even if the caller is cancelled.
+        """
+        if self._drainer is None and self._done.done():
+            return  # it has ended already (failed): nothing left to drain
+        if self._drainer is None:
+            self._draining = True  # from now on no new message starts
+            deadline = self._options.drain_timeout if timeout is None else timeout
+            self._drainer = self._loop.create_task(
+                self._drain(deadline), name=f"goflux-jetstream-{self.consumer}-drain"
+            )
+        if in_handler_context(self):
+            return  # called from a handler (or a task it spawned): the drain waits for it
+        await asyncio.shield(self._drainer)
+
+    async def _drain(self, deadline: float) -> None:
+        self._draining = True
+        until = self._loop.time() + deadline
+        try:
+            await self._engine.stop_pulling(deadline)
+            # Received but not started: hand back for redelivery at once.
+            while self._ready:
+                await self._hand_back(self._ready.popleft()[1])
+            self._wake(everyone=True)
+            if self._workers:
+                _, pending = await asyncio.wait(
+                    self._workers, timeout=max(until - self._loop.time(), 0.0)
+                )
+                if pending:
+                    # A zero deadline (a closing message stream) cancels on purpose.
+                    logger.log(
+                        logging.WARNING if deadline > 0 else logging.DEBUG,
+                        "drain of %r timed out after %.3gs; cancelling %d handlers",
+                        self.consumer,
+                        deadline,
+                        len(pending),
+                    )
+                    for task in pending:
+                        task.cancel()
+                    await asyncio.wait(pending)
+        finally:
+            await self._finish(None)
+
+    async def _finish(self, failure: BaseException | None) -> None:
+        if self._finishing:
+            return
+        self._finishing = True
+        self._draining = True
+        current = asyncio.current_task()
+        for task in (self._keeper, *self._workers):
+            if task is not None and task is not current and not task.done():
+                task.cancel()
+        await self._engine.close(failed=failure is not None)
+        self._failure = failure
+        self._done.set_result(None)
+
+    async def wait(self) -> None:
+        """Wait until the subscription stops.
+
+        Raises:
+            SubscribeError: The subscription failed (for example, its consumer was
+                deleted or the connection closed).
+        """
+        await asyncio.shield(self._done)
+        if self._failure is not None:
+            raise SubscribeError(
+                f"subscription to {self.consumer!r} on {self.stream!r} failed: {self._failure}"
+            ) from self._failure
+
+    # -------------------------------------------------------------- keep-alive
+
+    async def _keep_alive(self) -> None:
+        """Reset ``ack_wait`` of messages held longer than half of it, queued or running."""
+        half = self._ack_wait / 2
+        while not self._draining:
+            await asyncio.sleep(self._ack_wait / 4)
+            now = self._loop.time()
+            stale = [
+                acker
+                for acker in self._running
+                if not acker.released and now - acker.last_progress > half
+            ]
+            for _, acker in self._ready:  # oldest first: stop at the first fresh one
+                if now - acker.last_progress <= half:
+                    break
+                stale.append(acker)
+            for acker in stale:
+                with contextlib.suppress(SettlementError):
+                    await acker.in_progress()
+
+    # ------------------------------------------------------------- processing
+
+    def _enqueue(self, msg: Msg, arrival: float) -> None:
+        """Take a message from the engine: queue it and wake a worker."""
+        self._ready.append((msg, JetStreamAcker(self._nc, msg.reply, self._ledger, arrival)))
+        self._wake()
+
+    def _wake(self, *, everyone: bool = False) -> None:
+        """Wake an idle worker (or all); start another if none is idle and room is left.
+
+        Workers start on demand, up to ``concurrency``: a stream's subscription may
+        allow thousands, and an idle worker still costs memory.
+        """
+        idle = self._idle
+        while idle:
+            waiter = idle.pop()
+            if not waiter.done():
+                waiter.set_result(None)
+                if not everyone:
+                    return
+        workers = self._workers
+        if not everyone and not self._draining and len(workers) < self._options.concurrency:
+            name = f"goflux-jetstream-{self.consumer}-{len(workers)}"
+            workers.append(self._loop.create_task(self._work(), name=name))
+
+    async def _work(self) -> None:
+        enter_handler_context(self)
+        ready = self._ready
+        while not self._draining:
+            if not ready:
+                waiter = self._loop.create_future()
+                self._idle.append(waiter)
+                await waiter
+                continue
+            msg, acker = ready.popleft()
+            await self._process(msg, acker)
+
+    def _scope(
+        self, msg: Msg, acker: JetStreamAcker, message_id: str | None
+    ) -> ProcessScope | NullScope:
+        """The processing scope while telemetry is active (the caller checks that)."""
+        return self._scopes.open(
+            msg.subject,
+            msg.headers,
+            message_id=message_id,
+            body_size=len(msg.data),
+            attributes={
+                MESSAGING_NATS_STREAM: self.stream,
+                MESSAGING_NATS_STREAM_SEQUENCE: acker.stream_sequence,
+                MESSAGING_NATS_DELIVERY_COUNT: acker.num_delivered,
+            }
+            if self._tel.tracing
+            else None,
+        )
+
+    async def _process(self, msg: Msg, acker: JetStreamAcker) -> None:
+        if acker.num_delivered > 1:
+            self.redelivered += 1
+            self._tel.record_redelivery(self._redelivery_attrs)
+        raw_headers = msg.headers
+        headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
+        data = msg.data
+        message: Message[T] | None = None
+        try:
+            with self._scope(msg, acker, message_id) if self._tel.active else NULL_SCOPE:
+                try:
+                    payload = self._codec.decode(data)
+                except DecodeError as exc:
+                    self.undecodable += 1
+                    letter = self._make(msg.subject, data, headers, message_id, data, acker)
+                    await self._reject(letter, acker, exc)
+                    raise
+                message = self._make(msg.subject, payload, headers, message_id, data, acker)
+                running = self._running
+                running.add(acker)
+                try:
+                    await self._handler(message)
+                finally:
+                    running.discard(acker)
+        except asyncio.CancelledError:
+            if await self._after_cancellation(msg, message, acker):
+                raise
+            return
+        except Exception as exc:
+            if message is None and isinstance(exc, DecodeError):
+                return  # rejected (and logged) before any handler ran
+            self.failed += 1
+            logger.exception(
+                "handler failed for message %s on %r (delivery %d): %s: %s",
+                acker.stream_sequence,
+                msg.subject,
+                acker.num_delivered,
+                type(exc).__name__,
+                exc,
+            )
+            if message is not None:
+                await self._settle_after(message, acker, failed=True)
+            return
+        self.handled += 1
+        if self._auto_ack and message.settled is None:  # the hot path
+            try:
+                await message.ack()
+            except SettlementError as exc:
+                self._unsettled(acker, exc)
+        else:
+            await self._settle_after(message, acker, failed=False)
+
+    async def _after_cancellation(
+        self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker
+    ) -> bool:
+        """Settle after a cancellation; True if the worker itself is cancelled (re-raise)."""
+        self.failed += 1
+        worker = asyncio.current_task()
+        drained = worker is not None and worker.cancelling() > 0
+        if not drained:  # a cancellation of the handler's own escaped it
+            logger.error(
+                "handler for message %s on %r was cancelled", acker.stream_sequence, msg.subject
+            )
+        if message is not None:
+            # A drain deadline hands the message back for redelivery at once.
+            await self._settle_after(message, acker, failed=True, force_nak=drained)
+        elif not acker.released:  # cancelled while rejecting: hand it back at once
+            await self._hand_back(acker)
+        return drained
+
+    async def _settle_after(
+        self,
+        message: Message[T],
+        acker: JetStreamAcker,
+        *,
+        failed: bool,
+        force_nak: bool = False,
+    ) -> None:
+        """Settle what the handler left unsettled: auto-ack/nak, or free its room (manual)."""
+        if not self._acknowledged:  # nothing to send: the room is free
+            acker.release()
+            return
+        if message.settled is not None:
+            return
+        if self._options.manual_ack and not force_nak:
+            if not failed:
+                logger.warning(
+                    "handler returned without settling message on %r (manual_ack); "
+                    "the server redelivers it after ack_wait unless it is settled later",
+                    message.subject,
+                )
+            acker.release()  # a later settlement will not free the room again
+            return
+        await self._send_or_release(acker, message.nak() if failed else message.ack())
+
+    async def _hand_back(self, acker: JetStreamAcker) -> None:
+        """Nak a message that will not be processed, so it is redelivered at once."""
+        if self._acknowledged:
+            await self._send_or_release(acker, acker.nak(None))
+        else:
+            acker.release()
+
+    async def _send_or_release(self, acker: JetStreamAcker, sending: Awaitable[None]) -> None:
+        """Send a settlement; if that fails, give its in-flight room back all the same.
+
+        The server redelivers the message after ack_wait.
+        """
+        try:
+            await sending
+        except SettlementError as exc:
+            self._unsettled(acker, exc)
+
+    def _unsettled(self, acker: JetStreamAcker, exc: SettlementError) -> None:
+        """A settlement could not be sent: log it and give its in-flight room back."""
+        logger.warning(
+            "could not settle message %s (%s); the server redelivers it after ack_wait",
+            acker.stream_sequence,
+            exc,
+        )
+        acker.release()
+
+    async def _reject(
+        self, letter: Message[bytes], acker: JetStreamAcker, exc: DecodeError
+    ) -> None:
+        """Give up an undecodable message: dead-letter it (if configured), then terminate it.
+
+        A dead letter that cannot be published keeps the message: it is naked with a
+        delay and dead-lettered on a later delivery (without acknowledgement, as in
+        ordered mode, it cannot be redelivered: it is lost and logged). One the server
+        refuses for good (too large even in compact form) is logged and the message
+        terminated without it.
+        """
+        dead_letter = self._options.dead_letter
+        acknowledged = self._acknowledged
+        outcome = "terminated" if acknowledged else "skipped"
+        if dead_letter is not None and is_dead_letter(letter, dead_letter.subject):
+            outcome += " (it is itself a dead letter: not dead-lettered again)"
+        elif dead_letter is not None:
+            try:
+                await dead_letter.send(letter, exc, "undecodable")
+                outcome = f"dead-lettered to {dead_letter.subject!r} and {outcome}"
+            except Exception as failure:
+                if not acknowledged:
+                    outcome = f"LOST: the dead letter failed ({failure})"
+                elif refused_for_good(failure):
+                    outcome = f"terminated WITHOUT a dead letter, refused for good ({failure})"
+                else:
+                    logger.error(
+                        "undecodable message %s on %r could not be dead-lettered (%s); "
+                        "it is kept and tried again in %ss",
+                        acker.stream_sequence,
+                        letter.subject,
+                        failure,
+                        DEAD_LETTER_RETRY_DELAY,
+                        exc_info=exc,
+                    )
+                    await self._send_or_release(acker, acker.nak(DEAD_LETTER_RETRY_DELAY))
+                    return
+        logger.error(
+            "undecodable message %s on %r %s: %s",
+            acker.stream_sequence,
+            letter.subject,
+            outcome,
+            exc,
+            exc_info=exc,
+        )
+        if acknowledged:
+            await self._send_or_release(
+                acker, acker.term(f"goflux: undecodable payload: {exc}"[:200])
+            )
+        else:
+            acker.release()
+
+
+async def started(subscription: JetStreamSubscription[T]) -> JetStreamSubscription[T]:
+    """Start ``subscription``; return it once its first pull request is at the server.
+
+    Raises:
+        SubscribeError: The connection failed; the consumer is removed if it was
+            created for the subscription.
+    """
+    try:
+        await subscription._begin()
+    except (nats.errors.Error, TimeoutError) as exc:
+        await subscription._finish(exc)
+        raise SubscribeError(f"cannot subscribe to {subscription.subject!r}: {exc}") from exc
+    return subscription

@@ -1,0 +1,142 @@
+"""Typed request/reply on core NATS: the requesting side."""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+import nats.errors
+from nats.aio.client import Client
+from opentelemetry.trace import SpanKind
+
+from goflux._codecs import Codec
+from goflux._errors import (
+    NoResponders,
+    PayloadTooLarge,
+    RemoteError,
+    RequestError,
+    RequestTimeout,
+)
+from goflux._headers import HeadersLike
+from goflux._lifecycle import CloseOnExit
+from goflux._scopes import PublishScopes
+from goflux._telemetry import Telemetry
+from goflux._wire import check_size, outgoing
+from goflux.transports.nats._system import SYSTEM
+
+__all__ = ("ERROR_CODE_HEADER", "ERROR_HEADER", "Requester")
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+DEFAULT_TIMEOUT = 5.0
+ERROR_HEADER = "Nats-Service-Error"
+ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+
+
+class Requester(CloseOnExit, Generic[Req, Resp]):
+    """Sends typed requests on core NATS and returns the typed replies.
+
+    A responder's failure comes back as a reply with ``Nats-Service-Error`` /
+    ``Nats-Service-Error-Code`` headers (the NATS services convention) and is raised
+    as :class:`~goflux.RemoteError` at once, not after the timeout; a subject nobody
+    serves raises :class:`~goflux.NoResponders` at once too.
+
+    Args:
+        nc: A connected nats-py client (the caller owns it).
+        request_codec: Encodes the requests.
+        response_codec: Decodes the replies.
+        timeout: Default seconds to wait for a reply.
+        telemetry: Tracing and metrics; default: OpenTelemetry globals.
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+    """
+
+    def __init__(
+        self,
+        nc: Client,
+        request_codec: Codec[Req],
+        response_codec: Codec[Resp],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self._nc = nc
+        self._request_codec = request_codec
+        self._response_codec = response_codec
+        self._timeout = timeout
+        self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM, kind=SpanKind.CLIENT)
+        self._closed = False
+
+    async def request(
+        self,
+        subject: str,
+        request: Req,
+        /,
+        *,
+        headers: HeadersLike | None = None,
+        timeout: float | None = None,
+        message_id: str | None = None,
+    ) -> Resp:
+        """Send ``request`` to ``subject`` and return the decoded reply.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid publish subject.
+            InvalidHeader: A header or the message ID cannot travel on the wire.
+            EncodeError: ``request`` cannot be encoded.
+            NoResponders: Nobody serves ``subject`` (raised at once).
+            RequestTimeout: No reply within the timeout.
+            RemoteError: The responder failed; carries its message and code.
+            DecodeError: The reply cannot be decoded.
+            RequestError: The requester or the connection is closed.
+        """
+        if self._closed:
+            raise RequestError(f"cannot request {subject!r}: requester is closed", subject=subject)
+        wire = outgoing(subject, headers, message_id, jetstream=False)
+        wait = self._timeout if timeout is None else timeout
+        with self._scopes.open(subject, wire, message_id=message_id) as scope:
+            data = self._request_codec.encode(request)
+            scope.set_body_size(len(data))
+            try:
+                check_size(subject, wire, data, self._nc.max_payload)
+            except PayloadTooLarge as exc:
+                raise RequestError(str(exc), subject=subject) from exc
+            try:
+                reply = await self._nc.request(subject, data, timeout=wait, headers=wire or None)
+            except nats.errors.NoRespondersError as exc:
+                raise NoResponders(f"no responder serves {subject!r}", subject=subject) from exc
+            except nats.errors.TimeoutError as exc:
+                if self._nc.is_closed:
+                    raise RequestError(
+                        f"request to {subject!r} failed: the connection closed before the reply",
+                        subject=subject,
+                    ) from exc
+                raise RequestTimeout(
+                    f"no reply from {subject!r} within {wait}s", subject=subject, timeout=wait
+                ) from exc
+            except nats.errors.Error as exc:
+                raise RequestError(
+                    f"request to {subject!r} failed: {exc}", subject=subject
+                ) from exc
+            reply_headers = reply.headers
+            if reply_headers and (
+                ERROR_CODE_HEADER in reply_headers or ERROR_HEADER in reply_headers
+            ):
+                description = reply_headers.get(ERROR_HEADER, "")
+                try:
+                    code = int(reply_headers.get(ERROR_CODE_HEADER, "500"))
+                except ValueError:
+                    code = 500
+                raise RemoteError(
+                    f"{subject!r} replied with error {code}: {description}",
+                    subject=subject,
+                    remote_message=description,
+                    code=code,
+                )
+            return self._response_codec.decode(reply.data)
+
+    async def close(self) -> None:
+        """Refuse further requests. The caller owns the connection."""
+        self._closed = True
