@@ -80,6 +80,10 @@ class PulledConsumer(Protocol):
     def acknowledges(self) -> bool:
         """Whether its deliveries are acknowledged (received ones are handed back)."""
 
+    @property
+    def selective(self) -> bool:
+        """Whether it may refuse a delivery: the engine asks :meth:`admit` only then."""
+
     def admit(self, msg: Msg) -> Admission:
         """Whether to take ``msg`` (a delivery, not a status message)."""
 
@@ -107,6 +111,7 @@ class AcknowledgedConsumer:
     __slots__ = ("_js", "ephemeral", "name", "next_subject", "stream")
 
     acknowledges = True
+    selective = False
 
     def __init__(self, js: JetStreamContext, stream: str, name: str, *, ephemeral: bool) -> None:
         self._js = js
@@ -198,6 +203,7 @@ class OrderedConsumer:
     )
 
     acknowledges = False
+    selective = True
 
     def __init__(
         self,

@@ -91,6 +91,7 @@ class PullEngine:
         self._loop = asyncio.get_running_loop()
         self._nc = connection(js)
         self.consumer = consumer
+        self._selective = consumer.selective
         self._limits = limits
         self._max_in_flight = max_in_flight
         self._threshold = max(1, limits.batch // 2)
@@ -262,13 +263,15 @@ class PullEngine:
             if consumer.acknowledges:
                 await hand_back(self._nc, msg.reply)
             return
-        admission = consumer.admit(msg)
-        if admission is Admission.TAKE:
-            self.outstanding += 1
-            self._deliver(msg, now)
-        elif admission is Admission.GAP:
-            self._requested = 0
-            self._loop.create_task(self._recover("lost", "a delivery went missing"))
+        if self._selective:
+            admission = consumer.admit(msg)
+            if admission is Admission.GAP:
+                self._requested = 0
+                self._loop.create_task(self._recover("lost", "a delivery went missing"))
+            if admission is not Admission.TAKE:
+                return
+        self.outstanding += 1
+        self._deliver(msg, now)
 
     async def _on_status(self, msg: Msg) -> None:
         headers = msg.headers or {}
