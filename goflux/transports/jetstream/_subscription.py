@@ -261,9 +261,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         for task in (self._keeper, *self._workers):
             if task is not None and task is not current and not task.done():
                 task.cancel()
-        await self._engine.close(failed=failure is not None)
-        self._failure = failure
-        self._done.set_result(None)
+        try:
+            await self._engine.close(failed=failure is not None)
+        finally:  # also when closing cancelled the task it ran in (the inbox's callbacks)
+            self._failure = failure
+            self._done.set_result(None)
 
     async def wait(self) -> None:
         """Wait until the subscription stops.
