@@ -32,7 +32,7 @@ async def test_deleting_an_ephemeral_consumer_fails_the_subscription(
     await sub.close()
 
 
-@pytest.mark.parametrize("ordered", [False])
+@pytest.mark.parametrize("ordered", [False, True])
 async def test_deleting_the_stream_fails_an_ephemeral_or_ordered_subscription(
     js: JetStreamContext, ordered: bool
 ) -> None:
