@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from nats.js import JetStreamContext
@@ -10,7 +11,7 @@ from nats.js import JetStreamContext
 from goflux import JsonCodec, Message, SubscribeError
 from goflux.transports import jetstream
 from tests.conftest import STREAM
-from tests.models import Order
+from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
 
@@ -43,3 +44,35 @@ async def test_deleting_the_stream_fails_an_ephemeral_or_ordered_subscription(
     with pytest.raises(SubscribeError):
         await asyncio.wait_for(subscription.wait(), 5)
     await sub.close()
+
+
+@pytest.mark.slow
+async def test_a_draining_subscription_keeps_its_running_handler_alive(
+    js: JetStreamContext,
+) -> None:
+    await jetstream.ensure_consumer(
+        js, stream=STREAM, name="slow", filter_subject="orders.>", ack_wait=1.0
+    )
+    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+    started = asyncio.Event()
+    deliveries: list[tuple[str, int]] = []
+
+    async def slow(msg: Message[Order]) -> None:
+        deliveries.append(("first", msg.delivery.num_delivered))
+        started.set()
+        await asyncio.sleep(2.5)  # beyond ack_wait, inside the drain timeout
+
+    async def other(msg: Message[Order]) -> None:
+        deliveries.append(("second", msg.delivery.num_delivered))
+
+    first = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="slow", drain_timeout=10)
+    second = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="slow")
+    draining = await first.start("orders.>", slow)
+    await started.wait()
+    await second.start("orders.>", other)
+    begun = time.monotonic()
+    await draining.stop()
+    assert time.monotonic() - begun > 2  # the drain waited for the handler
+    await asyncio.sleep(0.5)
+    await second.close()
+    assert deliveries == [("first", 1)]  # not redelivered while the handler ran

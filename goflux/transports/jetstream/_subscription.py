@@ -283,9 +283,13 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     # -------------------------------------------------------------- keep-alive
 
     async def _keep_alive(self) -> None:
-        """Reset ``ack_wait`` of messages held longer than half of it, queued or running."""
+        """Reset ``ack_wait`` of messages held longer than half of it, queued or running.
+
+        It runs until the subscription has finished (which cancels it), through a
+        drain too: a handler the drain waits for must not be redelivered meanwhile.
+        """
         half = self._ack_wait / 2
-        while not self._draining:
+        while not self._finishing:
             await asyncio.sleep(self._ack_wait / 4)
             now = self._loop.time()
             stale = [
