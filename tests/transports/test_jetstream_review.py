@@ -10,7 +10,7 @@ from nats.js import JetStreamContext
 
 from goflux import JsonCodec, Message, SubscribeError
 from goflux.transports import jetstream
-from tests.conftest import STREAM
+from tests.conftest import STREAM, Otel
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -76,3 +76,28 @@ async def test_a_draining_subscription_keeps_its_running_handler_alive(
     await asyncio.sleep(0.5)
     await second.close()
     assert deliveries == [("first", 1)]  # not redelivered while the handler ran
+
+
+async def test_ordered_spans_name_the_consumer_that_delivered(
+    js: JetStreamContext, otel: Otel
+) -> None:
+    delivered: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handler(msg: Message[Order]) -> None:
+        await delivered.put(msg.delivery.consumer)
+
+    publisher = jetstream.Publisher(js, CODEC)
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, ordered=True, telemetry=otel.telemetry)
+    subscription = await sub.start("orders.>", handler)
+    await publisher.publish("orders.a", order(1))
+    first = await asyncio.wait_for(delivered.get(), 5)
+    await js.delete_consumer(STREAM, first)
+    async with asyncio.timeout(5):
+        while subscription.consumer == first:  # noqa: ASYNC110 - nothing to wait on
+            await asyncio.sleep(0.05)
+    await publisher.publish("orders.a", order(2))
+    second = await asyncio.wait_for(delivered.get(), 5)
+    await sub.close()
+    assert first != second
+    names = [s.attributes["messaging.consumer.group.name"] for s in otel.spans()]  # type: ignore[index]
+    assert names == [first, second]

@@ -137,12 +137,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             deliver=self._enqueue,
             fail=self._finish,
         )
-        self._scopes = ProcessScopes(
-            telemetry,
-            SYSTEM,
-            template=pattern if is_wildcard(pattern) else None,
-            consumer_group=consumer.name,
-        )
+        self._scopes = self._process_scopes(consumer.name)
         base: dict[str, AttributeValue] = {
             MESSAGING_SYSTEM: SYSTEM,
             MESSAGING_CONSUMER_GROUP_NAME: consumer.name,
@@ -342,11 +337,25 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             msg, acker = ready.popleft()
             await self._process(msg, acker)
 
+    def _process_scopes(self, consumer: str) -> ProcessScopes:
+        """The process scopes of messages ``consumer`` delivers."""
+        pattern = self._pattern
+        return ProcessScopes(
+            self._tel,
+            SYSTEM,
+            template=pattern if is_wildcard(pattern) else None,
+            consumer_group=consumer,
+        )
+
     def _scope(
         self, msg: Msg, acker: JetStreamAcker, message_id: str | None
     ) -> ProcessScope | NullScope:
         """The processing scope while telemetry is active (the caller checks that)."""
-        return self._scopes.open(
+        scopes = self._scopes
+        consumer = self._engine.consumer.name
+        if scopes.consumer_group != consumer:  # ordered mode replaced its consumer
+            scopes = self._scopes = self._process_scopes(consumer)
+        return scopes.open(
             msg.subject,
             msg.headers,
             message_id=message_id,
