@@ -235,7 +235,7 @@ class GenericMiddleware(Protocol):
     """Handler middleware that works for every payload type (goflux's own middleware).
 
     It is a :class:`Middleware` of any ``T``: applied to a ``Handler[Order]`` it returns
-    a ``Handler[Order]``, and it composes with typed middleware in :func:`goflux._chain`.
+    a ``Handler[Order]``, and it composes with typed middleware in :func:`goflux.chain`.
     """
 
     def __call__(self, handler: Handler[T], /) -> Handler[T]:

@@ -84,7 +84,7 @@ class Message(Generic[T_co]):
     """A received message: the decoded payload plus metadata and settlement.
 
     Settlement (``ack``, ``nak``, ``term``) happens at most once; a second attempt
-    raises :class:`~goflux._errors.AlreadySettled`. On transports without
+    raises :class:`~goflux.AlreadySettled`. On transports without
     acknowledgement (in-process channel, core NATS) settling is a recorded no-op.
 
     Attributes:

@@ -257,7 +257,7 @@ class ProcessScopes:
             (synchronous request/reply).
     """
 
-    __slots__ = ("attributes", "kind", "parented", "telemetry", "template")
+    __slots__ = ("attributes", "consumer_group", "kind", "parented", "telemetry", "template")
 
     def __init__(
         self,
@@ -273,6 +273,7 @@ class ProcessScopes:
     ) -> None:
         self.telemetry = telemetry
         self.template = template
+        self.consumer_group = consumer_group
         self.kind = kind
         self.parented = parented
         self.attributes = _shared_attributes(

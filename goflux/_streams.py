@@ -225,7 +225,7 @@ class MessageStream(Generic[T]):
         Buffered messages and messages handed out but not settled are nak'd (redelivered
         at once); on transports without acknowledgement the buffered ones are dropped
         and counted in :attr:`dropped`. A later settlement of a handed-back message
-        raises :class:`~goflux._errors.AlreadySettled`.
+        raises :class:`~goflux.AlreadySettled`.
         """
         if self._closing is None:
             self._closing = asyncio.get_running_loop().create_task(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import goflux
@@ -102,3 +104,36 @@ def test_plumbing_is_private() -> None:
         and not name.startswith(PUBLIC_PACKAGES_OF_MODULES)
     }
     assert public == PUBLIC_MODULES, "a new module is public; name it _module.py"
+
+
+PUBLIC_PACKAGES = (
+    "goflux",
+    "goflux.middleware",
+    "goflux.testing",
+    "goflux.transports.channel",
+    "goflux.transports.nats",
+    "goflux.transports.jetstream",
+    "goflux.transports.spark",
+)
+CROSS_REFERENCE = re.compile(r":(func|class|exc|meth|attr|data):`~?(goflux(?:\.\w+)+)`")
+
+
+def test_docstrings_refer_to_public_names_by_their_public_path() -> None:
+    exported: dict[str, str] = {}
+    for package in PUBLIC_PACKAGES:
+        try:
+            module = importlib.import_module(package)
+        except ImportError:  # an extra that is not installed
+            continue
+        for name in module.__all__:
+            exported.setdefault(name, package)
+    wrong = []
+    for name, path in modules().items():
+        for role, target in CROSS_REFERENCE.findall(path.read_text()):
+            parts = target.split(".")
+            private = any(part.startswith("_") for part in parts[1:-1])
+            if target.rpartition(".")[2].startswith("_") and role in ("func", "class", "exc"):
+                wrong.append(f"{name}: {target} is a module, not a {role}")
+            elif private and parts[-1] in exported:
+                wrong.append(f"{name}: {target} is public as {exported[parts[-1]]}.{parts[-1]}")
+    assert not wrong, wrong

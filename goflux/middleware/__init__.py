@@ -1,6 +1,6 @@
 """Handler and publisher middleware: ack policies, retries, dead letters, timeouts, context.
 
-Handler middleware wraps a ``Handler[T]``; compose it with :func:`goflux._chain`, where
+Handler middleware wraps a ``Handler[T]``; compose it with :func:`goflux.chain`, where
 the first given is the outermost (it sees the message first and the outcome last)::
 
     handler = chain(

@@ -398,7 +398,7 @@ def retry_ack(policy: RetryPolicy | None = None) -> GenericMiddleware:
     stray ``CancelledError`` from a library) counts as a retryable failure; a real
     cancellation (a drain) passes through untouched.
 
-    Put it outermost (first in :func:`goflux._chain`) so it sees every failure, such
+    Put it outermost (first in :func:`goflux.chain`) so it sees every failure, such
     as a :func:`timeout`.
 
     Args:

@@ -250,7 +250,11 @@ class OrderedConsumer:
         return Admission.TAKE
 
     async def recover(self, cause: Cause, why: str) -> Recovery | SubscribeError:
-        """Replace the consumer, resuming after the last message taken."""
+        """Replace the consumer, resuming after the last message taken.
+
+        A stream that is gone ends the subscription: a new stream of the same name
+        has new sequences, so there is nothing to resume after.
+        """
         if self._recreating:
             return Recovery.WAIT  # a replacement is under way; it pulls when done
         self._recreating = True
@@ -264,6 +268,11 @@ class OrderedConsumer:
             )
             try:
                 info: ConsumerInfo = await self._js.add_consumer(self.stream, config)
+            except NotFoundError as exc:
+                if exc.err_code == _STREAM_NOT_FOUND:  # nothing left to resume from
+                    return SubscribeError(f"stream of {old!r} on {self.stream!r} is gone")
+                logger.warning("could not recreate ordered consumer (%s); retrying", exc)
+                return Recovery.WAIT
             except (nats.errors.Error, APIError, TimeoutError) as exc:
                 logger.warning("could not recreate ordered consumer (%s); retrying", exc)
                 return Recovery.WAIT  # the watchdog tries again

@@ -144,15 +144,20 @@ class PullEngine:
             logger.warning("could not drain the pull inbox of %r", self.consumer.name)
 
     async def close(self, *, failed: bool) -> None:
-        """Stop for good: end the watchdog, drop the inbox if failed, remove the consumer."""
+        """Stop for good: end the watchdog, remove the consumer, drop the inbox if failed.
+
+        The inbox goes last: a failure read from a status message is handled in the
+        inbox's own callback task, which unsubscribing cancels, so nothing that
+        suspends may follow it.
+        """
         self._stopping = True
         watchdog = self._watchdog
         if watchdog is not None and watchdog is not asyncio.current_task():
             watchdog.cancel()
+        await self.consumer.remove()
         if self._sub is not None and failed:
             with contextlib.suppress(nats.errors.Error):
                 await self._sub.unsubscribe()
-        await self.consumer.remove()
 
     async def _open_inbox(self) -> NatsSubscription | None:
         """Receive on a new inbox; return the previous subscription (to retire)."""

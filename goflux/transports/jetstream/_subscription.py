@@ -137,12 +137,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             deliver=self._enqueue,
             fail=self._finish,
         )
-        self._scopes = ProcessScopes(
-            telemetry,
-            SYSTEM,
-            template=pattern if is_wildcard(pattern) else None,
-            consumer_group=consumer.name,
-        )
+        self._scopes = self._process_scopes(consumer.name)
         base: dict[str, AttributeValue] = {
             MESSAGING_SYSTEM: SYSTEM,
             MESSAGING_CONSUMER_GROUP_NAME: consumer.name,
@@ -261,9 +256,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         for task in (self._keeper, *self._workers):
             if task is not None and task is not current and not task.done():
                 task.cancel()
-        await self._engine.close(failed=failure is not None)
-        self._failure = failure
-        self._done.set_result(None)
+        try:
+            await self._engine.close(failed=failure is not None)
+        finally:  # also when closing cancelled the task it ran in (the inbox's callbacks)
+            self._failure = failure
+            self._done.set_result(None)
 
     async def wait(self) -> None:
         """Wait until the subscription stops.
@@ -281,9 +278,13 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     # -------------------------------------------------------------- keep-alive
 
     async def _keep_alive(self) -> None:
-        """Reset ``ack_wait`` of messages held longer than half of it, queued or running."""
+        """Reset ``ack_wait`` of messages held longer than half of it, queued or running.
+
+        It runs until the subscription has finished (which cancels it), through a
+        drain too: a handler the drain waits for must not be redelivered meanwhile.
+        """
         half = self._ack_wait / 2
-        while not self._draining:
+        while not self._finishing:
             await asyncio.sleep(self._ack_wait / 4)
             now = self._loop.time()
             stale = [
@@ -336,11 +337,25 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             msg, acker = ready.popleft()
             await self._process(msg, acker)
 
+    def _process_scopes(self, consumer: str) -> ProcessScopes:
+        """The process scopes of messages ``consumer`` delivers."""
+        pattern = self._pattern
+        return ProcessScopes(
+            self._tel,
+            SYSTEM,
+            template=pattern if is_wildcard(pattern) else None,
+            consumer_group=consumer,
+        )
+
     def _scope(
         self, msg: Msg, acker: JetStreamAcker, message_id: str | None
     ) -> ProcessScope | NullScope:
         """The processing scope while telemetry is active (the caller checks that)."""
-        return self._scopes.open(
+        scopes = self._scopes
+        consumer = self._engine.consumer.name
+        if scopes.consumer_group != consumer:  # ordered mode replaced its consumer
+            scopes = self._scopes = self._process_scopes(consumer)
+        return scopes.open(
             msg.subject,
             msg.headers,
             message_id=message_id,

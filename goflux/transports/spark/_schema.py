@@ -45,7 +45,7 @@ as nulls, and ``DataFrame.toArrow()`` refuses nulls in non-nullable fields); eve
 other column and nested field is ``nullable=False``. The Arrow fields say exactly the
 same, so the batches match what Spark derives from :attr:`PayloadColumns.struct`.
 
-Not supported (:class:`~goflux._errors.SchemaError` naming the field path, for example
+Not supported (:class:`~goflux.transports.spark.SchemaError` naming the field path, for example
 ``Order.lines[].sku``): ``Any``/``object``, unions of different types, discriminated
 unions, self-referencing types, map keys other than str/int, ``Json[...]``, and types
 pydantic validates with opaque functions or ``isinstance`` checks (``Path``, IP
