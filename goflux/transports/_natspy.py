@@ -1,12 +1,12 @@
 """Every use of what nats-py does not publish, in one place.
 
 nats-py keeps a JetStream context's connection, API prefix and timeout in private
-attributes, runs a subscription's callbacks in a private task with a private queue,
-has no public way to forget a subscription at once, parses headers in a private
-method, and leaves ``Subscription.drain`` untyped. goflux needs each of these; reading
-them only here means a nats-py upgrade that moves one touches one file. Each reader
-degrades to ``None`` (or does nothing) where the attribute is gone, and its caller
-falls back to the public behaviour.
+attributes, runs a subscription's callbacks in a private task with a private queue, has
+no public way to forget a subscription at once, parses headers in a private method,
+leaves ``Subscription.drain`` untyped, and breaks its read loop when a flush is
+cancelled. goflux needs each of these; reading them only here means a nats-py upgrade
+that moves one touches one file. Each reader degrades to ``None`` (or does nothing)
+where the attribute is gone, and its caller falls back to the public behaviour.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ __all__ = (
     "callback_task",
     "connection",
     "drain",
+    "flush",
     "forget",
     "pending_queue",
 )
@@ -61,6 +62,20 @@ async def drain(subscription: Subscription) -> None:
         nats.errors.Error: The connection failed while draining.
     """
     await subscription.drain()  # type: ignore[no-untyped-call]
+
+
+async def flush(nc: Client, timeout: float = 10.0) -> None:
+    """Flush ``nc`` and wait for the server's PONG, safe to cancel.
+
+    nats-py resolves the PONG future without checking whether it was cancelled, so a
+    flush cancelled while waiting makes its read loop fail (``InvalidStateError``) and
+    the connection stops reading. The flush runs shielded: a cancelled caller stops
+    waiting, the PING/PONG round trip completes on its own.
+
+    Raises:
+        nats.errors.Error: The connection is closed, or no PONG came in ``timeout``.
+    """
+    await asyncio.shield(nc.flush(timeout))  # type: ignore[arg-type]  # typed int, takes any
 
 
 def callback_task(subscription: Subscription | None) -> asyncio.Task[None] | None:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from goflux import JsonCodec, Message, PublishError, PublishReceipt, SubscribeError
+from goflux.testing import NatsServer
 from goflux.transports import jetstream
-from tests.conftest import STREAM
+from tests.conftest import STREAM, Otel
 from tests.helpers import Inbox
 from tests.models import Order, order
 
@@ -224,3 +228,160 @@ async def test_ephemeral_consumers_carry_the_in_flight_bound(js: JetStreamContex
     assert info.config.max_ack_pending == 7
     assert info.config.inactive_threshold == 60.0
     await sub.close()
+
+
+async def noop(_: Message[Order]) -> None:
+    pass
+
+
+async def test_deleting_an_ephemeral_consumer_fails_the_subscription(
+    js: JetStreamContext,
+) -> None:
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, expires=5.0)
+    subscription = await sub.start("orders.>", noop)
+    await asyncio.sleep(0.2)  # a pull request is open at the server
+    await js.delete_consumer(STREAM, subscription.consumer)
+    with pytest.raises(SubscribeError, match="deleted"):
+        await asyncio.wait_for(subscription.wait(), 5)
+    assert not subscription.running
+    await sub.close()
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+async def test_deleting_the_stream_fails_an_ephemeral_or_ordered_subscription(
+    js: JetStreamContext, ordered: bool
+) -> None:
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, expires=5.0, ordered=ordered)
+    subscription = await sub.start("orders.>", noop)
+    await asyncio.sleep(0.2)
+    await js.delete_stream(STREAM)
+    with pytest.raises(SubscribeError):
+        await asyncio.wait_for(subscription.wait(), 5)
+    await sub.close()
+
+
+@pytest.mark.slow
+async def test_a_draining_subscription_keeps_its_running_handler_alive(
+    js: JetStreamContext,
+) -> None:
+    await jetstream.ensure_consumer(
+        js, stream=STREAM, name="slow", filter_subject="orders.>", ack_wait=1.0
+    )
+    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+    started = asyncio.Event()
+    deliveries: list[tuple[str, int]] = []
+
+    async def slow(msg: Message[Order]) -> None:
+        deliveries.append(("first", msg.delivery.num_delivered))
+        started.set()
+        await asyncio.sleep(2.5)  # beyond ack_wait, inside the drain timeout
+
+    async def other(msg: Message[Order]) -> None:
+        deliveries.append(("second", msg.delivery.num_delivered))
+
+    first = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="slow", drain_timeout=10)
+    second = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="slow")
+    draining = await first.start("orders.>", slow)
+    await started.wait()
+    await second.start("orders.>", other)
+    begun = time.monotonic()
+    await draining.stop()
+    assert time.monotonic() - begun > 2  # the drain waited for the handler
+    await asyncio.sleep(0.5)
+    await second.close()
+    assert deliveries == [("first", 1)]  # not redelivered while the handler ran
+
+
+async def test_ordered_spans_name_the_consumer_that_delivered(
+    js: JetStreamContext, otel: Otel
+) -> None:
+    delivered: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handler(msg: Message[Order]) -> None:
+        await delivered.put(msg.delivery.consumer)
+
+    publisher = jetstream.Publisher(js, CODEC)
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, ordered=True, telemetry=otel.telemetry)
+    subscription = await sub.start("orders.>", handler)
+    await publisher.publish("orders.a", order(1))
+    first = await asyncio.wait_for(delivered.get(), 5)
+    await js.delete_consumer(STREAM, first)
+    async with asyncio.timeout(5):
+        while subscription.consumer == first:  # noqa: ASYNC110 - nothing to wait on
+            await asyncio.sleep(0.05)
+    await publisher.publish("orders.a", order(2))
+    second = await asyncio.wait_for(delivered.get(), 5)
+    await sub.close()
+    assert first != second
+    names = [s.attributes["messaging.consumer.group.name"] for s in otel.spans()]  # type: ignore[index]
+    assert names == [first, second]
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+async def test_a_start_cancelled_while_its_consumer_is_created_leaves_none(
+    nc: Client, js: JetStreamContext, ordered: bool
+) -> None:
+    requested = asyncio.Event()
+
+    async def observe(_: Msg) -> None:
+        requested.set()  # the create request has reached the server
+
+    observer = await nc.subscribe(f"$JS.API.CONSUMER.CREATE.{STREAM}.>", cb=observe)
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, ordered=ordered)
+    starting = asyncio.create_task(sub.start("orders.>", noop))
+    await requested.wait()
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    await observer.unsubscribe()
+    assert await js.consumers_info(STREAM) == []
+
+
+async def test_a_start_cancelled_at_any_point_leaves_nothing_behind(
+    nc: Client, js: JetStreamContext
+) -> None:
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    outcomes: Counter[str] = Counter()
+    for steps in range(40):  # cut the start after 0, 1, 2, ... turns of the event loop
+        starting = asyncio.create_task(sub.start("orders.>", noop))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        starting.cancel()
+        try:
+            subscription = await starting
+        except asyncio.CancelledError:
+            outcomes["cancelled"] += 1
+        else:
+            outcomes["started"] += 1
+            await subscription.stop()
+        assert await js.consumers_info(STREAM) == [], f"cut after {steps} turns"
+    assert outcomes["cancelled"] > 0
+    await nc.flush(timeout=2)  # nats-py's read loop survived every cut
+
+
+async def test_a_start_cancelled_while_it_flushes_leaves_nothing_behind(
+    nats_server: NatsServer, nc: Client, js: JetStreamContext
+) -> None:
+    # The last step of a start is a flush (the first pull request is at the server).
+    # Freeze the server while that PONG is outstanding, cancel, and let it go on.
+    assert nats_server.pid is not None
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    hits = 0
+    for _ in range(20):
+        inboxes = len(nc._subs)
+        starting = asyncio.create_task(sub.start("orders.>", noop))
+        while not starting.done() and not (len(nc._subs) > inboxes and nc._pongs):  # noqa: ASYNC110
+            await asyncio.sleep(0)  # no event for it: the pull inbox exists, a PING is out
+        if starting.done():  # the PONG came first this time
+            await (await starting).stop()
+            continue
+        os.kill(nats_server.pid, signal.SIGSTOP)
+        starting.cancel()
+        os.kill(nats_server.pid, signal.SIGCONT)
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        hits += 1
+        assert await js.consumers_info(STREAM) == []
+        assert len(nc._subs) == inboxes  # the pull inbox is gone too
+    assert hits > 0
+    await nc.flush(timeout=2)  # and nats-py still reads

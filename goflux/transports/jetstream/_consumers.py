@@ -10,6 +10,7 @@ trouble replaces itself with a new consumer that starts after the last message s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
@@ -20,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import APIError, NotFoundError
+from nats.nuid import NUID
 
 from goflux._errors import SubscribeError
 from goflux.transports._natspy import api_prefix
@@ -33,6 +35,7 @@ __all__ = (
     "OrderedConsumer",
     "PulledConsumer",
     "Recovery",
+    "create_consumer",
     "ordered_consumer_config",
 )
 
@@ -40,6 +43,7 @@ logger = logging.getLogger("goflux.transports.jetstream")
 
 # The server's error code when the stream itself is gone (else the consumer is).
 _STREAM_NOT_FOUND = 10059
+_NAMES = NUID()
 
 Cause: TypeAlias = Literal["lost", "unavailable", "deleted"]
 """Why the engine asks for recovery: its pull requests were lost (reconnect, silence),
@@ -147,6 +151,39 @@ class AcknowledgedConsumer:
         if self.ephemeral:
             with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
                 await self._js.delete_consumer(self.stream, self.name)
+
+
+async def create_consumer(
+    js: JetStreamContext, stream: str, config: ConsumerConfig
+) -> ConsumerInfo:
+    """Create a consumer the subscription owns, named here so that it can be cleaned up.
+
+    A consumer the server created must not outlive a start that did not finish: if
+    the caller is cancelled while the request is out, the answer is still awaited
+    and a created consumer deleted; if the answer times out, the consumer is deleted
+    by its name, which the client chooses for that reason (unless ``config`` has
+    one). Otherwise it would linger until its inactive threshold.
+
+    Raises:
+        NotFoundError: The stream does not exist.
+        APIError: The server refused the consumer.
+        nats.errors.Error: The connection failed, or no answer came in time.
+    """
+    if not config.name and not config.durable_name:
+        config.name = _NAMES.next().decode()
+    name = config.name or config.durable_name or ""
+    creating = asyncio.ensure_future(js.add_consumer(stream, config))
+    try:
+        return await asyncio.shield(creating)
+    except asyncio.CancelledError:
+        with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
+            await creating  # the request is out: learn whether it was created
+            await js.delete_consumer(stream, name)
+        raise
+    except TimeoutError:
+        with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
+            await js.delete_consumer(stream, name)
+        raise
 
 
 def ordered_consumer_config(
@@ -267,7 +304,7 @@ class OrderedConsumer:
                 self._subject, self._options, seen + 1 if seen else None
             )
             try:
-                info: ConsumerInfo = await self._js.add_consumer(self.stream, config)
+                info = await create_consumer(self._js, self.stream, config)
             except NotFoundError as exc:
                 if exc.err_code == _STREAM_NOT_FOUND:  # nothing left to resume from
                     return SubscribeError(f"stream of {old!r} on {self.stream!r} is gone")

@@ -28,7 +28,7 @@ from nats.aio.subscription import Subscription as NatsSubscription
 from nats.js import JetStreamContext
 
 from goflux._errors import SubscribeError
-from goflux.transports._natspy import connection, drain
+from goflux.transports._natspy import connection, drain, flush
 from goflux.transports.jetstream._acker import hand_back
 from goflux.transports.jetstream._consumers import Admission, Cause, PulledConsumer, Recovery
 from goflux.transports.jetstream._options import SubscriberOptions
@@ -122,7 +122,7 @@ class PullEngine:
         self._reconnects = self._nc.stats["reconnects"]
         self._last_activity = self._loop.time()
         await self.pull()
-        await self._nc.flush()
+        await flush(self._nc)
         self._watchdog = self._loop.create_task(
             self._watch(), name=f"goflux-jetstream-{self.consumer.name}-watchdog"
         )

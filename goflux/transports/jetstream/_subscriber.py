@@ -24,6 +24,7 @@ from goflux.transports.jetstream._consumers import (
     AcknowledgedConsumer,
     OrderedConsumer,
     PulledConsumer,
+    create_consumer,
     ordered_consumer_config,
 )
 from goflux.transports.jetstream._options import (
@@ -173,7 +174,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                 if not config.get("filter_subject") and not config.get("filter_subjects"):
                     config["filter_subject"] = subject
                 consumer_config = ConsumerConfig(**config)
-            info: ConsumerInfo = await self._js.add_consumer(stream, consumer_config)
+            info = await create_consumer(self._js, stream, consumer_config)
         except NotFoundError as exc:
             raise SubscribeError(f"cannot subscribe: stream {stream!r} not found") from exc
         except APIError as exc:

@@ -546,13 +546,18 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 async def started(subscription: JetStreamSubscription[T]) -> JetStreamSubscription[T]:
     """Start ``subscription``; return it once its first pull request is at the server.
 
+    If it fails, or the caller is cancelled, the consumer is removed if it was
+    created for the subscription.
+
     Raises:
-        SubscribeError: The connection failed; the consumer is removed if it was
-            created for the subscription.
+        SubscribeError: The connection failed.
     """
     try:
         await subscription._begin()
     except (nats.errors.Error, TimeoutError) as exc:
         await subscription._finish(exc)
         raise SubscribeError(f"cannot subscribe to {subscription.subject!r}: {exc}") from exc
+    except asyncio.CancelledError as exc:  # the caller gave up: leave no inbox or consumer
+        await asyncio.shield(subscription._finish(exc))
+        raise
     return subscription

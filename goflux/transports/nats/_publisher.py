@@ -15,6 +15,7 @@ from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._scopes import PublishScopes
 from goflux._telemetry import Telemetry
 from goflux._wire import check_size, outgoing
+from goflux.transports._natspy import flush
 from goflux.transports.nats._system import SYSTEM
 
 __all__ = ("Publisher",)
@@ -92,4 +93,4 @@ class Publisher(CloseOnExit, Generic[T]):
         self._closed = True
         if self._nc.is_connected:
             with contextlib.suppress(nats.errors.Error, TimeoutError):
-                await self._nc.flush(timeout=FLUSH_TIMEOUT)
+                await flush(self._nc, FLUSH_TIMEOUT)

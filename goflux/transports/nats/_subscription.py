@@ -22,7 +22,7 @@ from goflux._semconv import (
     MESSAGING_SYSTEM,
 )
 from goflux._telemetry import Telemetry
-from goflux.transports._natspy import callback_task, drain, forget, pending_queue
+from goflux.transports._natspy import callback_task, drain, flush, forget, pending_queue
 from goflux.transports.nats._system import SYSTEM
 
 __all__ = (
@@ -138,6 +138,9 @@ class CoreSubscription(StopOnExit):
         except (nats.errors.Error, TimeoutError) as exc:
             await self._finish(exc)
             raise SubscribeError(f"cannot subscribe to {self._pattern!r}: {exc}") from exc
+        except asyncio.CancelledError as exc:  # the caller gave up: leave no subscription
+            await asyncio.shield(self._finish(exc))
+            raise
 
     async def _start(self) -> None:
         sub = await self._nc.subscribe(
@@ -148,7 +151,7 @@ class CoreSubscription(StopOnExit):
             pending_bytes_limit=self._o.pending_bytes,
         )
         self._sub = sub
-        await self._nc.flush()  # the server has the interest: nothing published now is missed
+        await flush(self._nc)  # the server has the interest: nothing published now is missed
         # nats-py ends its dispatch task when the connection closes for good.
         dispatch = callback_task(sub)
         if dispatch is not None:
