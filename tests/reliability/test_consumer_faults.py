@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 from goflux import JsonCodec, Message
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
+from tests.helpers import drained
 from tests.models import Order, order
 from tests.reliability.conftest import RELIABILITY_STREAM, Clock, Connection
 
@@ -187,14 +188,17 @@ async def test_a_slow_consumer_stays_within_its_bound(
     rss: list[int] = []
     handled: list[str] = []
     done = asyncio.Event()
-    holder: list[jetstream.JetStreamSubscription[Order]] = []
+    holder: list[jetstream.JetStreamSubscription[Order]] = []  # set once start() returns
+
+    def outstanding() -> int:
+        return holder[0].outstanding if holder else 0  # handlers may run before that
 
     async def slow(msg: Message[Order]) -> None:
         nonlocal most_outstanding, most_ack_pending
-        most_outstanding = max(most_outstanding, holder[0].outstanding)
+        most_outstanding = max(most_outstanding, outstanding())
         await asyncio.sleep(0.001)  # the handler's own (slow) work
         handled.append(msg.id or "")
-        most_outstanding = max(most_outstanding, holder[0].outstanding)
+        most_outstanding = max(most_outstanding, outstanding())
         if len(handled) % 500 == 0:
             info = await js.consumer_info(RELIABILITY_STREAM, "slow")
             most_ack_pending = max(most_ack_pending, info.num_ack_pending)
@@ -254,8 +258,9 @@ async def test_a_handler_longer_than_ack_wait(
     subscription = await sub.start("rel.>", long)
     async with asyncio.timeout(20):
         await finished.wait()
-    await subscription.stop()
-    info = await js.consumer_info(RELIABILITY_STREAM, "long")
+        await subscription.stop()
+        # The ack is sent, not yet applied: the server's view is the signal.
+        info = await drained(js, RELIABILITY_STREAM, "long")
     record(ack_wait_s=2.0, handler_s=5.0, deliveries=deliveries, duplicates=len(deliveries) - 1)
     assert (info.num_pending, info.num_ack_pending) == (0, 0)
     if keep_alive:

@@ -41,12 +41,15 @@ async def test_a_blocked_event_loop_does_not_break_the_in_flight_bound(
     held: list[int] = []
     done = asyncio.Event()
     handled = 0
+    # Handlers may run before start() returns: the subscription is read through a list.
+    holder: list[jetstream.JetStreamSubscription[Order]] = []
 
     async def handler(msg: Message[Order]) -> None:
         nonlocal handled
         if msg.payload.id == "o-0":
             time.sleep(2.5)  # noqa: ASYNC251 - CPU-bound work blocking the loop on purpose
-        held.append(subscription.outstanding)
+        if holder:
+            held.append(holder[0].outstanding)
         info = await js.consumer_info(STREAM, "blocky")
         peaks.append(info.num_ack_pending or 0)
         handled += 1
@@ -57,7 +60,7 @@ async def test_a_blocked_event_loop_does_not_break_the_in_flight_bound(
         js, CODEC, stream=STREAM, consumer="blocky", max_in_flight=3, expires=2.0,
         idle_heartbeat=0.5,
     )  # fmt: skip
-    subscription = await sub.start("orders.>", handler)
+    holder.append(await sub.start("orders.>", handler))
     async with asyncio.timeout(30):
         await done.wait()
     await sub.close()
