@@ -17,11 +17,15 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    │                                  in the expected state (JetStream)
      │    └── PayloadTooLarge                headers and body exceed the server's limit
      ├── SubscribeError                      a subscription could not start or failed
+     ├── PermissionDenied (also PublishError, SubscribeError, RequestError)
+     │                                       the server refused an operation on a subject
      ├── TransportError                      the connection or broker failed
+     │    ├── JetStreamUnavailable           JetStream is not enabled for the account
      │    └── ProvisioningError              a stream/consumer could not be provisioned
      │         ├── StreamNotFound
      │         ├── ConsumerNotFound
      │         ├── SubjectOverlap            the subjects belong to another stream
+     │         ├── ResourceLimit             the account or server has no room for it
      │         └── IncompatibleConfig        an existing stream/consumer cannot change so
      ├── RequestError                        a request/reply exchange failed
      │    ├── RequestTimeout (also TimeoutError)   no reply within the timeout
@@ -58,14 +62,17 @@ __all__ = (
     "IncompatibleConfig",
     "InvalidHeader",
     "InvalidSubject",
+    "JetStreamUnavailable",
     "NoResponders",
     "NonRetryable",
     "PayloadTooLarge",
+    "PermissionDenied",
     "ProvisioningError",
     "PublishError",
     "RemoteError",
     "RequestError",
     "RequestTimeout",
+    "ResourceLimit",
     "SchemaError",
     "ServiceError",
     "SettlementError",
@@ -214,6 +221,18 @@ class TransportError(GofluxError):
     """The connection to the broker, or the broker itself, failed."""
 
 
+class JetStreamUnavailable(TransportError):
+    """JetStream is not enabled for the account (or on the server) the connection uses.
+
+    Attributes:
+        err_code: The JetStream error code (10039 for the account), if the server sent one.
+    """
+
+    def __init__(self, message: str, *, err_code: int | None = None) -> None:
+        super().__init__(message)
+        self.err_code = err_code
+
+
 class ProvisioningError(TransportError):
     """The server refused to create or update a stream or consumer.
 
@@ -255,6 +274,14 @@ class SubjectOverlap(ProvisioningError):
     ) -> None:
         super().__init__(message, code=code, err_code=err_code)
         self.streams = streams
+
+
+class ResourceLimit(ProvisioningError):
+    """The account or server has no room for the stream or consumer.
+
+    Storage, memory, or the maximum number of streams or consumers (e.g. err_code
+    10047) ran out.
+    """
 
 
 class IncompatibleConfig(ProvisioningError):
@@ -301,6 +328,34 @@ class RemoteError(RequestError):
         super().__init__(message, subject=subject)
         self.remote_message = remote_message
         self.code = code
+
+
+class PermissionDenied(PublishError, SubscribeError, RequestError):
+    """The server refused an operation on a subject: the credentials lack the permission.
+
+    It is reported at once, from the server's own refusal, never after a timeout. It is
+    a :class:`PublishError` (``permanent=True``, ``may_be_stored=False``: nothing was
+    stored, and a retry cannot succeed until the permissions change), a
+    :class:`SubscribeError` and a :class:`RequestError`, so the handler a caller
+    already has for the operation catches it.
+
+    Attributes:
+        operation: What was refused: ``"publish"``, ``"subscribe"`` or ``"connect"``
+            (the server refused the credentials themselves, e.g. on a reconnect after
+            the user was removed).
+        subject: The subject refused (as the server reported it: NATS clients see it
+            lower-cased), or ``""`` for ``"connect"``.
+        reason: The server's words.
+    """
+
+    def __init__(self, message: str, *, operation: str, subject: str, reason: str) -> None:
+        GofluxError.__init__(self, message)
+        self.operation = operation
+        self.subject = subject
+        self.reason = reason
+        self.may_be_stored = False
+        self.permanent = True
+        self.err_code: int | None = None
 
 
 class ServiceError(GofluxError):

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from goflux._errors import GofluxError
 from goflux._urls import redact_url
@@ -87,9 +88,41 @@ async def _connect(url: str) -> Any:
             error_cb=_quiet,
         )  # fmt: skip
     except Exception as exc:
+        said = str(exc).removeprefix("nats: ").strip().strip("'")
+        if not type(exc).__module__.startswith("nats") or "no servers available" in said:
+            said = await _greeting_error(url)  # a server that refuses says so first
+        if said:
+            raise OSError(
+                f"the NATS server at {redact_url(url)} refused the connection: {said}"
+            ) from exc
         raise OSError(
             f"cannot reach a NATS server at {redact_url(url)} ({type(exc).__name__})"
         ) from exc
+
+
+async def _greeting_error(url: str) -> str:
+    """The ``-ERR`` a server greets a new connection with, or ``""``.
+
+    A server at its connection limit says "maximum connections exceeded" after its
+    INFO line, then closes the connection.
+    """
+    parsed = urlsplit(url if "://" in url else f"nats://{url}")
+    try:
+        async with asyncio.timeout(2):
+            reader, writer = await asyncio.open_connection(
+                parsed.hostname or "127.0.0.1", parsed.port or 4222
+            )
+            try:
+                lines = [await reader.readline(), await reader.readline()]
+            finally:
+                writer.close()
+    except (OSError, TimeoutError, ValueError):
+        return ""
+    for line in lines:
+        text = line.decode(errors="replace").strip()
+        if text.startswith("-ERR"):
+            return text.removeprefix("-ERR").strip().strip("'")
+    return ""
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

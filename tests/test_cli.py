@@ -71,6 +71,33 @@ def test_unreachable_server_gives_a_clear_error() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
+def test_a_refused_connection_prints_the_servers_reason(tmp_path: Path) -> None:
+    with NatsServer(jetstream=True, args=["--user", "u", "--pass", "right"]) as server:
+        result = goflux("streams", "--url", f"nats://u:wrong@127.0.0.1:{server.port}")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"goflux streams: OSError: the NATS server at nats://***@127.0.0.1:{server.port} "
+        "refused the connection: Authorization Violation"
+    )
+
+    conf = tmp_path / "one.conf"
+    conf.write_text("listen: 127.0.0.1:-1\nmax_connections: 1\n")
+    with NatsServer(jetstream=False, args=["-c", str(conf)]) as server:
+
+        async def with_the_only_connection_taken() -> subprocess.CompletedProcess[str]:
+            nc = await nats.connect(server.url)
+            try:
+                return await asyncio.to_thread(goflux, "streams", "--url", server.url)
+            finally:
+                await nc.close()
+
+        result = asyncio.run(with_the_only_connection_taken())
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("refused the connection: maximum connections exceeded")
+    assert "Traceback" not in result.stderr and "never retrieved" not in result.stderr
+
+
 def test_server_runs_in_the_foreground_until_interrupted(tmp_path: Path) -> None:
     with socket.socket() as probe:  # a free port, picked by the OS
         probe.bind(("127.0.0.1", 0))

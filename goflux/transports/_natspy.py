@@ -1,18 +1,20 @@
 """Every use of what nats-py does not publish, in one place.
 
-nats-py keeps a JetStream context's connection, API prefix and timeout in private
-attributes, runs a subscription's callbacks in a private task with a private queue, has
-no public way to forget a subscription at once, parses headers in a private method,
-leaves ``Subscription.drain`` untyped, and breaks its read loop when a flush is
-cancelled. goflux needs each of these; reading them only here means a nats-py upgrade
-that moves one touches one file. Each reader degrades to ``None`` (or does nothing)
-where the attribute is gone, and its caller falls back to the public behaviour.
+nats-py keeps a JetStream context's connection, API prefix and timeout, a client's
+error callback and a subscription's server ID in private attributes, runs a
+subscription's callbacks in a private task with a private queue, has no public way
+to forget a subscription at once, parses headers in a private method, leaves
+``Subscription.drain`` untyped, and breaks its read loop when a flush is cancelled.
+goflux needs each of these; reading them only here means a nats-py upgrade that
+moves one touches one file. Each reader degrades to ``None`` (or does nothing) where
+the attribute is gone, and its caller falls back to the public behaviour.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import nats.errors
@@ -22,6 +24,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 __all__ = (
+    "ErrorCallback",
     "HeaderLines",
     "LineKeepingClient",
     "api_prefix",
@@ -29,9 +32,12 @@ __all__ = (
     "callback_task",
     "connection",
     "drain",
+    "error_callback",
     "flush",
     "forget",
     "pending_queue",
+    "set_error_callback",
+    "subscription_id",
 )
 
 _HEADER_LINE_START: Final = len(b"NATS/1.0")
@@ -67,15 +73,69 @@ async def drain(subscription: Subscription) -> None:
 async def flush(nc: Client, timeout: float = 10.0) -> None:
     """Flush ``nc`` and wait for the server's PONG, safe to cancel.
 
-    nats-py resolves the PONG future without checking whether it was cancelled, so a
-    flush cancelled while waiting makes its read loop fail (``InvalidStateError``) and
-    the connection stops reading. The flush runs shielded: a cancelled caller stops
-    waiting, the PING/PONG round trip completes on its own.
+    When it returns, the server has read everything sent before it. nats-py's own
+    ``flush`` writes its PING straight to the socket, ahead of commands still queued
+    for its writer task (a SUB or PUB just made), so the PONG may come before the
+    server has seen them; the queue is written out first here. nats-py resolves the
+    PONG future without checking whether it was cancelled, so a flush cancelled while
+    waiting makes its read loop fail (``InvalidStateError``) and the connection stops
+    reading: the round trip runs shielded, a cancelled caller only stops waiting. And
+    nats-py forgets a PONG it waits for when the connection drops: if the server
+    closes the connection (after an ``-ERR`` such as "maximum payload violation"),
+    this fails at once; if the client reconnects, it flushes again on the new
+    connection (nats-py has sent the subscriptions again), all within ``timeout``.
 
     Raises:
         nats.errors.Error: The connection is closed, or no PONG came in ``timeout``.
     """
-    await asyncio.shield(nc.flush(timeout))  # type: ignore[arg-type]  # typed int, takes any
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await _round_trip(nc, max(deadline - loop.time(), 0.001)):
+        reconnecting = getattr(nc, "_reconnection_task", None)
+        if isinstance(reconnecting, asyncio.Task) and not reconnecting.done():
+            await asyncio.wait({reconnecting}, timeout=max(deadline - loop.time(), 0.0))
+        if nc.is_closed:
+            raise nats.errors.ConnectionClosedError
+        if not nc.is_connected or loop.time() >= deadline:
+            raise nats.errors.FlushTimeoutError
+    if nc.is_closed:  # a server refusing a command may answer the PING, then close
+        raise nats.errors.ConnectionClosedError
+
+
+async def _round_trip(nc: Client, timeout: float) -> bool:
+    """One PING/PONG; False if the connection dropped before the PONG came."""
+    await _written(nc, timeout)
+    pong = asyncio.ensure_future(nc.flush(timeout))  # type: ignore[arg-type]  # takes a float
+    reader = getattr(nc, "_reading_task", None)
+    if not isinstance(reader, asyncio.Task) or reader.done():
+        await asyncio.shield(pong)
+        return True
+    try:
+        await asyncio.wait({pong, reader}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not pong.done():
+            pong.add_done_callback(_consume)
+    if pong.done():
+        pong.result()
+        return True
+    if nc.is_closed:
+        raise nats.errors.ConnectionClosedError
+    return False
+
+
+async def _written(nc: Client, timeout: float) -> None:
+    """Wait until nats-py's writer task has written what is queued (at most ``timeout``)."""
+    flush_pending = getattr(nc, "_flush_pending", None)
+    if flush_pending is None or not nc.is_connected:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(flush_pending(force_flush=True), timeout)
+
+
+def _consume(task: asyncio.Future[None]) -> None:
+    """Retrieve an abandoned flush's outcome (no "exception never retrieved")."""
+    if not task.cancelled():
+        task.exception()
 
 
 def callback_task(subscription: Subscription | None) -> asyncio.Task[None] | None:
@@ -134,3 +194,26 @@ class LineKeepingClient(Client):
             if colon and name.strip():
                 lines.append((name.strip().decode(), value.strip().decode()))
         return HeaderLines(lines) if lines else None
+
+
+ErrorCallback = Callable[[Exception], Awaitable[None]]
+
+
+def error_callback(nc: Client) -> ErrorCallback | None:
+    """The callback ``nc`` reports asynchronous errors to (the user's, or nats-py's default)."""
+    callback = getattr(nc, "_error_cb", None)
+    return callback if callable(callback) else None
+
+
+def set_error_callback(nc: Client, callback: ErrorCallback) -> bool:
+    """Make ``nc`` report asynchronous errors to ``callback``; False where nats-py cannot."""
+    if not hasattr(nc, "_error_cb"):
+        return False
+    nc._error_cb = callback
+    return True
+
+
+def subscription_id(subscription: Subscription) -> int | None:
+    """The ``sid`` the server knows ``subscription`` by (None if nats-py renamed it)."""
+    sid = getattr(subscription, "_id", None)
+    return sid if isinstance(sid, int) else None

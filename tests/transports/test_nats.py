@@ -264,8 +264,9 @@ async def test_oversized_payloads_and_closed_connections_are_clear_errors(nc: Cl
     with pytest.raises(SubscribeError, match="connection closed"):
         async with asyncio.timeout(10):
             await subscription.wait()
-    with pytest.raises(PublishError, match="failed"):
+    with pytest.raises(PublishError, match="the connection is closed") as closed:
         await publisher.publish("x", b"1")
+    assert closed.value.permanent
 
 
 async def test_a_reply_the_codec_cannot_read_is_a_decode_error(nc: Client) -> None:

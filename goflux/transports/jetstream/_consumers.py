@@ -23,8 +23,9 @@ from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import APIError, NotFoundError
 from nats.nuid import NUID
 
-from goflux._errors import SubscribeError
-from goflux.transports._natspy import api_prefix
+from goflux._errors import PermissionDenied, SubscribeError
+from goflux.transports._natspy import api_prefix, connection
+from goflux.transports._refusals import refusals
 from goflux.transports.jetstream._delivery import ack_tokens
 from goflux.transports.jetstream._options import EPHEMERAL_INACTIVE_THRESHOLD, SubscriberOptions
 
@@ -165,6 +166,7 @@ async def create_consumer(
     one). Otherwise it would linger until its inactive threshold.
 
     Raises:
+        PermissionDenied: The server refused the request (at once, not after a timeout).
         NotFoundError: The stream does not exist.
         APIError: The server refused the consumer.
         nats.errors.Error: The connection failed, or no answer came in time.
@@ -173,8 +175,18 @@ async def create_consumer(
         config.name = _NAMES.next().decode()
     name = config.name or config.durable_name or ""
     creating = asyncio.ensure_future(js.add_consumer(stream, config))
+    refused = refusals(connection(js)).guard(
+        "publish",
+        f"{api_prefix(js)}.CONSUMER.",
+        f"creating consumer {name!r} on stream {stream!r}",
+        prefix=True,
+    )
     try:
-        return await asyncio.shield(creating)
+        with refused:
+            return await asyncio.shield(creating)
+    except PermissionDenied:
+        creating.cancel()  # refused: no answer comes, and nothing was created
+        raise
     except asyncio.CancelledError:
         with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
             await creating  # the request is out: learn whether it was created
@@ -305,6 +317,8 @@ class OrderedConsumer:
             )
             try:
                 info = await create_consumer(self._js, self.stream, config)
+            except PermissionDenied as exc:
+                return exc  # waiting cannot help: the subscription ends with it
             except NotFoundError as exc:
                 if exc.err_code == _STREAM_NOT_FOUND:  # nothing left to resume from
                     return SubscribeError(f"stream of {old!r} on {self.stream!r} is gone")

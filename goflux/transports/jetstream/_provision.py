@@ -13,12 +13,14 @@ from nats.js.errors import APIError, NotFoundError
 
 from goflux._errors import (
     ConsumerNotFound,
+    GofluxError,
     IncompatibleConfig,
     ProvisioningError,
     StreamNotFound,
     SubjectOverlap,
 )
 from goflux._subjects import validate_pattern
+from goflux.transports.jetstream._api import ApiCall, known_refusal
 
 __all__ = ("ensure_consumer", "ensure_stream")
 
@@ -71,7 +73,10 @@ def _differences(current: Any, wanted: dict[str, Any]) -> list[str]:
     return [key for key, value in wanted.items() if not _same(getattr(current, key), value)]
 
 
-def _provisioning_error(exc: APIError, what: str) -> ProvisioningError:
+def _provisioning_error(exc: APIError, what: str) -> GofluxError:
+    known = known_refusal(exc, what)
+    if known is not None:
+        return known
     description = exc.description or str(exc)
     if exc.err_code == _STREAM_NOT_FOUND:
         return StreamNotFound(f"{what}: stream not found", code=exc.code, err_code=exc.err_code)
@@ -136,25 +141,26 @@ async def ensure_stream(
     _check_keys("stream", config, _STREAM_FIELDS - {"name", "subjects"})
     wanted: dict[str, Any] = {"subjects": list(subjects), **config}
     what = f"stream {name!r}"
-    try:
-        info = await js.stream_info(name)
-    except NotFoundError:
+    with ApiCall(js, what):
         try:
-            return await js.add_stream(StreamConfig(name=name, **wanted))
+            info = await js.stream_info(name)
+        except NotFoundError:
+            try:
+                return await js.add_stream(StreamConfig(name=name, **wanted))
+            except APIError as exc:
+                if exc.err_code == _SUBJECTS_OVERLAP:
+                    raise await _overlap_error(js, name, subjects, exc) from exc
+                if exc.err_code != _STREAM_NAME_IN_USE:
+                    raise _provisioning_error(exc, what) from exc
+                info = await js.stream_info(name)  # created concurrently: update it below
+        if not _differences(info.config, wanted):
+            return info
+        try:
+            return await js.update_stream(dataclasses.replace(info.config, **wanted))
         except APIError as exc:
             if exc.err_code == _SUBJECTS_OVERLAP:
                 raise await _overlap_error(js, name, subjects, exc) from exc
-            if exc.err_code != _STREAM_NAME_IN_USE:
-                raise _provisioning_error(exc, what) from exc
-            info = await js.stream_info(name)  # created concurrently: update it below
-    if not _differences(info.config, wanted):
-        return info
-    try:
-        return await js.update_stream(dataclasses.replace(info.config, **wanted))
-    except APIError as exc:
-        if exc.err_code == _SUBJECTS_OVERLAP:
-            raise await _overlap_error(js, name, subjects, exc) from exc
-        raise _provisioning_error(exc, what) from exc
+            raise _provisioning_error(exc, what) from exc
 
 
 async def ensure_consumer(
@@ -193,22 +199,23 @@ async def ensure_consumer(
     for subject in config.get("filter_subjects") or ():
         validate_pattern(subject)
     what = f"consumer {name or '(ephemeral)'!r} on stream {stream!r}"
-    if name is not None:
-        try:
-            info: ConsumerInfo = await js.consumer_info(stream, name)
-        except NotFoundError as exc:
-            if exc.err_code == _STREAM_NOT_FOUND:
-                raise StreamNotFound(
-                    f"{what}: stream not found", code=exc.code, err_code=exc.err_code
-                ) from exc
+    with ApiCall(js, what):
+        if name is not None:
+            try:
+                info: ConsumerInfo = await js.consumer_info(stream, name)
+            except NotFoundError as exc:
+                if exc.err_code == _STREAM_NOT_FOUND:
+                    raise StreamNotFound(
+                        f"{what}: stream not found", code=exc.code, err_code=exc.err_code
+                    ) from exc
+            else:
+                if not _differences(info.config, config):
+                    return info
+            consumer_config = ConsumerConfig(name=name, durable_name=name, **config)
         else:
-            if not _differences(info.config, config):
-                return info
-        consumer_config = ConsumerConfig(name=name, durable_name=name, **config)
-    else:
-        consumer_config = ConsumerConfig(**config)
-    try:
-        created: ConsumerInfo = await js.add_consumer(stream, consumer_config)
-    except APIError as exc:
-        raise _provisioning_error(exc, what) from exc
-    return created
+            consumer_config = ConsumerConfig(**config)
+        try:
+            created: ConsumerInfo = await js.add_consumer(stream, consumer_config)
+        except APIError as exc:
+            raise _provisioning_error(exc, what) from exc
+        return created

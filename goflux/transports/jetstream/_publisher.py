@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, NamedTuple, TypeVar, overload
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import PubAck
 
 from goflux._codecs import Codec
-from goflux._errors import ExpectationFailed, PayloadTooLarge, PublishError
+from goflux._errors import PayloadTooLarge, PublishError
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._receipt import PublishReceipt
@@ -23,6 +22,9 @@ from goflux._scopes import NullScope, PublishScope, PublishScopes
 from goflux._telemetry import Telemetry
 from goflux._wire import check_size, outgoing
 from goflux.transports._natspy import connection
+from goflux.transports._refusals import Refusal, Refusals, closed_reason, refusals
+from goflux.transports.jetstream._pubacks import PubAcks
+from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
 from goflux.transports.jetstream._system import SYSTEM
 
 __all__ = ("Outgoing", "Publisher")
@@ -33,15 +35,6 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_WINDOW = 256
 _PENDING: Any = None  # placeholder in the results list until the PubAck settles
 
-_EXPECTATIONS = {
-    10060: "stream",
-    10070: "last_message_id",
-    10071: "last_sequence",
-}
-# Refusals that a retry of the same message cannot overcome whatever their status
-# code: the message or its headers exceed the stream's maximum size.
-_PERMANENT_REFUSALS = frozenset({10054, 10097})
-
 
 @dataclass(frozen=True, slots=True)
 class Outgoing(Generic[T]):
@@ -51,73 +44,6 @@ class Outgoing(Generic[T]):
     value: T
     headers: HeadersLike | None = None
     message_id: str | None = None
-
-
-def _refused(
-    subject: str, code: int | None, err_code: int | None, description: str
-) -> PublishError:
-    expectation = _EXPECTATIONS.get(err_code) if err_code is not None else None
-    if expectation is not None:
-        return ExpectationFailed(
-            f"publish to {subject!r} refused, nothing stored: {description}",
-            subject=subject,
-            expectation=expectation,
-        )
-    # A 4xx refusal (a sealed stream, a bad request) cannot succeed on retry; a 503
-    # (a full stream, JetStream starting up) may.
-    permanent = err_code in _PERMANENT_REFUSALS or (code is not None and 400 <= code < 500)
-    return PublishError(
-        f"publish to {subject!r} refused: {description}",
-        subject=subject,
-        permanent=permanent,
-        err_code=err_code,
-    )
-
-
-def _receipt(data: bytes, subject: str) -> PublishReceipt:
-    try:
-        reply = json.loads(data)
-    except ValueError as exc:
-        raise PublishError(f"publish to {subject!r}: unreadable PubAck", subject=subject) from exc
-    error = reply.get("error")
-    if error is not None:
-        raise _refused(
-            subject, error.get("code"), error.get("err_code"), error.get("description", "")
-        )
-    return PublishReceipt(
-        stream=reply["stream"],
-        sequence=reply["seq"],
-        duplicate=bool(reply.get("duplicate")),
-        domain=reply.get("domain"),
-    )
-
-
-def _no_stream(subject: str) -> PublishError:
-    return PublishError(f"publish to {subject!r}: no stream captures this subject", subject=subject)
-
-
-def _timeout_error(subject: str, timeout: float) -> PublishError:
-    return PublishError(
-        f"publish to {subject!r}: no PubAck within {timeout}s; the message may still have "
-        "been stored; publish it again with the same message_id so the server de-duplicates it",
-        subject=subject,
-        may_be_stored=True,
-    )
-
-
-def _send_error(subject: str, exc: BaseException) -> PublishError:
-    if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
-        return _no_stream(subject)
-    if isinstance(exc, nats.js.errors.APIError):
-        return _refused(subject, exc.code, exc.err_code, exc.description or str(exc))
-    permanent = isinstance(exc, nats.errors.ConnectionClosedError | nats.errors.MaxPayloadError)
-    return PublishError(
-        f"publish to {subject!r} failed: {exc}", subject=subject, permanent=permanent
-    )
-
-
-# An entry awaiting its PubAck: (index, subject, ack future, deadline, timeout, scope).
-_InFlight = tuple[int, str, "asyncio.Future[PubAck]", float, float, "PublishScope | NullScope"]
 
 
 class Publisher(CloseOnExit, Generic[T]):
@@ -149,6 +75,9 @@ class Publisher(CloseOnExit, Generic[T]):
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self._js = js
         self._nc = connection(js)
+        self._refusals = refusals(self._nc)
+        self._acks = PubAcks(self._nc)
+        self._batches = 0  # publish_many calls running
         self._codec = codec
         self._timeout = timeout
         self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
@@ -211,12 +140,15 @@ class Publisher(CloseOnExit, Generic[T]):
             scope.set_body_size(len(data))
             check_size(subject, wire, data, self._nc.max_payload)
             try:
-                reply = await self._nc.request(subject, data, timeout=wait, headers=wire or None)
+                with self._refusals.guard("publish", subject, f"publish to {subject!r}"):
+                    reply = await self._nc.request(
+                        subject, data, timeout=wait, headers=wire or None
+                    )
             except nats.errors.TimeoutError as exc:
-                raise _timeout_error(subject, wait) from exc
+                raise timeout_error(subject, wait, self._nc) from exc
             except nats.errors.Error as exc:
-                raise _send_error(subject, exc) from exc
-            return _receipt(reply.data, subject)
+                raise send_error(subject, exc, self._nc) from exc
+            return receipt(reply.data, subject)
 
     @overload
     async def publish_many(
@@ -270,49 +202,49 @@ class Publisher(CloseOnExit, Generic[T]):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         wait = self._timeout if timeout is None else timeout
-        loop = asyncio.get_running_loop()
-        results: list[PublishReceipt | PublishError] = []
-        in_flight: deque[_InFlight] = deque()
-        index = 0
+        batch = _Batch(self._nc, self._refusals, wait)
+        self._batches += 1
         try:
-            if isinstance(messages, AsyncIterable):
-                async for item in messages:
-                    if len(in_flight) >= window:
-                        await self._settle(in_flight.popleft(), results, loop)
-                    await self._send(index, item, wait, in_flight, results, loop)
-                    index += 1
-            else:
-                for item in messages:
-                    if len(in_flight) >= window:
-                        await self._settle(in_flight.popleft(), results, loop)
-                    await self._send(index, item, wait, in_flight, results, loop)
-                    index += 1
+            await self._feed(messages, window, batch)
         finally:
-            # Whatever happens, leave nothing in flight behind.
-            while in_flight:
-                await self._settle(in_flight.popleft(), results, loop)
+            try:
+                await batch.finish()  # whatever happens, leave nothing in flight behind
+            finally:
+                self._batches -= 1
+                if self._closed and not self._batches:
+                    await self._acks.close()
         if not return_exceptions:
-            for result in results:
+            for result in batch.results:
                 if isinstance(result, PublishError):
                     raise result
-        return results
+        return batch.results
 
-    async def _send(
+    async def _feed(
         self,
-        index: int,
-        item: Outgoing[T],
-        wait: float,
-        in_flight: deque[_InFlight],
-        results: list[PublishReceipt | PublishError],
-        loop: asyncio.AbstractEventLoop,
+        messages: Iterable[Outgoing[T]] | AsyncIterable[Outgoing[T]],
+        window: int,
+        batch: _Batch,
     ) -> None:
+        if isinstance(messages, AsyncIterable):
+            async for item in messages:
+                if len(batch.in_flight) >= window:
+                    await batch.settle_oldest()
+                await self._send(item, batch)
+        else:
+            for item in messages:
+                if len(batch.in_flight) >= window:
+                    await batch.settle_oldest()
+                await self._send(item, batch)
+
+    async def _send(self, item: Outgoing[T], batch: _Batch) -> None:
+        index = len(batch.results)
         if not isinstance(item, Outgoing):
             raise TypeError(f"publish_many takes Outgoing messages, got {item!r} (item {index})")
         subject = item.subject
         if self._closed or self._nc.is_closed:
             # Not bad input: this and the remaining messages each get their error.
             why = "publisher is closed" if self._closed else "the connection is closed"
-            results.append(closed_publisher_error(subject, why))
+            batch.results.append(closed_publisher_error(subject, why + closed_reason(self._nc)))
             return
         data, wire = self._prepare(subject, item.value, item.headers, item.message_id, None)
         scope = self._scopes.open(subject, wire, message_id=item.message_id)
@@ -320,62 +252,117 @@ class Publisher(CloseOnExit, Generic[T]):
         scope.set_body_size(len(data))
         try:
             check_size(subject, wire, data, self._nc.max_payload)
+            await self._acks.open()
         except PayloadTooLarge as too_large:
             scope.__exit__(PayloadTooLarge, too_large, None)
-            results.append(too_large)
+            batch.results.append(too_large)
             return
-        results.append(_PENDING)
-        try:
-            # No wait_stall: with it nats-py wraps every call in wait_for (a task and a
-            # timer per message). The window keeps us within its pending limit, and a
-            # closed connection is caught above, so its slots cannot run out.
-            ack = await self._js.publish_async(subject, data, headers=wire or None)
         except nats.errors.Error as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                # nats-py turns our cancellation into TooManyStalledMsgsError: undo that.
-                scope.__exit__(asyncio.CancelledError, asyncio.CancelledError(), None)
-                raise asyncio.CancelledError from exc
-            error = _send_error(subject, exc)
+            error = send_error(subject, exc, self._nc)
             scope.__exit__(type(error), error, None)
-            results[index] = error
+            batch.results.append(error)
             return
-        in_flight.append((index, subject, ack, loop.time() + wait, wait, scope))
-
-    async def _settle(
-        self,
-        entry: _InFlight,
-        results: list[PublishReceipt | PublishError],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        index, subject, ack, deadline, timeout, scope = entry
-        if not ack.done():
-            await asyncio.wait((ack,), timeout=max(deadline - loop.time(), 0.0))
-        outcome: PublishReceipt | PublishError
-        if not ack.done():
-            ack.cancel()  # also frees nats-py's bookkeeping for it
-            outcome = _timeout_error(subject, timeout)
-        elif ack.cancelled():
-            outcome = PublishError(f"publish to {subject!r} cancelled", subject=subject)
-        elif (exc := ack.exception()) is not None:
-            outcome = _send_error(subject, exc)
-        else:
-            pub_ack = ack.result()
-            outcome = PublishReceipt(
-                stream=pub_ack.stream,
-                sequence=pub_ack.seq,
-                duplicate=bool(pub_ack.duplicate),
-                domain=pub_ack.domain,
-            )
-        if isinstance(outcome, PublishError):
-            scope.__exit__(type(outcome), outcome, None)
-        else:
-            scope.__exit__(None, None, None)
-        results[index] = outcome
+        reply, ack = self._acks.expect(subject)
+        batch.results.append(_PENDING)
+        try:
+            await self._nc.publish(subject, data, reply=reply, headers=wire or None)
+        except nats.errors.Error as exc:
+            self._acks.forget(ack, reply)
+            error = send_error(subject, exc, self._nc)
+            scope.__exit__(type(error), error, None)
+            batch.results[index] = error
+            return
+        batch.sent(_InFlight(index, subject, reply, ack, scope), self._acks)
 
     async def close(self) -> None:
-        """Refuse further publishes. The caller owns the connection."""
+        """Refuse further publishes. The caller owns the connection.
+
+        Publishes already sent by a running :meth:`publish_many` still get their PubAck.
+        """
         self._closed = True
+        if not self._batches:
+            await self._acks.close()
+
+
+class _InFlight(NamedTuple):
+    """A pipelined publish awaiting its PubAck."""
+
+    position: int
+    subject: str
+    reply: str
+    ack: asyncio.Future[PublishReceipt]
+    scope: PublishScope | NullScope
+
+
+class _Batch:
+    """One :meth:`Publisher.publish_many` call: results, publishes in flight, refusals.
+
+    A subject the server refuses fails every publish to it still in flight at once,
+    with :class:`~goflux.PermissionDenied`.
+    """
+
+    __slots__ = ("_acks", "_loop", "_nc", "_refusals", "_unwatch", "_wait", "in_flight", "results")
+
+    def __init__(self, nc: Client, refusals: Refusals, wait: float) -> None:
+        self._nc = nc
+        self._refusals = refusals
+        self._wait = wait
+        self._loop = asyncio.get_running_loop()
+        self._unwatch: dict[str, Callable[[], None]] = {}
+        self._acks: PubAcks | None = None
+        self.in_flight: deque[tuple[_InFlight, float]] = deque()
+        self.results: list[PublishReceipt | PublishError] = []
+
+    def sent(self, entry: _InFlight, acks: PubAcks) -> None:
+        """Track ``entry``, sent just now, until its PubAck settles."""
+        self._acks = acks
+        key = entry.subject.lower()
+        if key not in self._unwatch:
+            self._unwatch[key] = self._refusals.listen("publish", key, self._refused)
+        self.in_flight.append((entry, self._loop.time() + self._wait))
+
+    def _refused(self, refusal: Refusal) -> None:
+        for entry, _ in self.in_flight:
+            if not entry.ack.done() and entry.subject.lower() == refusal.subject:
+                entry.ack.set_exception(refusal.error(f"publish to {entry.subject!r}"))
+
+    async def settle_oldest(self) -> None:
+        """Wait for the oldest PubAck (at most until its deadline) and record the outcome."""
+        entry, deadline = self.in_flight.popleft()
+        ack = entry.ack
+        if not ack.done():
+            await asyncio.wait((ack,), timeout=max(deadline - self._loop.time(), 0.0))
+        outcome: PublishReceipt | PublishError
+        if not ack.done():
+            if self._acks is not None:
+                self._acks.forget(ack, entry.reply)
+            outcome = timeout_error(entry.subject, self._wait, self._nc)
+        elif ack.cancelled():
+            outcome = PublishError(f"publish to {entry.subject!r} cancelled", subject=entry.subject)
+        elif (exc := ack.exception()) is not None:
+            outcome = (
+                exc
+                if isinstance(exc, PublishError)
+                else PublishError(
+                    f"publish to {entry.subject!r} failed: {exc}", subject=entry.subject
+                )
+            )
+        else:
+            outcome = ack.result()
+        if isinstance(outcome, PublishError):
+            entry.scope.__exit__(type(outcome), outcome, None)
+        else:
+            entry.scope.__exit__(None, None, None)
+        self.results[entry.position] = outcome
+
+    async def finish(self) -> None:
+        """Settle everything in flight and stop watching for refusals."""
+        try:
+            while self.in_flight:
+                await self.settle_oldest()
+        finally:
+            for unwatch in self._unwatch.values():
+                unwatch()
 
 
 def _expectations(

@@ -27,8 +27,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 from nats.js import JetStreamContext
 
-from goflux._errors import SubscribeError
+from goflux._errors import PermissionDenied, SubscribeError
 from goflux.transports._natspy import connection, drain, flush
+from goflux.transports._refusals import Refusal, refusals
 from goflux.transports.jetstream._acker import hand_back
 from goflux.transports.jetstream._consumers import Admission, Cause, PulledConsumer, Recovery
 from goflux.transports.jetstream._options import SubscriberOptions
@@ -108,6 +109,9 @@ class PullEngine:
         self._watchdog: asyncio.Task[None] | None = None
         self._last_activity = 0.0
         self._reconnects = 0
+        self._refusals = refusals(self._nc)
+        self._refused: PermissionDenied | None = None
+        self._unlisten: list[Callable[[], None]] = []
 
     # -------------------------------------------------------------- lifecycle
 
@@ -115,14 +119,18 @@ class PullEngine:
         """Open the inbox and send the first pull request; return once it is at the server.
 
         Raises:
+            PermissionDenied: The server refused the inbox or the pull request.
             nats.errors.Error: The connection failed.
             TimeoutError: The server did not answer the flush.
         """
+        self._watch_refusals()
         await self._open_inbox()
         self._reconnects = self._nc.stats["reconnects"]
         self._last_activity = self._loop.time()
         await self.pull()
         await flush(self._nc)
+        if self._refused is not None:  # the server said so before answering the flush
+            raise self._refused
         self._watchdog = self._loop.create_task(
             self._watch(), name=f"goflux-jetstream-{self.consumer.name}-watchdog"
         )
@@ -151,6 +159,8 @@ class PullEngine:
         suspends may follow it.
         """
         self._stopping = True
+        for unlisten in self._unlisten:
+            unlisten()
         watchdog = self._watchdog
         if watchdog is not None and watchdog is not asyncio.current_task():
             watchdog.cancel()
@@ -158,6 +168,47 @@ class PullEngine:
         if self._sub is not None and failed:
             with contextlib.suppress(nats.errors.Error):
                 await self._sub.unsubscribe()
+
+    def _watch_refusals(self) -> None:
+        """Fail when the server refuses the inbox, a pull request, an ack or the login.
+
+        Refused, each would otherwise look like silence: pulls that never bring
+        anything, or acks that never land and bring every message back.
+        """
+        listen, listen_prefix = self._refusals.listen, self._refusals.listen_prefix
+        self._unlisten = [
+            listen_prefix("publish", self.consumer.next_subject.rsplit(".", 1)[0], self._refusal),
+            listen_prefix("publish", "$JS.ACK.", self._refusal),
+            listen_prefix("subscribe", self._nc.new_inbox().rsplit(".", 1)[0], self._refusal),
+            listen("connect", "", self._refusal),
+        ]
+
+    def _refusal(self, refusal: Refusal) -> None:
+        consumer = self.consumer
+        subject = refusal.subject
+        if refusal.operation == "connect":
+            what = f"consumer {consumer.name!r}: the server refused the credentials"
+        elif refusal.operation == "subscribe":
+            if subject != self._inbox.lower():
+                return
+            what = f"consumer {consumer.name!r}: subscribing to the pull inbox {self._inbox!r}"
+        elif subject.startswith("$js.ack."):
+            if f".{consumer.stream}.{consumer.name}.".lower() not in subject:
+                return
+            what = f"acknowledging messages of consumer {consumer.name!r} on {consumer.stream!r}"
+        else:
+            if subject != consumer.next_subject.lower():
+                return
+            what = f"pull requests to consumer {consumer.name!r} on {consumer.stream!r}"
+        if self._refused is not None:
+            return
+        self._refused = refusal.error(what)
+        if self._watchdog is not None and not self._stopping:  # running: end it now
+            logger.error("%s", self._refused)
+            self._loop.create_task(self._fail_with(self._refused))
+
+    async def _fail_with(self, error: BaseException) -> None:
+        await self._fail(error)
 
     async def _open_inbox(self) -> NatsSubscription | None:
         """Receive on a new inbox; return the previous subscription (to retire)."""

@@ -20,6 +20,8 @@ from goflux._streams import Starter, Streaming
 from goflux._subjects import covers
 from goflux._telemetry import Telemetry
 from goflux.transports._natspy import api_prefix, api_timeout, connection
+from goflux.transports._refusals import Guard, refusals
+from goflux.transports.jetstream._api import api_error, known_refusal
 from goflux.transports.jetstream._consumers import (
     AcknowledgedConsumer,
     OrderedConsumer,
@@ -157,9 +159,15 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         """The codec that decodes the payloads."""
         return self._codec
 
+    def _api_guard(self, what: str) -> Guard:
+        """Fail at once with PermissionDenied when the server refuses a consumer request."""
+        prefix = f"{api_prefix(self._js)}.CONSUMER."
+        return refusals(connection(self._js)).guard("publish", prefix, what, prefix=True)
+
     async def _create_consumer(self, subject: str) -> Binding:
         """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""
         options, stream = self._options, self._stream
+        what = f"creating a consumer on stream {stream!r}"
         try:
             if options.ordered:
                 consumer_config = ordered_consumer_config(subject, options, None)
@@ -178,11 +186,13 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         except NotFoundError as exc:
             raise SubscribeError(f"cannot subscribe: stream {stream!r} not found") from exc
         except APIError as exc:
-            raise SubscribeError(
+            raise known_refusal(exc, what) or SubscribeError(
                 f"cannot create a consumer on stream {stream!r}: {exc.description}"
             ) from exc
         except TypeError as exc:
             raise SubscribeError(f"invalid consumer_config: {exc}") from exc
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise SubscribeError(f"cannot subscribe: {api_error(exc, what, self._js)}") from exc
         consumer: PulledConsumer
         if options.ordered:
             consumer = OrderedConsumer(self._js, stream, info, subject=subject, options=options)
@@ -194,21 +204,29 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         """Check that the durable consumer ``name`` exists and fits ``subject``."""
         js, stream = self._js, self._stream
         # The raw reply also carries max_batch / max_expires, which nats-py drops.
+        what = f"reading consumer {name!r} on stream {stream!r}"
         try:
-            reply = await connection(js).request(
-                f"{api_prefix(js)}.CONSUMER.INFO.{stream}.{name}", b"", timeout=api_timeout(js)
-            )
+            with self._api_guard(what):
+                reply = await connection(js).request(
+                    f"{api_prefix(js)}.CONSUMER.INFO.{stream}.{name}", b"", timeout=api_timeout(js)
+                )
             raw = json.loads(reply.data)
             if "error" in raw:
                 raise APIError.from_error(raw["error"])
         except NotFoundError as exc:
-            what = "stream" if exc.err_code == 10059 else "consumer"
+            missing = "stream" if exc.err_code == 10059 else "consumer"
             raise SubscribeError(
-                f"cannot subscribe: {what} not found ({stream!r}/{name!r}); "
+                f"cannot subscribe: {missing} not found ({stream!r}/{name!r}); "
                 "create it with ensure_consumer()"
             ) from exc
-        except (nats.errors.Error, APIError, ValueError) as exc:
+        except APIError as exc:
+            raise known_refusal(exc, what) or SubscribeError(
+                f"cannot read consumer {name!r} on {stream!r}: {exc}"
+            ) from exc
+        except ValueError as exc:
             raise SubscribeError(f"cannot read consumer {name!r} on {stream!r}: {exc}") from exc
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise SubscribeError(f"cannot subscribe: {api_error(exc, what, js)}") from exc
         limits_config = dict(raw.get("config", {}))  # from_response converts in place
         info = ConsumerInfo.from_response(raw)
         if info.config.deliver_subject:

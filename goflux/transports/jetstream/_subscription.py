@@ -25,7 +25,7 @@ from opentelemetry.util.types import AttributeValue
 
 from goflux._codecs import Codec
 from goflux._deadletter import is_dead_letter, refused_for_good
-from goflux._errors import DecodeError, SettlementError, SubscribeError
+from goflux._errors import DecodeError, PermissionDenied, SettlementError, SubscribeError
 from goflux._headers import Headers
 from goflux._interfaces import Handler
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
@@ -43,6 +43,7 @@ from goflux._subjects import is_wildcard
 from goflux._telemetry import Telemetry
 from goflux._wire import read_headers
 from goflux.transports._natspy import connection
+from goflux.transports._refusals import closed_reason
 from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 from goflux.transports.jetstream._consumers import PulledConsumer
 from goflux.transports.jetstream._options import SubscriberOptions
@@ -266,10 +267,15 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         """Wait until the subscription stops.
 
         Raises:
+            PermissionDenied: The server refused the subscription's pull requests,
+                acknowledgements, inbox or credentials (at start or after a config
+                reload).
             SubscribeError: The subscription failed (for example, its consumer was
                 deleted or the connection closed).
         """
         await asyncio.shield(self._done)
+        if isinstance(self._failure, PermissionDenied):
+            raise self._failure
         if self._failure is not None:
             raise SubscribeError(
                 f"subscription to {self.consumer!r} on {self.stream!r} failed: {self._failure}"
@@ -550,13 +556,21 @@ async def started(subscription: JetStreamSubscription[T]) -> JetStreamSubscripti
     created for the subscription.
 
     Raises:
+        PermissionDenied: The server refused the pull inbox or the pull requests.
         SubscribeError: The connection failed.
     """
     try:
         await subscription._begin()
+    except PermissionDenied as exc:
+        await subscription._finish(exc)
+        raise
     except (nats.errors.Error, TimeoutError) as exc:
         await subscription._finish(exc)
-        raise SubscribeError(f"cannot subscribe to {subscription.subject!r}: {exc}") from exc
+        nc = subscription._nc
+        reason = closed_reason(nc) if nc.is_closed else ""
+        raise SubscribeError(
+            f"cannot subscribe to {subscription.subject!r}: {exc}{reason}"
+        ) from exc
     except asyncio.CancelledError as exc:  # the caller gave up: leave no inbox or consumer
         await asyncio.shield(subscription._finish(exc))
         raise

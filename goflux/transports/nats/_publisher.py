@@ -16,6 +16,7 @@ from goflux._scopes import PublishScopes
 from goflux._telemetry import Telemetry
 from goflux._wire import check_size, outgoing
 from goflux.transports._natspy import flush
+from goflux.transports._refusals import closed_reason, refusals
 from goflux.transports.nats._system import SYSTEM
 
 __all__ = ("Publisher",)
@@ -32,6 +33,13 @@ class Publisher(CloseOnExit, Generic[T]):
     ``X-Goflux-<key>`` user headers and the trace context. Core NATS delivers to the
     subscribers present at publish time; use JetStream when messages must persist.
 
+    A server that refuses a publish (the credentials may not publish to the subject)
+    says so asynchronously, after ``publish`` returned. The refusal is kept, and the
+    next publish to that subject on the same connection raises
+    :class:`~goflux.PermissionDenied` instead of sending (then it is forgotten, so a
+    permission granted later is picked up). ``publish(..., confirm=True)`` waits for
+    the server to have read the message and raises at once if it refused it.
+
     Args:
         nc: A connected nats-py client (the caller owns it).
         codec: Encodes the values.
@@ -40,6 +48,7 @@ class Publisher(CloseOnExit, Generic[T]):
 
     def __init__(self, nc: Client, codec: Codec[T], *, telemetry: Telemetry | None = None) -> None:
         self._nc = nc
+        self._refusals = refusals(nc)
         self._codec = codec
         self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
         self._closed = False
@@ -52,18 +61,28 @@ class Publisher(CloseOnExit, Generic[T]):
         *,
         headers: HeadersLike | None = None,
         message_id: str | None = None,
+        confirm: bool = False,
     ) -> None:
         """Publish ``value`` to ``subject``; returns once the client has queued it.
+
+        With ``confirm=True`` it returns once the server has read the message (one
+        round trip: a PING after it, answered in order), so a refusal raises here.
 
         Raises:
             InvalidSubject: ``subject`` is not a valid publish subject.
             InvalidHeader: A header or the message ID cannot travel on the wire.
             EncodeError: ``value`` cannot be encoded.
-            PublishError: The publisher or connection is closed, the payload exceeds
-                the server's ``max_payload``, or the client's reconnect buffer is full.
+            PermissionDenied: The server refused this publish (``confirm=True``), or
+                an earlier one to ``subject``; this one was not sent then.
+            PublishError: The publisher or connection is closed (with the server's
+                reason, if it gave one), the payload exceeds the server's
+                ``max_payload``, or the client's reconnect buffer is full.
         """
         if self._closed:
             raise closed_publisher_error(subject)
+        earlier = self._refusals.take(subject)
+        if earlier is not None:
+            raise earlier.error(f"an earlier publish to {subject!r} (this one was not sent)")
         wire = outgoing(subject, headers, message_id, jetstream=False)
         with self._scopes.open(subject, wire, message_id=message_id) as scope:
             data = self._codec.encode(value)
@@ -78,12 +97,27 @@ class Publisher(CloseOnExit, Generic[T]):
                     subject=subject,
                     permanent=True,
                 ) from exc
-            except nats.errors.Error as exc:
-                raise PublishError(
-                    f"publish to {subject!r} failed: {exc}",
-                    subject=subject,
-                    permanent=isinstance(exc, nats.errors.ConnectionClosedError),
+            except nats.errors.ConnectionClosedError as exc:
+                raise closed_publisher_error(
+                    subject, f"the connection is closed{closed_reason(self._nc)}"
                 ) from exc
+            except nats.errors.Error as exc:
+                error = f"publish to {subject!r} failed: {exc}"
+                raise PublishError(error, subject=subject) from exc
+            if confirm:
+                await self._confirm(subject)
+
+    async def _confirm(self, subject: str) -> None:
+        try:
+            with self._refusals.guard("publish", subject, f"publish to {subject!r}"):
+                await flush(self._nc, FLUSH_TIMEOUT)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise PublishError(
+                f"publish to {subject!r}: the server did not confirm it: {exc}"
+                f"{closed_reason(self._nc) if self._nc.is_closed else ''}",
+                subject=subject,
+                may_be_stored=True,
+            ) from exc
 
     async def close(self) -> None:
         """Refuse further publishes and flush what the client still buffers.

@@ -21,6 +21,7 @@ from goflux._lifecycle import CloseOnExit
 from goflux._scopes import PublishScopes
 from goflux._telemetry import Telemetry
 from goflux._wire import check_size, outgoing
+from goflux.transports._refusals import closed_reason, refusals
 from goflux.transports.nats._system import SYSTEM
 
 __all__ = ("ERROR_CODE_HEADER", "ERROR_HEADER", "Requester")
@@ -64,6 +65,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self._nc = nc
+        self._refusals = refusals(nc)
         self._request_codec = request_codec
         self._response_codec = response_codec
         self._timeout = timeout
@@ -87,6 +89,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
             InvalidHeader: A header or the message ID cannot travel on the wire.
             EncodeError: ``request`` cannot be encoded.
             NoResponders: Nobody serves ``subject`` (raised at once).
+            PermissionDenied: The server refused the request (raised at once).
             RequestTimeout: No reply within the timeout.
             RemoteError: The responder failed; carries its message and code.
             DecodeError: The reply cannot be decoded.
@@ -104,21 +107,26 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
             except PayloadTooLarge as exc:
                 raise RequestError(str(exc), subject=subject) from exc
             try:
-                reply = await self._nc.request(subject, data, timeout=wait, headers=wire or None)
+                with self._refusals.guard("publish", subject, f"request to {subject!r}"):
+                    reply = await self._nc.request(
+                        subject, data, timeout=wait, headers=wire or None
+                    )
             except nats.errors.NoRespondersError as exc:
                 raise NoResponders(f"no responder serves {subject!r}", subject=subject) from exc
             except nats.errors.TimeoutError as exc:
                 if self._nc.is_closed:
                     raise RequestError(
-                        f"request to {subject!r} failed: the connection closed before the reply",
+                        f"request to {subject!r} failed: the connection closed before the reply"
+                        f"{closed_reason(self._nc)}",
                         subject=subject,
                     ) from exc
                 raise RequestTimeout(
                     f"no reply from {subject!r} within {wait}s", subject=subject, timeout=wait
                 ) from exc
             except nats.errors.Error as exc:
+                reason = closed_reason(self._nc) if self._nc.is_closed else ""
                 raise RequestError(
-                    f"request to {subject!r} failed: {exc}", subject=subject
+                    f"request to {subject!r} failed: {exc}{reason}", subject=subject
                 ) from exc
             reply_headers = reply.headers
             if reply_headers and (

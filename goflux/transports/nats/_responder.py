@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -19,6 +20,7 @@ from goflux._scopes import ProcessScopes
 from goflux._subjects import is_wildcard
 from goflux._telemetry import Telemetry
 from goflux._wire import MESSAGE_ID_HEADER, check_size, read_headers
+from goflux.transports._refusals import Refusal, refusals
 from goflux.transports.nats._requester import ERROR_CODE_HEADER, ERROR_HEADER
 from goflux.transports.nats._subscription import (
     DEFAULT_DRAIN_TIMEOUT,
@@ -37,6 +39,7 @@ Resp = TypeVar("Resp")
 logger = logging.getLogger("goflux.transports.nats")
 
 _MAX_ERROR_TEXT = 1024
+_REMEMBERED_REPLIES = 4096  # recent reply subjects matched against refusals
 
 
 class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
@@ -44,7 +47,9 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
 
     Attributes:
         answered: Requests answered with a reply.
-        failed: Requests answered with an error reply (handler failure or bad request).
+        failed: Requests answered with an error reply (handler failure or bad request),
+            or whose reply the server refused (the credentials may not publish to the
+            reply subject; logged once per subscription).
         unanswerable: Messages without a reply subject (published, not requested).
     """
 
@@ -73,6 +78,10 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         self.answered = 0
         self.failed = 0
         self.unanswerable = 0
+        # Replies sent lately, to recognise the server's refusal of one (it comes later).
+        self._replied: OrderedDict[str, None] = OrderedDict()
+        self._refusals_logged = False
+        self._unobserve = refusals(nc).observe(self._on_refusal)
 
     async def _answer(self, msg: Msg) -> None:
         if not msg.reply:
@@ -149,6 +158,32 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
             await self._nc.publish(msg.reply, data, headers=headers)
         except nats.errors.Error as exc:
             logger.warning("could not reply on %r: %s", msg.subject, exc)
+            return
+        replied = self._replied
+        replied[msg.reply.lower()] = None
+        if len(replied) > _REMEMBERED_REPLIES:
+            replied.popitem(last=False)
+
+    def _on_refusal(self, refusal: Refusal) -> None:
+        """The server refused a reply sent lately: it counts as failed, not answered."""
+        if refusal.operation != "publish" or refusal.subject not in self._replied:
+            return
+        del self._replied[refusal.subject]
+        if self.answered > 0:
+            self.answered -= 1
+        self.failed += 1
+        if not self._refusals_logged:  # once: every reply is likely refused alike
+            self._refusals_logged = True
+            logger.error(
+                "the server refuses replies of the responder on %r (%s); "
+                "each refused reply counts as failed",
+                self._pattern,
+                refusal.reason,
+            )
+
+    async def _finish(self, failure: BaseException | None) -> None:
+        self._unobserve()
+        await super()._finish(failure)
 
     async def _reply_error(
         self, msg: Msg, code: int, description: str, headers: dict[str, str]

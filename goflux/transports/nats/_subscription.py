@@ -14,7 +14,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 from opentelemetry.util.types import AttributeValue
 
-from goflux._errors import SubscribeError
+from goflux._errors import PermissionDenied, SubscribeError
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
 from goflux._semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
@@ -22,7 +22,15 @@ from goflux._semconv import (
     MESSAGING_SYSTEM,
 )
 from goflux._telemetry import Telemetry
-from goflux.transports._natspy import callback_task, drain, flush, forget, pending_queue
+from goflux.transports._natspy import (
+    callback_task,
+    drain,
+    flush,
+    forget,
+    pending_queue,
+    subscription_id,
+)
+from goflux.transports._refusals import Refusal, closed_reason, refusals
 from goflux.transports.nats._system import SYSTEM
 
 __all__ = (
@@ -108,6 +116,9 @@ class CoreSubscription(StopOnExit):
         self._draining = False
         self._expired = False
         self._failure: BaseException | None = None
+        self._refusals = refusals(nc)
+        self._refused: PermissionDenied | None = None
+        self._unlisten: list[Callable[[], None]] = []
         self._attrs: dict[str, AttributeValue] = {
             MESSAGING_SYSTEM: SYSTEM,
             MESSAGING_DESTINATION_TEMPLATE: pattern,
@@ -135,14 +146,22 @@ class CoreSubscription(StopOnExit):
         """
         try:
             await self._start()
+        except PermissionDenied as exc:
+            await self._finish(exc)
+            raise
         except (nats.errors.Error, TimeoutError) as exc:
             await self._finish(exc)
-            raise SubscribeError(f"cannot subscribe to {self._pattern!r}: {exc}") from exc
+            reason = closed_reason(self._nc) if self._nc.is_closed else ""
+            raise SubscribeError(f"cannot subscribe to {self._pattern!r}: {exc}{reason}") from exc
         except asyncio.CancelledError as exc:  # the caller gave up: leave no subscription
             await asyncio.shield(self._finish(exc))
             raise
 
     async def _start(self) -> None:
+        self._unlisten = [
+            self._refusals.listen("subscribe", self._pattern, self._on_refusal),
+            self._refusals.listen("connect", "", self._on_refusal),
+        ]
         sub = await self._nc.subscribe(
             self._pattern,
             queue=self._o.queue or "",
@@ -152,10 +171,28 @@ class CoreSubscription(StopOnExit):
         )
         self._sub = sub
         await flush(self._nc)  # the server has the interest: nothing published now is missed
+        if self._refused is not None:  # the server said so before answering the flush
+            raise self._refused
         # nats-py ends its dispatch task when the connection closes for good.
         dispatch = callback_task(sub)
         if dispatch is not None:
             dispatch.add_done_callback(self._on_dispatch_end)
+
+    def _on_refusal(self, refusal: Refusal) -> None:
+        """The server refused this subscription (at start, or after a config reload)."""
+        sub = self._sub
+        if refusal.sid is not None and sub is not None and refusal.sid != subscription_id(sub):
+            return  # another subscription to the same subject
+        if self._refused is not None or self._done.done():
+            return
+        what = "credentials" if refusal.operation == "connect" else "subscription"
+        self._refused = refusal.error(f"{what} for {self._pattern!r}")
+        if sub is not None and self._refused_while_running():
+            logger.error("subscription to %r ended: %s", self._pattern, self._refused)
+            self._loop.create_task(self._finish(self._refused))
+
+    def _refused_while_running(self) -> bool:
+        return self._drainer is None and not self._draining
 
     def _on_dispatch_end(self, _: asyncio.Task[None]) -> None:
         if not self._draining and not self._done.done():
@@ -286,6 +323,8 @@ class CoreSubscription(StopOnExit):
     async def _finish(self, failure: BaseException | None) -> None:
         if self._done.done():
             return
+        for unlisten in self._unlisten:
+            unlisten()
         self._draining = True
         if failure is not None:
             for task in self._tasks:
@@ -304,6 +343,8 @@ class CoreSubscription(StopOnExit):
             SubscribeError: The connection closed while the subscription was running.
         """
         await asyncio.shield(self._done)
+        if isinstance(self._failure, PermissionDenied):
+            raise self._failure
         if self._failure is not None:
             raise SubscribeError(
                 f"subscription to {self._pattern!r} failed: {self._failure}"

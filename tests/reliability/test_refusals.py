@@ -1,0 +1,457 @@
+"""Server refusals: every "no" from a real nats-server is a clear error at once.
+
+One nats-server runs with a permissions config: an account with JetStream and users
+that each lack one permission, and an account without JetStream. Each test does what
+a user would, as the user that lacks the permission, and measures the time to the
+error (≤ 1 s where the server refuses at once). The config-reload tests rewrite the
+config and send SIGHUP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from goflux import (
+    BytesCodec,
+    JetStreamUnavailable,
+    JsonCodec,
+    Message,
+    PermissionDenied,
+    PublishError,
+    RequestTimeout,
+    SubscribeError,
+)
+from goflux.middleware import ExponentialBackoff, retry_publish
+from goflux.testing import NatsServer
+from goflux.transports import jetstream
+from goflux.transports import nats as gnats
+from tests.models import Order, order
+
+pytestmark = [pytest.mark.timeout(60)]
+
+CODEC = JsonCodec(Order)
+PASSWORD = "pw"
+STREAM = "REFUSE"
+AT_ONCE = 1.0  # seconds: the server refuses at once, so must goflux
+
+# Users of the APP account, each lacking one permission (NOJS has no JetStream).
+USERS = {
+    "admin": "",
+    "nopub": 'publish: { deny: ["denied.>"] }',
+    "nosub": 'subscribe: { deny: ["denied.>"] }',
+    "nopull": 'publish: { deny: ["$JS.API.CONSUMER.MSG.NEXT.>"] }',
+    "noack": 'publish: { deny: ["$JS.ACK.>"] }',
+    "nocreate": 'publish: { deny: ["$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.>"] }',
+    "noinfo": 'publish: { deny: ["$JS.API.STREAM.>"] }',
+    "noreply": 'publish: { deny: ["_INBOX.>"] }',
+    "reloaded": "",  # loses its permissions by a config reload
+}
+
+
+def config(
+    store: Path, *, revoked: bool = False, max_payload: int = 65536, max_subscriptions: int = 0
+) -> str:
+    """The server config; ``revoked`` takes every permission from user ``reloaded``."""
+    users = []
+    for user, permissions in USERS.items():
+        if user == "reloaded" and revoked:
+            permissions = 'publish: { deny: [">"] }, subscribe: { deny: [">"] }'
+        perms = f", permissions: {{ {permissions} }}" if permissions else ""
+        users.append(f"{{ user: {user}, password: {PASSWORD}{perms} }}")
+    return f"""
+listen: 127.0.0.1:-1
+max_payload: {max_payload}
+max_subscriptions: {max_subscriptions}
+jetstream {{ store_dir: "{store}" }}
+accounts {{
+  APP {{ jetstream: enabled, users: [ {", ".join(users)} ] }}
+  NOJS {{ users: [ {{ user: nojs, password: {PASSWORD} }} ] }}
+}}
+"""
+
+
+class Server:
+    """The permissions server, its config file, and clients by user name."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.conf = tmp / "server.conf"
+        self.store = tmp / "js"
+        self.conf.write_text(config(self.store))
+        self.server = NatsServer(jetstream=False, args=["-c", str(self.conf)])
+        self.clients: list[Client] = []
+        self.errors: list[Exception] = []
+        self.error_seen = asyncio.Event()
+
+    async def connect(self, user: str, **options: Any) -> Client:
+        async def on_error(exc: Exception) -> None:  # the user's own callback
+            self.errors.append(exc)
+            self.error_seen.set()
+
+        options.setdefault("error_cb", on_error)
+        nc = await nats.connect(
+            self.server.url, user=user, password=PASSWORD, **options
+        )
+        self.clients.append(nc)
+        return nc
+
+    def reload(self, **changes: Any) -> None:
+        self.conf.write_text(config(self.store, **changes))
+        pid = self.server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGHUP)
+
+    async def wait_reloaded(self, count: int) -> None:
+        """Wait until the server has logged ``count`` reloads (its own signal)."""
+        while self.server.log_tail(200).count("Reloaded server configuration") < count:
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    srv = Server(tmp_path)
+    async with srv.server:
+        admin = await srv.connect("admin")
+        await jetstream.ensure_stream(
+            admin.jetstream(), name=STREAM, subjects=["denied.>", "ok.>"]
+        )
+        await jetstream.ensure_consumer(
+            admin.jetstream(), stream=STREAM, name="WORK", filter_subject="ok.>", ack_wait=30
+        )
+        yield srv
+        for nc in srv.clients:
+            if not nc.is_closed:
+                await nc.close()
+
+
+async def timed(make: Callable[[], Any]) -> tuple[BaseException, float]:
+    """Await ``make()``; return the exception it raised and the seconds it took."""
+    began = time.perf_counter()
+    with pytest.raises(Exception) as caught:
+        await make()
+    return caught.value, time.perf_counter() - began
+
+
+async def publish_ok(admin: Client, count: int) -> None:
+    pub = jetstream.Publisher(admin.jetstream(), CODEC)
+    for n in range(count):
+        await pub.publish(f"ok.{n}", order(n), message_id=f"m-{n}")
+
+
+# ------------------------------------------------------------------ publishing
+
+
+async def test_a_jetstream_publish_to_a_denied_subject_fails_at_once(server: Server) -> None:
+    nc = await server.connect("nopub")
+    pub = jetstream.Publisher(nc.jetstream(), CODEC)
+    error, took = await timed(lambda: pub.publish("denied.x", order(1)))
+    assert isinstance(error, PermissionDenied)
+    assert error.permanent and not error.may_be_stored
+    assert error.operation == "publish" and error.subject == "denied.x"
+    assert took < AT_ONCE
+    assert server.errors, "the user's own error callback still runs"
+
+
+async def test_retry_publish_does_not_retry_a_denied_publish(server: Server) -> None:
+    nc = await server.connect("nopub")
+    middleware = retry_publish(attempts=5, backoff=ExponentialBackoff(initial=0.5))
+    pub = middleware(jetstream.Publisher(nc.jetstream(), CODEC))
+    error, took = await timed(lambda: pub.publish("denied.x", order(1)))
+    assert isinstance(error, PermissionDenied)
+    assert took < AT_ONCE
+
+
+async def test_publish_many_reports_a_refused_subject_at_once_and_the_rest_stored(
+    server: Server,
+) -> None:
+    nc = await server.connect("nopub")
+    pub = jetstream.Publisher(nc.jetstream(), CODEC)
+    items = [
+        jetstream.Outgoing("denied.x" if n % 2 else f"ok.{n}", order(n)) for n in range(10)
+    ]
+    began = time.perf_counter()
+    results = await pub.publish_many(items, return_exceptions=True)
+    took = time.perf_counter() - began
+    denied = [r for r in results if isinstance(r, PermissionDenied)]
+    stored = [r for r in results if not isinstance(r, PublishError)]
+    assert len(denied) == 5 and len(stored) == 5
+    assert took < AT_ONCE
+
+
+async def test_publish_many_reads_the_servers_refusal_of_a_full_stream(server: Server) -> None:
+    admin = await server.connect("admin")
+    js = admin.jetstream()
+    await jetstream.ensure_stream(
+        js, name="FULL", subjects=["full.>"], max_msgs=3, discard="new"
+    )
+    pub = jetstream.Publisher(js, CODEC)
+    began = time.perf_counter()
+    results = await pub.publish_many(
+        (jetstream.Outgoing(f"full.{n}", order(n)) for n in range(6)), return_exceptions=True
+    )
+    took = time.perf_counter() - began
+    refused = [r for r in results if isinstance(r, PublishError)]
+    assert len(refused) == 3
+    for error in refused:
+        assert error.err_code == 10077  # maximum messages exceeded
+        assert not error.may_be_stored
+        assert "may still" not in str(error)
+    assert took < AT_ONCE
+
+
+async def test_a_core_publish_refusal_raises_on_the_next_publish_or_at_once_with_confirm(
+    server: Server,
+) -> None:
+    nc = await server.connect("nopub")
+    pub = gnats.Publisher(nc, CODEC)
+    await pub.publish("denied.x", order(1))  # refused later, asynchronously
+    async with asyncio.timeout(5):
+        await server.error_seen.wait()  # the refusal is in (the user's callback saw it)
+    error, took = await timed(lambda: pub.publish("denied.x", order(2)))
+    assert isinstance(error, PermissionDenied) and "not sent" in str(error)
+    assert took < AT_ONCE
+    await pub.publish("ok.y", order(3))  # other subjects are not affected
+
+    error, took = await timed(lambda: pub.publish("denied.x", order(4), confirm=True))
+    assert isinstance(error, PermissionDenied)
+    assert took < AT_ONCE
+    await pub.publish("ok.y", order(5), confirm=True)
+
+
+async def test_a_request_to_a_denied_subject_fails_at_once(server: Server) -> None:
+    nc = await server.connect("nopub")
+    requester = gnats.Requester(nc, CODEC, CODEC, timeout=5.0)
+    error, took = await timed(lambda: requester.request("denied.rpc", order(1)))
+    assert isinstance(error, PermissionDenied)
+    assert took < AT_ONCE
+
+
+async def test_a_refused_reply_counts_as_failed(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    responder_nc = await server.connect("noreply")
+    requester_nc = await server.connect("admin")
+
+    async def echo(value: Order) -> Order:
+        return value
+
+    subscription = await gnats.Responder(responder_nc, CODEC, CODEC).start("rpc.echo", echo)
+    requester = gnats.Requester(requester_nc, CODEC, CODEC, timeout=0.5)
+    for n in range(3):
+        with pytest.raises(RequestTimeout):  # the requester cannot know why: no reply came
+            await requester.request("rpc.echo", order(n))
+    async with asyncio.timeout(5):
+        while len(server.errors) < 3:  # the refusals of the replies are in
+            server.error_seen.clear()
+            await server.error_seen.wait()
+    assert subscription.failed == 3 and subscription.answered == 0
+    refusal_logs = [r for r in caplog.records if "refuses replies" in r.getMessage()]
+    assert len(refusal_logs) == 1
+    await subscription.stop()
+
+
+# ---------------------------------------------------------------- subscribing
+
+
+async def test_a_core_subscription_to_a_denied_subject_fails_to_start(server: Server) -> None:
+    nc = await server.connect("nosub")
+    sub = gnats.Subscriber(nc, CODEC)
+
+    async def handler(message: Message[Order]) -> None:
+        pass
+
+    error, took = await timed(lambda: sub.start("denied.x", handler))
+    assert isinstance(error, PermissionDenied) and isinstance(error, SubscribeError)
+    assert error.operation == "subscribe"
+    assert took < AT_ONCE
+
+
+async def test_denied_pull_requests_fail_the_subscription_at_start(server: Server) -> None:
+    nc = await server.connect("nopull")
+    sub = jetstream.Subscriber(nc.jetstream(), CODEC, stream=STREAM, consumer="WORK")
+
+    async def handler(message: Message[Order]) -> None:
+        pass
+
+    error, took = await timed(lambda: sub.start("ok.>", handler))
+    assert isinstance(error, PermissionDenied)
+    assert "pull requests" in str(error)
+    assert took < AT_ONCE
+
+
+async def test_a_denied_consumer_create_fails_at_once(server: Server) -> None:
+    nc = await server.connect("nocreate")
+    sub = jetstream.Subscriber(nc.jetstream(), CODEC, stream=STREAM)
+
+    async def handler(message: Message[Order]) -> None:
+        pass
+
+    error, took = await timed(lambda: sub.start("ok.>", handler))
+    assert isinstance(error, PermissionDenied)
+    assert took < AT_ONCE
+
+
+async def test_denied_acks_end_the_subscription_instead_of_redelivering(
+    server: Server,
+) -> None:
+    admin = await server.connect("admin")
+    await publish_ok(admin, 3)
+    nc = await server.connect("noack")
+    sub = jetstream.Subscriber(nc.jetstream(), CODEC, stream=STREAM, consumer="WORK")
+    handled: list[int] = []
+
+    async def handler(message: Message[Order]) -> None:
+        handled.append(message.payload.id)
+
+    async def run() -> None:  # the refusal may come before start() returns, or after
+        subscription = await sub.start("ok.>", handler)
+        async with asyncio.timeout(10):
+            await subscription.wait()
+
+    error, took = await timed(run)
+    assert isinstance(error, PermissionDenied)
+    assert "acknowledging" in str(error)
+    assert took < AT_ONCE
+    assert len(handled) <= 3, "no redelivery loop"
+
+
+async def test_ensure_stream_without_permission_or_jetstream_is_a_goflux_error(
+    server: Server,
+) -> None:
+    nc = await server.connect("noinfo")
+    error, took = await timed(
+        lambda: jetstream.ensure_stream(nc.jetstream(), name="OTHER", subjects=["other.>"])
+    )
+    assert isinstance(error, PermissionDenied)
+    assert took < AT_ONCE
+
+    nojs = await server.connect("nojs")
+    error, took = await timed(
+        lambda: jetstream.ensure_stream(nojs.jetstream(), name="OTHER", subjects=["other.>"])
+    )
+    assert isinstance(error, JetStreamUnavailable)
+    assert took < AT_ONCE
+
+
+# -------------------------------------------------------------- config reload
+
+
+async def test_a_reload_revoking_permissions_fails_subscriptions_and_publishes(
+    server: Server,
+) -> None:
+    nc = await server.connect("reloaded")
+    core = await gnats.Subscriber(nc, CODEC).start("ok.core", _ignore)
+    pulled = await jetstream.Subscriber(
+        nc.jetstream(), CODEC, stream=STREAM, consumer="WORK"
+    ).start("ok.>", _ignore)
+    pub = gnats.Publisher(nc, CODEC)
+    await pub.publish("ok.core", order(1), confirm=True)
+
+    server.reload(revoked=True)
+    await server.wait_reloaded(1)
+    began = time.perf_counter()
+    with pytest.raises(PermissionDenied):
+        async with asyncio.timeout(10):
+            await core.wait()
+    assert time.perf_counter() - began < AT_ONCE
+    with pytest.raises(PublishError):
+        await pub.publish("ok.core", order(2), confirm=True)
+    with pytest.raises(PermissionDenied):  # its next pull request is refused
+        async with asyncio.timeout(10):
+            await pulled.wait()
+
+
+async def test_a_user_removed_by_a_reload_fails_subscriptions_promptly(
+    server: Server,
+) -> None:
+    nc = await server.connect("reloaded", reconnect_time_wait=0.1)
+    core = await gnats.Subscriber(nc, CODEC).start("ok.core", _ignore)
+    USERS_BEFORE = dict(USERS)
+    try:
+        del USERS["reloaded"]
+        server.reload()
+        began = time.perf_counter()
+        with pytest.raises(PermissionDenied) as caught:
+            async with asyncio.timeout(10):
+                await core.wait()
+        assert caught.value.operation == "connect"
+        assert time.perf_counter() - began < 2.0
+    finally:
+        USERS.clear()
+        USERS.update(USERS_BEFORE)
+
+
+async def _ignore(message: Message[Order]) -> None:
+    pass
+
+
+# ------------------------------------------------------------- server limits
+
+
+async def test_a_lowered_max_payload_is_reported_with_the_servers_reason(
+    server: Server,
+) -> None:
+    nc = await server.connect("admin", allow_reconnect=False)
+    pub = gnats.Publisher(nc, gnats_bytes())
+    await pub.publish("ok.big", b"x" * 2000, confirm=True)
+    server.reload(max_payload=1024)
+    await server.wait_reloaded(1)
+    # The server does not tell clients of the new limit; it closes the connection
+    # of one that goes over it. goflux reports that at once, with the reason.
+    error, took = await timed(lambda: pub.publish("ok.big", b"x" * 2000, confirm=True))
+    assert isinstance(error, PublishError)
+    assert "maximum payload violation" in str(error)
+    assert took < AT_ONCE
+    error, _ = await timed(lambda: pub.publish("ok.big", b"x"))
+    assert isinstance(error, PublishError) and error.permanent
+    assert "maximum payload violation" in str(error)
+
+    fresh = await server.connect("admin")  # a new connection learns the new limit
+    assert fresh.max_payload == 1024
+    with pytest.raises(PublishError, match="max_payload of 1024"):
+        await gnats.Publisher(fresh, gnats_bytes()).publish("ok.big", b"x" * 2000)
+
+
+async def test_the_subscription_over_the_servers_limit_fails_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    conf = tmp_path / "limits.conf"
+    conf.write_text("listen: 127.0.0.1:-1\nmax_subscriptions: 2\n")
+    async with NatsServer(jetstream=False, args=["-c", str(conf)]) as srv:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        sub = gnats.Subscriber(nc, CODEC)
+        await sub.start("a", _ignore)
+        await sub.start("b", _ignore)
+        error, took = await timed(lambda: sub.start("c", _ignore))
+        assert isinstance(error, SubscribeError)
+        assert "maximum subscriptions exceeded" in str(error)
+        assert took < AT_ONCE
+
+
+async def test_a_responder_answers_the_first_request_after_start(server: Server) -> None:
+    """start() returns once the server has the subscription: no early NoResponders."""
+    responder_nc = await server.connect("admin")
+    requester = gnats.Requester(await server.connect("admin"), CODEC, CODEC, timeout=5.0)
+
+    async def echo(value: Order) -> Order:
+        return value
+
+    for n in range(100):
+        subscription = await gnats.Responder(responder_nc, CODEC, CODEC).start(
+            f"rpc.first.{n}", echo
+        )
+        assert (await requester.request(f"rpc.first.{n}", order(n))) == order(n)
+        await subscription.stop()
+
+
+def gnats_bytes() -> BytesCodec:
+    return BytesCodec()
