@@ -36,6 +36,8 @@ from goflux.testing import NatsServer
 from goflux.transports import jetstream
 
 STREAM = "BENCH"
+CONSUME_PLAIN = "goflux Subscriber, plain acks"
+CONSUME_CONFIRMED = "goflux Subscriber, confirm_acks=True"
 FETCH_BATCH = 100
 # The resilience chain a production service would use (heartbeats only after 10 s).
 RESILIENT = chain(retry_ack(RetryPolicy()), timeout(30), message_context())
@@ -211,6 +213,77 @@ async def goflux_consume(
     return count
 
 
+async def raw_ack_sync_pull(js: JetStreamContext, count: int) -> int:
+    """Raw nats-py's confirmed ack: the callback pull above, awaiting ``ack_sync()`` each.
+
+    nats-py runs a subscription's callbacks one at a time, so each message waits for
+    the server's reply to the previous ack: one round trip per message.
+    """
+    nc = js._nc
+    info = await js.add_consumer(STREAM, filter_subject="bench.data", ack_policy="explicit")
+    inbox = nc.new_inbox()
+    next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{info.name}"
+    batch = 100
+    request = json.dumps({"batch": batch, "expires": 30_000_000_000}).encode()
+    state = {"received": 0, "outstanding": 0}
+    done = asyncio.Event()
+
+    async def on_message(msg: Msg) -> None:
+        if not msg.reply:
+            return
+        ADAPTER.validate_json(msg.data)
+        await msg.ack_sync(timeout=10)
+        state["received"] += 1
+        state["outstanding"] -= 1
+        if state["outstanding"] == batch // 2:
+            state["outstanding"] += batch
+            await nc.publish(next_subject, request, reply=inbox)
+        if state["received"] == count:
+            done.set()
+
+    sub = await nc.subscribe(inbox, cb=on_message)
+    state["outstanding"] = 2 * batch
+    await nc.publish(next_subject, request, reply=inbox)
+    await nc.publish(next_subject, request, reply=inbox)
+    await nc.flush()
+    await _consumed(done, state, count)
+    await sub.unsubscribe()
+    await js.delete_consumer(STREAM, info.name)
+    return state["received"]
+
+
+async def goflux_consume_acks(js: JetStreamContext, count: int, *, confirm: bool) -> int:
+    """goflux's subscriber, auto-acking with plain or with confirmed acks.
+
+    Returns how many messages it consumed, once the last ack is applied; raises if
+    fewer than ``count`` came, or if an ack went unconfirmed.
+    """
+    state = {"received": 0}
+    done = asyncio.Event()
+
+    async def handle(msg: Message[Order]) -> None:
+        state["received"] += 1
+        if state["received"] == count:
+            done.set()
+
+    sub = jetstream.Subscriber(js, JsonCodec(Order), stream=STREAM, confirm_acks=confirm)
+    subscription = await sub.start("bench.data", handle)
+    await _consumed(done, state, count)
+    await subscription.stop()  # with confirm_acks: returns once every ack is confirmed
+    if subscription.unconfirmed:
+        raise RuntimeError(f"{subscription.unconfirmed} acks were not confirmed")
+    return state["received"]
+
+
+async def _consumed(done: asyncio.Event, state: dict[str, int], count: int) -> None:
+    """Wait for ``count`` messages; fail, saying how many came, if they stop coming."""
+    try:
+        async with asyncio.timeout(max(60.0, count / 1_000)):
+            await done.wait()
+    except TimeoutError:
+        raise RuntimeError(f"consumed {state['received']} of {count} messages") from None
+
+
 def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
     loop = asyncio.new_event_loop()
     server = NatsServer().start()
@@ -263,6 +336,12 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
             consume_cases[faststream_cases.PUSH_LOGGING] = on(
                 lambda: rivals.consume("bench.data", n, False, logs=True)
             )
+        confirm_cases = {
+            "raw callback pull + ack": on(lambda: raw_callback_pull(js, n)),
+            "raw callback pull + ack_sync()": on(lambda: raw_ack_sync_pull(js, n)),
+            CONSUME_PLAIN: on(lambda: goflux_consume_acks(js, n, confirm=False)),
+            CONSUME_CONFIRMED: on(lambda: goflux_consume_acks(js, n, confirm=True)),
+        }
         rival_note = "" if rivals is not None else faststream_cases.MISSING
         tables = [
             Table(
@@ -297,6 +376,17 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
                 or "FastStream runs with `logger=None` (its fastest setting) unless the row "
                 "says default logging. The vs FastStream column compares with its default "
                 "setup, the push subscriber with INFO logging.",
+            ),
+            Table(
+                "confirmed",
+                f"JetStream consume, plain vs confirmed acks ({n:,} messages per round)",
+                interleave(confirm_cases, rounds),
+                "raw callback pull + ack",
+                note="Confirmed acks wait for the server's reply before the message's "
+                "in-flight room is given back (`confirm_acks=True`; nats-py: `ack_sync()`, "
+                "which its callbacks await one at a time). goflux keeps the confirmations "
+                "of many messages in flight at once; the case returns once every ack is "
+                "confirmed.",
             ),
         ]
         tracer_provider.shutdown()

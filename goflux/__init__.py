@@ -10,6 +10,7 @@ from goflux._chain import chain, chain_publishers
 from goflux._codecs import BytesCodec, Codec, JsonCodec, StrCodec
 from goflux._deadletter import DeadLetter, DeadLetterReason
 from goflux._errors import (
+    AckNotConfirmed,
     AlreadySettled,
     CodecError,
     ConsumerNotFound,
@@ -75,6 +76,7 @@ from goflux._version import __version__
 
 __all__ = (
     "MAX_SUBJECT_BYTES",
+    "AckNotConfirmed",
     "Acker",
     "AlreadySettled",
     "BoundPublisher",

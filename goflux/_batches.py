@@ -10,7 +10,7 @@ from typing import Generic, Self, TypeVar
 from goflux._interfaces import Subscriber
 from goflux._message import Message
 from goflux._settling import settle_all
-from goflux._streams import MessageStream, message_stream
+from goflux._streams import Loop, MessageStream, message_stream
 
 __all__ = ("MicroBatches", "micro_batches")
 
@@ -33,6 +33,10 @@ class MicroBatches(Generic[T]):
       previous batch left unsettled; so does leaving ``async with`` normally.
     - An exception out of the loop body naks every unsettled message of the current
       batch (redelivered at once, the whole batch) as it leaves ``async with``.
+    - Without ``async with``, leaving the loop before the batches ended (``break``, an
+      exception, cancellation), or dropping the last reference to started batches,
+      naks every unsettled message at once, the current batch included: nothing tells
+      a ``break`` from a failure there, so what may not be done is redelivered.
 
     Settling messages yourself inside the body is allowed; those are left alone. A
     batch holds messages from a subscriber that keeps them in flight, so a JetStream
@@ -83,7 +87,8 @@ class MicroBatches(Generic[T]):
         await self._stream.close()
 
     async def __aenter__(self) -> Self:
-        return await self.start()
+        await self._stream.__aenter__()  # the stream is owned: leaving a loop keeps it open
+        return self
 
     async def __aexit__(
         self,
@@ -93,8 +98,9 @@ class MicroBatches(Generic[T]):
     ) -> None:
         await self.close(ack=exc is None)
 
-    def __aiter__(self) -> Self:
-        return self
+    def __aiter__(self) -> Loop[list[Message[T]]]:
+        """A loop over the batches; leaving it early hands them back (see the class)."""
+        return Loop(self.__anext__, self._stream._feed)
 
     async def __anext__(self) -> list[Message[T]]:
         """Settle the previous batch (ack), then collect and return the next one.

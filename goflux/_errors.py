@@ -10,7 +10,8 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      ├── InvalidSubject (also ValueError)    a subject or pattern breaks NATS rules
      ├── InvalidHeader (also ValueError)     a header name or value cannot travel on the wire
      ├── SettlementError                     a message could not be settled
-     │    └── AlreadySettled                 ack/nak/term after the message was settled
+     │    ├── AlreadySettled                 ack/nak/term after the message was settled
+     │    └── AckNotConfirmed                a confirmed ack got no confirmation (JetStream)
      ├── PublishError                        a publish failed; ``may_be_stored`` says
      │    │                                  whether the broker may still have stored it
      │    ├── ExpectationFailed              optimistic concurrency: the stream was not
@@ -50,6 +51,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 __all__ = (
+    "AckNotConfirmed",
     "AlreadySettled",
     "CodecError",
     "ConsumerNotFound",
@@ -149,6 +151,26 @@ class AlreadySettled(SettlementError):
     def __init__(self, message: str, *, outcome: str) -> None:
         super().__init__(message)
         self.outcome = outcome
+
+
+class AckNotConfirmed(SettlementError):
+    """An ack sent for confirmation was not confirmed by the server (JetStream).
+
+    Whether the server applied it is unknown: if it did not, the message is
+    redelivered after ``ack_wait``. The cause (no reply in time, or nobody took the ack
+    because the consumer is gone) is chained.
+
+    Attributes:
+        stream: The stream the message is in.
+        consumer: The consumer that delivered it.
+        sequence: The message's stream sequence.
+    """
+
+    def __init__(self, message: str, *, stream: str, consumer: str, sequence: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.consumer = consumer
+        self.sequence = sequence
 
 
 class PublishError(GofluxError):

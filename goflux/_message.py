@@ -61,6 +61,10 @@ class Acker(Protocol):
     Transports without a capability implement it with the documented fallback:
     ``term`` acks (so a poison message is not redelivered forever) and ``nak`` with a
     delay naks at once where delayed redelivery is unsupported.
+
+    An acker that can have an ack confirmed by the broker also has an
+    ``ack_confirmed()`` coroutine method, which :meth:`Message.ack` calls for
+    ``ack(confirm=True)``; without it, a confirmed ack is a plain ``ack()``.
     """
 
     async def ack(self) -> None:
@@ -199,11 +203,21 @@ class Message(Generic[T_co]):
         if self._observer is not None:
             self._observer(outcome)
 
-    async def ack(self) -> None:
+    async def ack(self, *, confirm: bool = False) -> None:
         """Acknowledge successful processing.
+
+        Args:
+            confirm: Return only once the broker confirmed that it applied the ack
+                (JetStream: the ack is sent as a request, and the server replies
+                when the ack is applied). A plain ack where the transport cannot
+                confirm, and a no-op without acknowledgement (channel, core NATS).
 
         Raises:
             AlreadySettled: The message was settled before.
+            AckNotConfirmed: ``confirm`` was asked for, and the broker did not confirm
+                the ack, even after retries; the message is unsettled again (ack it
+                again, or let it be redelivered).
+            SettlementError: The ack could not be sent.
         """
         if self._settled is not None:
             self._claim("ack")  # raises AlreadySettled
@@ -211,7 +225,10 @@ class Message(Generic[T_co]):
         acker = self._acker
         if acker is not None:
             try:
-                await acker.ack()
+                if confirm:
+                    await getattr(acker, "ack_confirmed", acker.ack)()
+                else:
+                    await acker.ack()
             except BaseException:
                 self._settling_failed()
                 raise

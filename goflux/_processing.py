@@ -103,17 +103,20 @@ class _Processor(Generic[T]):
             self._slots.release()
 
     async def _next(
-        self, stream: MessageStream[T] | None, iterator: AsyncIterator[Message[T]]
+        self, stream: MessageStream[T] | None, iterator: AsyncIterator[Message[T]] | None
     ) -> tuple[Message[T], contextvars.Context | None]:
-        if stream is None:
+        if iterator is not None:
             return await anext(iterator), None
+        assert stream is not None
         entry = await stream.next_entry()
         assert entry is not None  # no deadline given
         return entry.message, entry.context
 
     async def run(self, messages: AsyncIterable[Message[T]]) -> ProcessStats:
         stream = messages if isinstance(messages, MessageStream) else None
-        iterator = aiter(messages)
+        # A stream is read entry by entry, not through a loop of its own (a loop left
+        # unfinished would close the stream).
+        iterator = aiter(messages) if stream is None else None
         loop = asyncio.get_running_loop()
         running, slots = self._running, self._slots
         try:

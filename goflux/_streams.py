@@ -1,79 +1,125 @@
-"""Subscriptions as async iterators of messages, with a bounded buffer.
+"""Subscriptions as async iterators of messages, and what happens when a loop is left.
 
-A :class:`MessageStream` subscribes with an internal handler that puts each message
-into a buffer of ``buffer`` messages and, for messages that can be acknowledged, waits
-until the consumer of the stream has settled it. So the message keeps its acker (the
-consumer acks, naks or terminates it as a handler would), the transport keeps
-counting it as in flight (JetStream keeps it alive past ``ack_wait`` meanwhile), and a
-full buffer pushes back on the transport instead of growing.
+A :class:`MessageStream` is the handle users iterate; its state lives in a
+:class:`~goflux._feed.StreamFeed` that the subscription's handler keeps alive. A
+stream left without ``async with`` must not keep its messages: Python calls nothing
+on an iterator when a loop is left by ``break`` or an exception, so each ``async
+for`` loop iterates a :class:`Loop` whose finalizer notices that the loop was left
+before the stream ended, and the stream itself has a finalizer for when the last
+reference to it goes. Either schedules :meth:`StreamFeed.close` on the feed's event
+loop, which hands every unsettled message back (nak) at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
-from goflux._errors import SettlementError, SubscribeError
+from goflux._feed import DEFAULT_BUFFER, Starter, StreamEntry, StreamFeed
 from goflux._interfaces import Handler, Subscriber, Subscription
-from goflux._message import Message, Outcome, observe_settlement
+from goflux._message import Message
 from goflux._subjects import validate_pattern
 
 __all__ = (
     "DEFAULT_BUFFER",
+    "Loop",
     "MessageStream",
     "Starter",
     "StreamEntry",
     "Streaming",
+    "abandon",
     "message_stream",
 )
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741 - what one step of a loop yields
 
 logger = logging.getLogger("goflux._streams")
 
-DEFAULT_BUFFER = 64
-"""Messages a stream holds for its consumer by default."""
-
-Starter = Callable[[Handler[T]], Awaitable[Subscription]]
-"""Starts the subscription feeding a stream, given the stream's internal handler."""
+# Closes of abandoned streams under way: the event loop keeps only weak references
+# to tasks, and nobody else awaits these.
+_CLOSING: set[asyncio.Task[None]] = set()
 
 
-class StreamEntry(Generic[T]):
-    """A buffered message, the context it arrived in, and its settlement (if awaited)."""
+def abandon(feed: StreamFeed[Any], why: str) -> None:
+    """Have ``feed`` closed on its event loop: its stream was left without closing it.
 
-    __slots__ = ("context", "done", "message")
-
-    def __init__(
-        self,
-        message: Message[T],
-        context: contextvars.Context,
-        done: asyncio.Future[Outcome] | None,
-    ) -> None:
-        self.message = message
-        self.context = context  # the transport's context: the consumer span is active in it
-        self.done = done  # None: nothing to wait for (no acknowledgement)
+    Safe to call from a finalizer, in any thread; does nothing if there is nothing to
+    close or the loop is gone.
+    """
+    loop = feed.loop
+    if loop is None or loop.is_closed() or not feed.abandonable:
+        return
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        loop.call_soon_threadsafe(_close_abandoned, feed, why)
 
 
-def _wake_one(waiters: deque[asyncio.Future[None]]) -> None:
-    while waiters:
-        waiter = waiters.popleft()
-        if not waiter.done():
-            waiter.set_result(None)
-            return
+def _close_abandoned(feed: StreamFeed[Any], why: str) -> None:
+    if not feed.abandonable:  # closed, or entered with async with, meanwhile
+        return
+    held = feed.buffered + feed.unsettled
+    logger.info(
+        "stream of %r %s without being closed: closing it, %d received messages handed back",
+        feed.subject,
+        why,
+        held,
+    )
+    task = asyncio.get_running_loop().create_task(
+        feed.close(), name=f"goflux-stream-{feed.subject}-abandoned"
+    )
+    _CLOSING.add(task)
+    task.add_done_callback(_closed)
 
 
-def _wake_all(waiters: deque[asyncio.Future[None]]) -> None:
-    while waiters:
-        waiter = waiters.popleft()
-        if not waiter.done():
-            waiter.set_result(None)
+def _closed(task: asyncio.Task[None]) -> None:
+    _CLOSING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("closing an abandoned stream failed", exc_info=task.exception())
+
+
+class Loop(Generic[I]):
+    """One ``async for`` loop over a stream: left early, it closes the stream.
+
+    ``step`` takes the next item (raising ``StopAsyncIteration`` at the end). The
+    loop keeps whatever ``step`` is bound to alive. When it is finalized after at
+    least one step, without having seen the end, the loop was left by ``break``, an
+    exception or cancellation: unless the stream is inside ``async with`` (whose exit
+    closes it), the feed is closed (see :func:`abandon`).
+    """
+
+    __slots__ = ("_ended", "_feed", "_step", "_used")
+
+    def __init__(self, step: Callable[[], Awaitable[I]], feed: StreamFeed[Any]) -> None:
+        self._step = step
+        self._feed = feed
+        self._used = False
+        self._ended = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> I:
+        """The next item of the stream.
+
+        Raises:
+            StopAsyncIteration: The stream has ended.
+            SubscribeError: The subscription failed.
+        """
+        self._used = True
+        try:
+            return await self._step()
+        except StopAsyncIteration:
+            self._ended = True
+            raise
+
+    def __del__(self) -> None:
+        if self._used and not self._ended:
+            abandon(self._feed, "was left by break, an exception or cancellation")
 
 
 class MessageStream(Generic[T]):
@@ -92,7 +138,7 @@ class MessageStream(Generic[T]):
     (:func:`goflux.process` does it for you). Until it is settled, the transport counts
     it as in flight. On transports without acknowledgement settling is a no-op.
 
-    Two ways to end it:
+    Ways to end it:
 
     - :meth:`stop` (from another task: a :class:`goflux.Group`, a signal handler) stops
       taking new messages; iteration goes on through what was already received and
@@ -101,59 +147,49 @@ class MessageStream(Generic[T]):
     - :meth:`close` (leaving ``async with``) ends it at once: messages not settled yet,
       buffered or handed out, are nak'd for redelivery at once (on transports without
       acknowledgement, buffered ones are dropped, counted and logged).
+    - Without ``async with``, leaving an ``async for`` loop over the stream before it
+      ended (``break``, an exception, cancellation) closes it the same way, right
+      after the loop is left; so does dropping the last reference to a started
+      stream. Inside ``async with``, a loop may be left and the stream iterated
+      again: the block's exit closes it.
 
     Iteration ends when the stream is stopped or closed, or its subscription ends (the
     subscriber was closed); if the subscription failed, the error is raised once the
     buffer is empty.
-
-    Attributes:
-        dropped: Messages without acknowledgement discarded by :meth:`close`.
     """
 
     def __init__(self, start: Starter[T], subject: str, *, buffer: int = DEFAULT_BUFFER) -> None:
         if buffer < 1:
             raise ValueError(f"buffer must be >= 1, got {buffer}")
-        self._start_subscription = start
-        self._subject = subject
-        self._size = buffer
-        self._queue: deque[StreamEntry[T]] = deque()
-        self._taken: dict[Message[T], StreamEntry[T]] = {}  # handed out, unsettled
-        self._space: deque[asyncio.Future[None]] = deque()  # the handler, waiting for room
-        self._items: deque[asyncio.Future[None]] = deque()  # consumers, waiting for messages
-        self._subscription: Subscription | None = None
-        self._opening: asyncio.Task[Subscription] | None = None
-        self._watcher: asyncio.Task[None] | None = None
-        self._closing: asyncio.Task[None] | None = None
-        self._stopper: asyncio.Task[None] | None = None
-        self._consumers: weakref.WeakSet[asyncio.Task[object]] = weakref.WeakSet()
-        self._waiting: set[StreamEntry[T]] = set()  # entries whose handler awaits settlement
-        self._stop_requested = False
-        self._closed = False
-        self._ended = False  # the subscription has stopped: nothing more arrives
-        self._failure: BaseException | None = None
-        self.dropped = 0
+        feed = self._feed = StreamFeed(start, subject, buffer)
+        weakref.finalize(self, abandon, feed, "was dropped").atexit = False
 
     # ------------------------------------------------------------------ facts
 
     @property
     def subject(self) -> str:
         """The subject or pattern the stream subscribes to."""
-        return self._subject
+        return self._feed.subject
 
     @property
     def subscription(self) -> Subscription | None:
         """The running subscription (None before the stream starts)."""
-        return self._subscription
+        return self._feed.subscription
 
     @property
     def buffered(self) -> int:
         """Messages received and not yet taken by the consumer."""
-        return len(self._queue)
+        return self._feed.buffered
 
     @property
     def unsettled(self) -> int:
         """Messages taken by the consumer that can be acknowledged and are not settled yet."""
-        return len(self._taken)
+        return self._feed.unsettled
+
+    @property
+    def dropped(self) -> int:
+        """Messages without acknowledgement discarded by :meth:`close`."""
+        return self._feed.dropped
 
     # -------------------------------------------------------------- lifecycle
 
@@ -164,33 +200,8 @@ class MessageStream(Generic[T]):
             InvalidSubject: The subject is not a valid pattern.
             SubscribeError: The subscription could not start, or the stream is closed.
         """
-        if self._subscription is not None or self._stop_requested:
-            return self  # stopped before it started: nothing to subscribe
-        if self._closed:
-            raise SubscribeError(f"stream of {self._subject!r} is closed")
-        if self._opening is None:
-            self._opening = asyncio.get_running_loop().create_task(
-                self._open(), name=f"goflux-stream-{self._subject}-start"
-            )
-        await asyncio.shield(self._opening)
+        await self._feed.start()
         return self
-
-    async def _open(self) -> Subscription:
-        subscription = await self._start_subscription(self._receive)
-        self._subscription = subscription
-        self._watcher = asyncio.get_running_loop().create_task(
-            self._watch(subscription), name=f"goflux-stream-{self._subject}-watch"
-        )
-        return subscription
-
-    async def _watch(self, subscription: Subscription) -> None:
-        try:
-            await subscription.wait()
-        except Exception as exc:  # noqa: BLE001 - raised to the consumer instead
-            self._failure = exc
-        finally:
-            self._ended = True
-            _wake_all(self._items)
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop taking messages; iteration ends after the ones already received.
@@ -202,22 +213,7 @@ class MessageStream(Generic[T]):
         would wait for itself; do not await it from other tasks that hold messages
         of the stream unsettled.
         """
-        if self._opening is not None and self._subscription is None:
-            with contextlib.suppress(Exception):  # the caller of start() saw the error
-                await asyncio.shield(self._opening)  # let a start in progress finish first
-        self._stop_requested = True
-        subscription = self._subscription
-        if subscription is None:
-            self._ended = True
-            _wake_all(self._items)
-            return
-        if self._stopper is None:
-            self._stopper = asyncio.get_running_loop().create_task(
-                subscription.stop(timeout), name=f"goflux-stream-{self._subject}-stop"
-            )
-        if asyncio.current_task() in self._consumers:
-            return
-        await asyncio.shield(self._stopper)
+        await self._feed.stop(timeout)
 
     async def close(self) -> None:
         """End the stream now: hand back every unsettled message, stop the subscription.
@@ -227,52 +223,10 @@ class MessageStream(Generic[T]):
         and counted in :attr:`dropped`. A later settlement of a handed-back message
         raises :class:`~goflux.AlreadySettled`.
         """
-        if self._closing is None:
-            self._closing = asyncio.get_running_loop().create_task(
-                self._close(), name=f"goflux-stream-{self._subject}-close"
-            )
-        await asyncio.shield(self._closing)
-
-    async def _close(self) -> None:
-        self._closed = True
-        if self._opening is not None and not self._opening.done():
-            with contextlib.suppress(Exception):  # the caller of start() saw the error
-                await self._opening
-        self.dropped += sum(1 for entry in self._queue if entry.done is None)
-        self._queue.clear()
-        _wake_all(self._space)
-        _wake_all(self._items)
-        if self._stopper is not None:
-            # A drain is under way (intake has stopped) with its own deadline: hand
-            # back what is held now rather than wait for it.
-            held = [entry.message for entry in self._waiting]
-            await asyncio.gather(*(self._hand_back(message) for message in held))
-        if self._subscription is not None:
-            # A zero deadline cancels the handlers still holding messages, and the
-            # transport hands those back, after it stopped receiving (a nak before that
-            # could be redelivered to this very subscription).
-            await self._subscription.stop(0)
-        leftovers = [message for message in self._taken if message.settled is None]
-        await asyncio.gather(*(self._hand_back(message) for message in leftovers))
-        if self._watcher is not None:
-            await self._watcher
-        if self.dropped:
-            logger.warning(
-                "stream of %r closed with %d received messages not consumed (dropped: the "
-                "transport cannot redeliver them)",
-                self._subject,
-                self.dropped,
-            )
-
-    async def _hand_back(self, message: Message[T]) -> None:
-        if message.settled is not None:
-            return
-        try:
-            await message.nak()
-        except SettlementError as exc:  # the transport settles it as failed instead
-            logger.warning("could not hand back message on %r: %s", message.subject, exc)
+        await self._feed.close()
 
     async def __aenter__(self) -> Self:
+        self._feed.owned = True
         return await self.start()
 
     async def __aexit__(
@@ -281,65 +235,7 @@ class MessageStream(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
-
-    # --------------------------------------------------------- handler side
-
-    async def _receive(self, message: Message[T]) -> None:
-        """The subscription's handler: buffer ``message``, wait until it is settled."""
-        while len(self._queue) >= self._size and not self._closed:
-            room = asyncio.get_running_loop().create_future()
-            self._space.append(room)
-            try:
-                await room
-            except asyncio.CancelledError:
-                if len(self._queue) < self._size:
-                    _wake_one(self._space)  # pass on a wake-up this handler got
-                raise
-        if self._closed:
-            if message.acknowledgeable:
-                # The closing subscription cancels this at once and hands it back.
-                await asyncio.get_running_loop().create_future()
-            self.dropped += 1
-            return
-        if not message.acknowledgeable:
-            self._queue.append(StreamEntry(message, contextvars.copy_context(), None))
-            _wake_one(self._items)
-            return
-        done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        entry = StreamEntry(message, contextvars.copy_context(), done)
-
-        def settled(outcome: Outcome | None) -> None:
-            self._taken.pop(message, None)
-            if done.done():
-                return
-            if outcome is None:
-                done.set_exception(
-                    SettlementError(f"settling message on {message.subject!r} failed")
-                )
-            else:
-                done.set_result(outcome)
-
-        observe_settlement(message, settled)
-        self._queue.append(entry)
-        self._waiting.add(entry)
-        _wake_one(self._items)
-        try:
-            await done
-        except asyncio.CancelledError:
-            # The transport gives up on it (drain deadline): it settles the message.
-            observe_settlement(message, None)
-            self._taken.pop(message, None)
-            try:
-                self._queue.remove(entry)
-            except ValueError:
-                pass
-            else:
-                _wake_one(self._space)
-            raise
-        finally:
-            observe_settlement(message, None)
-            self._waiting.discard(entry)
+        await self._feed.close()
 
     # -------------------------------------------------------- consumer side
 
@@ -352,44 +248,11 @@ class MessageStream(Generic[T]):
             StopAsyncIteration: The stream has ended and its buffer is empty.
             SubscribeError: The subscription failed (once the buffer is empty).
         """
-        if self._subscription is None and not self._closed:
-            await self.start()
-        consumer = asyncio.current_task()
-        if consumer is not None:
-            self._consumers.add(consumer)
-        queue = self._queue
-        while True:
-            if queue:
-                entry = queue.popleft()
-                _wake_one(self._space)
-                if entry.done is not None:
-                    self._taken[entry.message] = entry
-                return entry
-            if self._closed or self._ended:
-                failure = self._failure
-                if failure is not None and not self._closed:
-                    raise SubscribeError(f"stream of {self._subject!r} failed: {failure}") from (
-                        failure
-                    )
-                raise StopAsyncIteration
-            waiter = asyncio.get_running_loop().create_future()
-            self._items.append(waiter)
-            try:
-                if deadline is None:
-                    await waiter
-                else:
-                    async with asyncio.timeout_at(deadline):
-                        await waiter
-            except (TimeoutError, asyncio.CancelledError) as exc:
-                if waiter.done() and not waiter.cancelled() and queue:
-                    _wake_one(self._items)  # woken, but leaving: let another take it
-                waiter.cancel()
-                if isinstance(exc, TimeoutError):
-                    return None
-                raise
+        return await self._feed.next_entry(deadline)
 
-    def __aiter__(self) -> Self:
-        return self
+    def __aiter__(self) -> Loop[Message[T]]:
+        """A loop over the stream; leaving it early closes the stream (see the class)."""
+        return Loop(self.__anext__, self._feed)
 
     async def __anext__(self) -> Message[T]:
         """The next message; waits for one.
@@ -398,7 +261,7 @@ class MessageStream(Generic[T]):
             StopAsyncIteration: The stream has ended and its buffer is empty.
             SubscribeError: The subscription failed (once the buffer is empty).
         """
-        entry = await self.next_entry()
+        entry = await self._feed.next_entry()
         assert entry is not None  # no deadline given
         return entry.message
 

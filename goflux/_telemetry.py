@@ -138,7 +138,10 @@ class Telemetry:
         self.settlements = meter.create_counter(
             GOFLUX_CONSUMER_SETTLEMENTS,
             unit="{message}",
-            description="Settlements sent by consumers, by outcome (ack, nak, term, in_progress).",
+            description=(
+                "Settlements sent by consumers, by outcome (ack, nak, term, in_progress, "
+                "ack_unconfirmed)."
+            ),
         )
         self.dead_letters = meter.create_counter(
             GOFLUX_CONSUMER_DEAD_LETTERS,

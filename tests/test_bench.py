@@ -17,6 +17,7 @@ TITLES = (
     "JetStream publish, waiting for each PubAck",
     "JetStream pipelined publish",
     "JetStream consume with ack, typed handler",
+    "JetStream consume, plain vs confirmed acks",
     "End-to-end latency at 1,000 msg/s",
     "Memory: a consumer holding",
     "Spark source: typed rows/s",
@@ -32,6 +33,9 @@ CASES = (
     "FastStream broker.publish(stream=)",
     "goflux Publisher + Subscriber",
     "goflux Subscriber.stream",
+    "raw callback pull + ack_sync()",
+    "goflux Subscriber, plain acks",
+    "goflux Subscriber, confirm_acks=True",
 )
 GOALS = (
     "consume with ack (typed) vs raw callback pull",

@@ -94,6 +94,25 @@ async def test_failed_settlement_can_be_retried() -> None:
     assert acker.calls == [("ack", None)]
 
 
+@dataclass
+class ConfirmingAcker(RecordingAcker):
+    """An acker that can have an ack confirmed."""
+
+    async def ack_confirmed(self) -> None:
+        await self._record("ack_confirmed", None)
+
+
+async def test_a_confirmed_ack_uses_the_acker_s_confirmation_or_falls_back_to_ack() -> None:
+    confirming, plain = ConfirmingAcker(), RecordingAcker()
+    await Message("s", 1, acker=confirming).ack(confirm=True)
+    await Message("s", 1, acker=plain).ack(confirm=True)
+    assert confirming.calls == [("ack_confirmed", None)]
+    assert plain.calls == [("ack", None)]  # it cannot confirm: a plain ack
+    unacknowledged = Message("s", 1)
+    await unacknowledged.ack(confirm=True)  # nothing to confirm: a recorded no-op
+    assert unacknowledged.settled == "ack"
+
+
 async def test_negative_nak_delay_is_refused() -> None:
     msg = Message("s", 1)
     with pytest.raises(ValueError, match="delay"):

@@ -63,7 +63,8 @@ def config(
 ) -> str:
     """The server config; ``revoked`` takes every permission from user ``reloaded``."""
     users = []
-    for user, permissions in USERS.items():
+    for user, allowed in USERS.items():
+        permissions = allowed
         if user == "reloaded" and revoked:
             permissions = 'publish: { deny: [">"] }, subscribe: { deny: [">"] }'
         perms = f", permissions: {{ {permissions} }}" if permissions else ""
@@ -98,9 +99,7 @@ class Server:
             self.error_seen.set()
 
         options.setdefault("error_cb", on_error)
-        nc = await nats.connect(
-            self.server.url, user=user, password=PASSWORD, **options
-        )
+        nc = await nats.connect(self.server.url, user=user, password=PASSWORD, **options)
         self.clients.append(nc)
         return nc
 
@@ -112,7 +111,7 @@ class Server:
 
     async def wait_reloaded(self, count: int) -> None:
         """Wait until the server has logged ``count`` reloads (its own signal)."""
-        while self.server.log_tail(200).count("Reloaded server configuration") < count:
+        while self.server.log_tail(200).count("Reloaded server configuration") < count:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
 
@@ -121,9 +120,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     srv = Server(tmp_path)
     async with srv.server:
         admin = await srv.connect("admin")
-        await jetstream.ensure_stream(
-            admin.jetstream(), name=STREAM, subjects=["denied.>", "ok.>"]
-        )
+        await jetstream.ensure_stream(admin.jetstream(), name=STREAM, subjects=["denied.>", "ok.>"])
         await jetstream.ensure_consumer(
             admin.jetstream(), stream=STREAM, name="WORK", filter_subject="ok.>", ack_wait=30
         )
@@ -136,7 +133,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
 async def timed(make: Callable[[], Any]) -> tuple[BaseException, float]:
     """Await ``make()``; return the exception it raised and the seconds it took."""
     began = time.perf_counter()
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(Exception) as caught:  # noqa: PT011  # the callers check the type
         await make()
     return caught.value, time.perf_counter() - began
 
@@ -155,8 +152,10 @@ async def test_a_jetstream_publish_to_a_denied_subject_fails_at_once(server: Ser
     pub = jetstream.Publisher(nc.jetstream(), CODEC)
     error, took = await timed(lambda: pub.publish("denied.x", order(1)))
     assert isinstance(error, PermissionDenied)
-    assert error.permanent and not error.may_be_stored
-    assert error.operation == "publish" and error.subject == "denied.x"
+    assert error.permanent
+    assert not error.may_be_stored
+    assert error.operation == "publish"
+    assert error.subject == "denied.x"
     assert took < AT_ONCE
     assert server.errors, "the user's own error callback still runs"
 
@@ -175,24 +174,21 @@ async def test_publish_many_reports_a_refused_subject_at_once_and_the_rest_store
 ) -> None:
     nc = await server.connect("nopub")
     pub = jetstream.Publisher(nc.jetstream(), CODEC)
-    items = [
-        jetstream.Outgoing("denied.x" if n % 2 else f"ok.{n}", order(n)) for n in range(10)
-    ]
+    items = [jetstream.Outgoing("denied.x" if n % 2 else f"ok.{n}", order(n)) for n in range(10)]
     began = time.perf_counter()
     results = await pub.publish_many(items, return_exceptions=True)
     took = time.perf_counter() - began
     denied = [r for r in results if isinstance(r, PermissionDenied)]
     stored = [r for r in results if not isinstance(r, PublishError)]
-    assert len(denied) == 5 and len(stored) == 5
+    assert len(denied) == 5
+    assert len(stored) == 5
     assert took < AT_ONCE
 
 
 async def test_publish_many_reads_the_servers_refusal_of_a_full_stream(server: Server) -> None:
     admin = await server.connect("admin")
     js = admin.jetstream()
-    await jetstream.ensure_stream(
-        js, name="FULL", subjects=["full.>"], max_msgs=3, discard="new"
-    )
+    await jetstream.ensure_stream(js, name="FULL", subjects=["full.>"], max_msgs=3, discard="new")
     pub = jetstream.Publisher(js, CODEC)
     began = time.perf_counter()
     results = await pub.publish_many(
@@ -217,7 +213,8 @@ async def test_a_core_publish_refusal_raises_on_the_next_publish_or_at_once_with
     async with asyncio.timeout(5):
         await server.error_seen.wait()  # the refusal is in (the user's callback saw it)
     error, took = await timed(lambda: pub.publish("denied.x", order(2)))
-    assert isinstance(error, PermissionDenied) and "not sent" in str(error)
+    assert isinstance(error, PermissionDenied)
+    assert "not sent" in str(error)
     assert took < AT_ONCE
     await pub.publish("ok.y", order(3))  # other subjects are not affected
 
@@ -253,7 +250,8 @@ async def test_a_refused_reply_counts_as_failed(
         while len(server.errors) < 3:  # the refusals of the replies are in
             server.error_seen.clear()
             await server.error_seen.wait()
-    assert subscription.failed == 3 and subscription.answered == 0
+    assert subscription.failed == 3
+    assert subscription.answered == 0
     refusal_logs = [r for r in caplog.records if "refuses replies" in r.getMessage()]
     assert len(refusal_logs) == 1
     await subscription.stop()
@@ -270,7 +268,8 @@ async def test_a_core_subscription_to_a_denied_subject_fails_to_start(server: Se
         pass
 
     error, took = await timed(lambda: sub.start("denied.x", handler))
-    assert isinstance(error, PermissionDenied) and isinstance(error, SubscribeError)
+    assert isinstance(error, PermissionDenied)
+    assert isinstance(error, SubscribeError)
     assert error.operation == "subscribe"
     assert took < AT_ONCE
 
@@ -375,7 +374,7 @@ async def test_a_user_removed_by_a_reload_fails_subscriptions_promptly(
 ) -> None:
     nc = await server.connect("reloaded", reconnect_time_wait=0.1)
     core = await gnats.Subscriber(nc, CODEC).start("ok.core", _ignore)
-    USERS_BEFORE = dict(USERS)
+    users_before = dict(USERS)
     try:
         del USERS["reloaded"]
         server.reload()
@@ -387,7 +386,7 @@ async def test_a_user_removed_by_a_reload_fails_subscriptions_promptly(
         assert time.perf_counter() - began < 2.0
     finally:
         USERS.clear()
-        USERS.update(USERS_BEFORE)
+        USERS.update(users_before)
 
 
 async def _ignore(message: Message[Order]) -> None:
@@ -412,7 +411,8 @@ async def test_a_lowered_max_payload_is_reported_with_the_servers_reason(
     assert "maximum payload violation" in str(error)
     assert took < AT_ONCE
     error, _ = await timed(lambda: pub.publish("ok.big", b"x"))
-    assert isinstance(error, PublishError) and error.permanent
+    assert isinstance(error, PublishError)
+    assert error.permanent
     assert "maximum payload violation" in str(error)
 
     fresh = await server.connect("admin")  # a new connection learns the new limit

@@ -260,6 +260,15 @@ def lines_of(message: Message[Order]) -> list[str]:
 assert_type(pipe_flat_map(str_pub, lines_of, subject="lines"), Handler[Order])
 
 
+async def iterated() -> None:
+    async for message in order_sub.stream("orders"):
+        assert_type(message, Message[Order])
+        await message.ack(confirm=True)
+    async for batch in micro_batches(order_sub, "orders", max_messages=10, max_wait=1):
+        assert_type(batch, list[Message[Order]])
+    assert_type(await anext(order_sub.stream("orders")), Message[Order])
+
+
 async def handled_in_group() -> None:
     stats = await process(order_sub.stream("orders"), on_order, concurrency=4)
     assert_type(stats, ProcessStats)

@@ -3,7 +3,9 @@
 Every acknowledgement goes through :meth:`JetStreamAcker._send`: it publishes the
 payload (``+ACK``, ``-NAK``, ``+TERM``, ``+WPI``) on the message's ``$JS.ACK`` reply
 subject, records the outcome in the subscription's :class:`Ledger`, and gives the
-message's in-flight room back once it is settled.
+message's in-flight room back once it is settled. A confirmed ack goes through the
+subscription's :class:`~._confirm.Confirmations` instead, which count it and give the
+room back once the server confirmed it (or it was given up).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from goflux._errors import SettlementError
 from goflux._message import Delivery, Outcome
 from goflux._semconv import GOFLUX_SETTLEMENT_OUTCOME
 from goflux._telemetry import Telemetry
+from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._delivery import ack_tokens, delivery_of
 
 __all__ = ("JetStreamAcker", "Ledger", "hand_back")
@@ -39,28 +42,54 @@ class Ledger:
         telemetry: Records the ``goflux.consumer.settlements`` metric.
         attributes: The subscription's metric attributes (system, consumer, subject).
         release: Gives one message's in-flight room back to the pull engine.
+        confirmations: Where acks go to be confirmed (``ack(confirm=True)``).
+        confirm_all: Every ack is confirmed (the subscriber's ``confirm_acks``).
+
+    Attributes:
+        unconfirmed: Acks sent for confirmation and given up unconfirmed.
     """
 
-    __slots__ = ("_by_outcome", "_progress", "_tel", "release")
+    __slots__ = (
+        "_by_outcome",
+        "_progress",
+        "_tel",
+        "_unconfirmed",
+        "confirm_all",
+        "confirmations",
+        "release",
+        "unconfirmed",
+    )
 
     def __init__(
         self,
         telemetry: Telemetry,
         attributes: Mapping[str, AttributeValue],
         release: Callable[[], None],
+        confirmations: Confirmations | None = None,
+        *,
+        confirm_all: bool = False,
     ) -> None:
         self._tel = telemetry
         self._by_outcome = {
             outcome: {**attributes, GOFLUX_SETTLEMENT_OUTCOME: outcome} for outcome in _OUTCOMES
         }
         self._progress = {**attributes, GOFLUX_SETTLEMENT_OUTCOME: "in_progress"}
+        self._unconfirmed = {**attributes, GOFLUX_SETTLEMENT_OUTCOME: "ack_unconfirmed"}
         self.release = release
+        self.confirmations = confirmations
+        self.confirm_all = confirm_all and confirmations is not None
+        self.unconfirmed = 0
 
     def record(self, outcome: Outcome | None) -> None:
         """Count one settlement sent (``None``: an in-progress signal)."""
         self._tel.record_settlement(
             self._progress if outcome is None else self._by_outcome[outcome]
         )
+
+    def record_unconfirmed(self) -> None:
+        """Count one ack sent for confirmation and given up (outcome ``ack_unconfirmed``)."""
+        self.unconfirmed += 1
+        self._tel.record_settlement(self._unconfirmed)
 
 
 class JetStreamAcker:
@@ -81,7 +110,15 @@ class JetStreamAcker:
         ValueError: ``reply`` is not a JetStream ack subject.
     """
 
-    __slots__ = ("_ledger", "_nc", "_reply", "last_progress", "num_delivered", "released")
+    __slots__ = (
+        "_ledger",
+        "_nc",
+        "_reply",
+        "deferred",
+        "last_progress",
+        "num_delivered",
+        "released",
+    )
 
     def __init__(self, nc: Client, reply: str, ledger: Ledger, arrival: float) -> None:
         tokens, offset = ack_tokens(reply)  # the tokens are not kept: memory per message
@@ -91,6 +128,12 @@ class JetStreamAcker:
         self.num_delivered = int(tokens[offset + 2])
         self.last_progress = arrival
         self.released = False  # its in-flight room was given back (at most once)
+        self.deferred = False  # a confirmed ack.ack() returns once sent (the auto-ack)
+
+    @property
+    def subject(self) -> str:
+        """The message's ``$JS.ACK`` reply subject, where settlements go."""
+        return self._reply
 
     @property
     def stream_sequence(self) -> int:
@@ -127,10 +170,50 @@ class JetStreamAcker:
     def ack(self) -> Coroutine[Any, Any, None]:
         """Acknowledge: the consumer will not deliver the message again (awaitable).
 
+        If the subscription confirms every ack, it is confirmed (see
+        :meth:`ack_confirmed`); with ``deferred`` set, it returns once sent, and the
+        confirmation gives the room back later.
+
         Raises:
             SettlementError: The acknowledgement could not be sent.
+            AckNotConfirmed: The ack was confirmed and waited for, and no
+                confirmation came.
         """
+        ledger = self._ledger
+        if ledger.confirm_all:
+            assert ledger.confirmations is not None  # confirm_all says so
+            return ledger.confirmations.ack(self, wait=not self.deferred)
         return self._send(_ACK, "ack")
+
+    def ack_confirmed(self) -> Coroutine[Any, Any, None]:
+        """Acknowledge, and return once the server confirmed it applied the ack.
+
+        The ack is sent as a request; without a reply within the subscription's
+        ``confirm_timeout`` it is sent again, three times in all. The message keeps
+        its in-flight room until then.
+
+        Raises:
+            SettlementError: The acknowledgement could not be sent.
+            AckNotConfirmed: No confirmation came (see the error's cause).
+        """
+        confirmations = self._ledger.confirmations
+        if confirmations is None:  # a ledger without confirmations: nothing to confirm with
+            return self._send(_ACK, "ack")
+        return confirmations.ack(self, wait=True)
+
+    def confirmed(self) -> None:
+        """The server confirmed the ack: count it and give the room back."""
+        ledger = self._ledger
+        ledger.record("ack")
+        self.release()
+
+    def unconfirmed(self) -> None:
+        """The ack was given up unconfirmed: count it and give the room back.
+
+        If the server did not apply it, it redelivers the message after ``ack_wait``.
+        """
+        self._ledger.record_unconfirmed()
+        self.release()
 
     def nak(self, delay: float | None) -> Coroutine[Any, Any, None]:
         """Ask for redelivery, after ``delay`` seconds if given (awaitable).

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from goflux._deadletter import DeadLetter
+from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
 
 __all__ = (
     "DEFAULT_DRAIN_TIMEOUT",
@@ -33,6 +34,8 @@ class SubscriberOptions:
     __slots__ = (
         "batch",
         "concurrency",
+        "confirm_acks",
+        "confirm_timeout",
         "consumer_config",
         "dead_letter",
         "drain_timeout",
@@ -58,9 +61,16 @@ class SubscriberOptions:
         consumer_config: Mapping[str, Any] | None,
         ordered: bool,
         dead_letter: DeadLetter | None = None,
+        confirm_acks: bool = False,
+        confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
     ) -> None:
-        if ordered and (manual_ack or concurrency != 1):
-            raise ValueError("ordered mode delivers in order: no manual_ack, concurrency 1")
+        if ordered and (manual_ack or concurrency != 1 or confirm_acks):
+            raise ValueError(
+                "ordered mode delivers in order without acks: no manual_ack or "
+                "confirm_acks, concurrency 1"
+            )
+        if not confirm_timeout > 0:  # also refuses NaN
+            raise ValueError(f"confirm_timeout must be > 0 seconds, got {confirm_timeout}")
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         if concurrency < 1:
@@ -91,6 +101,8 @@ class SubscriberOptions:
         self.consumer_config = dict(consumer_config or {})
         self.ordered = ordered
         self.dead_letter = dead_letter
+        self.confirm_acks = confirm_acks
+        self.confirm_timeout = confirm_timeout
 
     def streaming(self) -> SubscriberOptions:
         """These options for a message stream: a worker per message in flight.

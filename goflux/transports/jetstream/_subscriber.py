@@ -22,6 +22,7 @@ from goflux._telemetry import Telemetry
 from goflux.transports._natspy import api_prefix, api_timeout, connection
 from goflux.transports._refusals import Guard, refusals
 from goflux.transports.jetstream._api import api_error, known_refusal
+from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
 from goflux.transports.jetstream._consumers import (
     AcknowledgedConsumer,
     OrderedConsumer,
@@ -75,6 +76,17 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
     running longer than half the consumer's ``ack_wait`` get ``in_progress`` signals so
     the server does not redeliver them meanwhile.
 
+    With ``confirm_acks``, every ack waits for the server's confirmation that it was
+    applied (a "double ack"): the auto-ack does not hold up the worker (it takes the
+    next message while confirmations are in flight), but the message keeps its
+    in-flight room until it is confirmed; a manual ``await msg.ack()`` returns once
+    confirmed. An ack with no reply within ``confirm_timeout`` is sent again, three
+    times in all; then it is given up: ``msg.ack()`` raises
+    :class:`~goflux.AckNotConfirmed`, and an auto-ack is logged as an error, counted
+    (``JetStreamSubscription.unconfirmed``, and the settlements metric with outcome
+    ``ack_unconfirmed``), and the subscription goes on. ``msg.ack(confirm=True)``
+    confirms one ack without the option.
+
     Args:
         js: A JetStream context of a connected nats-py client (the caller owns it).
         codec: Decodes the payloads.
@@ -99,6 +111,9 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             failure headers) before they are terminated; see
             :class:`goflux.middleware.DeadLetter`. Handler failures are dead-lettered
             by :func:`goflux.middleware.retry_ack`.
+        confirm_acks: Confirm every ack with the server (see above).
+        confirm_timeout: Seconds to wait for an ack's confirmation before sending it
+            again.
         ordered: Replay in stream order without acknowledgements, through an
             ephemeral consumer that is recreated after the last message seen whenever
             a gap, a missed heartbeat or a reconnect is detected (no durable needed;
@@ -127,6 +142,8 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         consumer_config: Mapping[str, Any] | None = None,
         ordered: bool = False,
         dead_letter: DeadLetter | None = None,
+        confirm_acks: bool = False,
+        confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
         telemetry: Telemetry | None = None,
     ) -> None:
         self._options = SubscriberOptions(
@@ -141,6 +158,8 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             consumer_config=consumer_config,
             ordered=ordered,
             dead_letter=dead_letter,
+            confirm_acks=confirm_acks,
+            confirm_timeout=confirm_timeout,
         )
         if consumer is not None and (consumer_config or ordered):
             raise ValueError(

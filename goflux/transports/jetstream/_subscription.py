@@ -6,7 +6,9 @@ decode it, run the handler inside a CONSUMER span, and settle what the handler l
 unsettled: auto-ack on return, nak on failure, or nothing in manual mode. Every
 settlement goes through the message and its acker, which gives the in-flight room
 back to the engine. A keep-alive task sends in-progress signals for messages held
-longer than half the consumer's ``ack_wait``.
+longer than half the consumer's ``ack_wait``. Confirmed acks (``confirm_acks``, or
+``ack(confirm=True)``) are kept in flight together by the subscription's
+:class:`~._confirm.Confirmations`; a drain waits for them.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from goflux._wire import read_headers
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import closed_reason
 from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
+from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._consumers import PulledConsumer
 from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
@@ -144,7 +147,19 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             MESSAGING_CONSUMER_GROUP_NAME: consumer.name,
             MESSAGING_DESTINATION_TEMPLATE: pattern,
         }
-        self._ledger = Ledger(telemetry, base, self._engine.release)
+        self._confirmations = (
+            Confirmations(self._nc, timeout=options.confirm_timeout, where=consumer.name)
+            if consumer.acknowledges
+            else None
+        )
+        self._confirm_all = options.confirm_acks and self._confirmations is not None
+        self._ledger = Ledger(
+            telemetry,
+            base,
+            self._engine.release,
+            self._confirmations,
+            confirm_all=self._confirm_all,
+        )
         self._redelivery_attrs = base
         self._ready: deque[tuple[Msg, JetStreamAcker]] = deque()  # taken, not started
         self._idle: list[asyncio.Future[None]] = []  # workers waiting for a message
@@ -190,9 +205,16 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         """Messages received and not yet settled (never more than ``max_in_flight``)."""
         return self._engine.outstanding
 
+    @property
+    def unconfirmed(self) -> int:
+        """Acks sent for confirmation that the server never confirmed (given up)."""
+        return self._ledger.unconfirmed
+
     # -------------------------------------------------------------- lifecycle
 
     async def _begin(self) -> None:
+        if self._confirm_all and self._confirmations is not None:
+            await self._confirmations.open()  # its inbox is ready before the first ack
         await self._engine.start()
         if self._acknowledged and self._options.keep_alive and self._ack_wait > 0:
             self._keeper = self._loop.create_task(
@@ -245,6 +267,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     for task in pending:
                         task.cancel()
                     await asyncio.wait(pending)
+            if self._confirmations is not None:
+                await self._confirmations.settled()  # each is bounded by its attempts
         finally:
             await self._finish(None)
 
@@ -258,6 +282,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             if task is not None and task is not current and not task.done():
                 task.cancel()
         try:
+            if self._confirmations is not None:
+                await self._confirmations.close()
             await self._engine.close(failed=failure is not None)
         finally:  # also when closing cancelled the task it ran in (the inbox's callbacks)
             self._failure = failure
@@ -420,6 +446,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             return
         self.handled += 1
         if self._auto_ack and message.settled is None:  # the hot path
+            if self._confirm_all:
+                acker.deferred = True  # the worker goes on; the room waits for the reply
             try:
                 await message.ack()
             except SettlementError as exc:
@@ -564,7 +592,7 @@ async def started(subscription: JetStreamSubscription[T]) -> JetStreamSubscripti
     except PermissionDenied as exc:
         await subscription._finish(exc)
         raise
-    except (nats.errors.Error, TimeoutError) as exc:
+    except (nats.errors.Error, TimeoutError, SettlementError) as exc:
         await subscription._finish(exc)
         nc = subscription._nc
         reason = closed_reason(nc) if nc.is_closed else ""

@@ -1,0 +1,364 @@
+"""The buffer between a subscription and the consumers of a message stream.
+
+A :class:`StreamFeed` subscribes with an internal handler that puts each message into
+a buffer of ``buffer`` messages and, for messages that can be acknowledged, waits until
+the consumer of the stream has settled it. So the message keeps its acker (the
+consumer acks, naks or terminates it as a handler would), the transport keeps
+counting it as in flight (JetStream keeps it alive past ``ack_wait`` meanwhile), and a
+full buffer pushes back on the transport instead of growing.
+
+The feed holds no reference to the :class:`~goflux.MessageStream` users hold (the
+subscription's handler keeps the feed alive, never the stream), so a stream nobody
+references any more can be finalized and its feed closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from goflux._errors import SettlementError, SubscribeError
+from goflux._interfaces import Handler, Subscription
+from goflux._message import Message, Outcome, observe_settlement
+
+__all__ = ("DEFAULT_BUFFER", "Starter", "StreamEntry", "StreamFeed")
+
+T = TypeVar("T")
+
+logger = logging.getLogger("goflux._streams")  # the name users know
+
+DEFAULT_BUFFER = 64
+"""Messages a stream holds for its consumer by default."""
+
+Starter = Callable[[Handler[T]], Awaitable[Subscription]]
+"""Starts the subscription feeding a stream, given the stream's internal handler."""
+
+
+class StreamEntry(Generic[T]):
+    """A buffered message, the context it arrived in, and its settlement (if awaited)."""
+
+    __slots__ = ("context", "done", "message")
+
+    def __init__(
+        self,
+        message: Message[T],
+        context: contextvars.Context,
+        done: asyncio.Future[Outcome] | None,
+    ) -> None:
+        self.message = message
+        self.context = context  # the transport's context: the consumer span is active in it
+        self.done = done  # None: nothing to wait for (no acknowledgement)
+
+
+def _wake_one(waiters: deque[asyncio.Future[None]]) -> None:
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
+            return
+
+
+def _wake_all(waiters: deque[asyncio.Future[None]]) -> None:
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
+
+
+class StreamFeed(Generic[T]):
+    """The state of one message stream: its subscription, buffer and handed-out messages.
+
+    :class:`~goflux.MessageStream` documents the behaviour; this is what it delegates
+    to. ``loop`` is the event loop the feed started on (None before it starts), and
+    ``owned`` says whether a stream is inside ``async with``, which closes it on exit.
+
+    Attributes:
+        dropped: Messages without acknowledgement discarded by :meth:`close`.
+        owned: A stream is inside ``async with`` (its exit closes the feed).
+        loop: The event loop the feed started on (None before it starts).
+    """
+
+    def __init__(self, start: Starter[T], subject: str, buffer: int) -> None:
+        self._start_subscription = start
+        self._subject = subject
+        self._size = buffer
+        self._queue: deque[StreamEntry[T]] = deque()
+        self._taken: dict[Message[T], StreamEntry[T]] = {}  # handed out, unsettled
+        self._space: deque[asyncio.Future[None]] = deque()  # the handler, waiting for room
+        self._items: deque[asyncio.Future[None]] = deque()  # consumers, waiting for messages
+        self._subscription: Subscription | None = None
+        self._opening: asyncio.Task[Subscription] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._closing: asyncio.Task[None] | None = None
+        self._stopper: asyncio.Task[None] | None = None
+        self._consumers: weakref.WeakSet[asyncio.Task[object]] = weakref.WeakSet()
+        self._waiting: set[StreamEntry[T]] = set()  # entries whose handler awaits settlement
+        self._stop_requested = False
+        self._closed = False
+        self._ended = False  # the subscription has stopped: nothing more arrives
+        self._failure: BaseException | None = None
+        self.dropped = 0
+        self.owned = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def subject(self) -> str:
+        """The subject or pattern the stream subscribes to."""
+        return self._subject
+
+    @property
+    def subscription(self) -> Subscription | None:
+        """The running subscription (None before the stream starts)."""
+        return self._subscription
+
+    @property
+    def buffered(self) -> int:
+        """Messages received and not yet taken by the consumer."""
+        return len(self._queue)
+
+    @property
+    def unsettled(self) -> int:
+        """Messages taken by the consumer that can be acknowledged and are not settled yet."""
+        return len(self._taken)
+
+    @property
+    def abandonable(self) -> bool:
+        """Whether closing would hand back or stop anything (started, open, not in use).
+
+        False before the feed started, once it is closing, while a stream is inside
+        ``async with`` (its exit closes the feed), and after its subscription ended
+        with nothing left in the buffer or handed out.
+        """
+        if self.loop is None or self._closing is not None or self.owned:
+            return False
+        return not (self._ended and not self._queue and not self._taken)
+
+    # -------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Subscribe, if not done yet; return once messages published from now on arrive.
+
+        Raises:
+            InvalidSubject: The subject is not a valid pattern.
+            SubscribeError: The subscription could not start, or the feed is closed.
+        """
+        if self._subscription is not None or self._stop_requested:
+            return  # stopped before it started: nothing to subscribe
+        if self._closed:
+            raise SubscribeError(f"stream of {self._subject!r} is closed")
+        if self._opening is None:
+            self.loop = asyncio.get_running_loop()
+            self._opening = self.loop.create_task(
+                self._open(), name=f"goflux-stream-{self._subject}-start"
+            )
+        await asyncio.shield(self._opening)
+
+    async def _open(self) -> Subscription:
+        subscription = await self._start_subscription(self._receive)
+        self._subscription = subscription
+        self._watcher = asyncio.get_running_loop().create_task(
+            self._watch(subscription), name=f"goflux-stream-{self._subject}-watch"
+        )
+        return subscription
+
+    async def _watch(self, subscription: Subscription) -> None:
+        try:
+            await subscription.wait()
+        except Exception as exc:  # noqa: BLE001 - raised to the consumer instead
+            self._failure = exc
+        finally:
+            self._ended = True
+            _wake_all(self._items)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop taking messages; iteration ends after the ones already received.
+
+        Returns once the subscription has drained (its handlers are this stream's
+        messages: they are done when the consumer has settled them, or at the drain
+        deadline ``timeout``). Called from a task that iterates the stream (or from a
+        handler of :func:`process`), it only starts the drain, since waiting there
+        would wait for itself; do not await it from other tasks that hold messages
+        of the stream unsettled.
+        """
+        if self._opening is not None and self._subscription is None:
+            with contextlib.suppress(Exception):  # the caller of start() saw the error
+                await asyncio.shield(self._opening)  # let a start in progress finish first
+        self._stop_requested = True
+        subscription = self._subscription
+        if subscription is None:
+            self._ended = True
+            _wake_all(self._items)
+            return
+        if self._stopper is None:
+            self._stopper = asyncio.get_running_loop().create_task(
+                subscription.stop(timeout), name=f"goflux-stream-{self._subject}-stop"
+            )
+        if asyncio.current_task() in self._consumers:
+            return
+        await asyncio.shield(self._stopper)
+
+    async def close(self) -> None:
+        """End the stream now: hand back every unsettled message, stop the subscription.
+
+        Buffered messages and messages handed out but not settled are nak'd (redelivered
+        at once); on transports without acknowledgement the buffered ones are dropped
+        and counted in :attr:`dropped`. A later settlement of a handed-back message
+        raises :class:`~goflux.AlreadySettled`.
+        """
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(
+                self._close(), name=f"goflux-stream-{self._subject}-close"
+            )
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        self._closed = True
+        if self._opening is not None and not self._opening.done():
+            with contextlib.suppress(Exception):  # the caller of start() saw the error
+                await self._opening
+        self.dropped += sum(1 for entry in self._queue if entry.done is None)
+        self._queue.clear()
+        _wake_all(self._space)
+        _wake_all(self._items)
+        if self._stopper is not None:
+            # A drain is under way (intake has stopped) with its own deadline: hand
+            # back what is held now rather than wait for it.
+            held = [entry.message for entry in self._waiting]
+            await asyncio.gather(*(self._hand_back(message) for message in held))
+        if self._subscription is not None:
+            # A zero deadline cancels the handlers still holding messages, and the
+            # transport hands those back, after it stopped receiving (a nak before that
+            # could be redelivered to this very subscription).
+            await self._subscription.stop(0)
+        leftovers = [message for message in self._taken if message.settled is None]
+        await asyncio.gather(*(self._hand_back(message) for message in leftovers))
+        if self._watcher is not None:
+            await self._watcher
+        if self.dropped:
+            logger.warning(
+                "stream of %r closed with %d received messages not consumed (dropped: the "
+                "transport cannot redeliver them)",
+                self._subject,
+                self.dropped,
+            )
+
+    async def _hand_back(self, message: Message[T]) -> None:
+        if message.settled is not None:
+            return
+        try:
+            await message.nak()
+        except SettlementError as exc:  # the transport settles it as failed instead
+            logger.warning("could not hand back message on %r: %s", message.subject, exc)
+
+    # --------------------------------------------------------- handler side
+
+    async def _receive(self, message: Message[T]) -> None:
+        """The subscription's handler: buffer ``message``, wait until it is settled."""
+        while len(self._queue) >= self._size and not self._closed:
+            room = asyncio.get_running_loop().create_future()
+            self._space.append(room)
+            try:
+                await room
+            except asyncio.CancelledError:
+                if len(self._queue) < self._size:
+                    _wake_one(self._space)  # pass on a wake-up this handler got
+                raise
+        if self._closed:
+            if message.acknowledgeable:
+                # The closing subscription cancels this at once and hands it back.
+                await asyncio.get_running_loop().create_future()
+            self.dropped += 1
+            return
+        if not message.acknowledgeable:
+            self._queue.append(StreamEntry(message, contextvars.copy_context(), None))
+            _wake_one(self._items)
+            return
+        done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        entry = StreamEntry(message, contextvars.copy_context(), done)
+
+        def settled(outcome: Outcome | None) -> None:
+            self._taken.pop(message, None)
+            if done.done():
+                return
+            if outcome is None:
+                done.set_exception(
+                    SettlementError(f"settling message on {message.subject!r} failed")
+                )
+            else:
+                done.set_result(outcome)
+
+        observe_settlement(message, settled)
+        self._queue.append(entry)
+        self._waiting.add(entry)
+        _wake_one(self._items)
+        try:
+            await done
+        except asyncio.CancelledError:
+            # The transport gives up on it (drain deadline): it settles the message.
+            observe_settlement(message, None)
+            self._taken.pop(message, None)
+            try:
+                self._queue.remove(entry)
+            except ValueError:
+                pass
+            else:
+                _wake_one(self._space)
+            raise
+        finally:
+            observe_settlement(message, None)
+            self._waiting.discard(entry)
+
+    # -------------------------------------------------------- consumer side
+
+    async def next_entry(self, deadline: float | None = None) -> StreamEntry[T] | None:
+        """Take the next message with the context it arrived in (for :func:`process`).
+
+        Returns None if ``deadline`` (event loop time) passes first.
+
+        Raises:
+            StopAsyncIteration: The stream has ended and its buffer is empty.
+            SubscribeError: The subscription failed (once the buffer is empty).
+        """
+        if self._subscription is None and not self._closed:
+            await self.start()
+        consumer = asyncio.current_task()
+        if consumer is not None:
+            self._consumers.add(consumer)
+        queue = self._queue
+        while True:
+            if queue:
+                entry = queue.popleft()
+                _wake_one(self._space)
+                if entry.done is not None:
+                    self._taken[entry.message] = entry
+                return entry
+            if self._closed or self._ended:
+                failure = self._failure
+                if failure is not None and not self._closed:
+                    raise SubscribeError(f"stream of {self._subject!r} failed: {failure}") from (
+                        failure
+                    )
+                raise StopAsyncIteration
+            waiter = asyncio.get_running_loop().create_future()
+            self._items.append(waiter)
+            try:
+                if deadline is None:
+                    await waiter
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        await waiter
+            except (TimeoutError, asyncio.CancelledError) as exc:
+                if waiter.done() and not waiter.cancelled() and queue:
+                    _wake_one(self._items)  # woken, but leaving: let another take it
+                waiter.cancel()
+                if isinstance(exc, TimeoutError):
+                    return None
+                raise
