@@ -356,8 +356,9 @@ class PermissionDenied(PublishError, SubscribeError, RequestError):
     """The server refused an operation on a subject: the credentials lack the permission.
 
     It is reported at once, from the server's own refusal, never after a timeout. It is
-    a :class:`PublishError` (``permanent=True``, ``may_be_stored=False``: nothing was
-    stored, and a retry cannot succeed until the permissions change), a
+    a :class:`PublishError` (``permanent=True``: a retry cannot succeed until the
+    permissions change; ``may_be_stored=False`` when the publish itself was refused,
+    True when only the inbox its acknowledgement would come to was), a
     :class:`SubscribeError` and a :class:`RequestError`, so the handler a caller
     already has for the operation catches it.
 
@@ -365,17 +366,24 @@ class PermissionDenied(PublishError, SubscribeError, RequestError):
         operation: What was refused: ``"publish"``, ``"subscribe"`` or ``"connect"``
             (the server refused the credentials themselves, e.g. on a reconnect after
             the user was removed).
-        subject: The subject refused (as the server reported it: NATS clients see it
-            lower-cased), or ``""`` for ``"connect"``.
+        subject: The subject refused, or ``""`` for ``"connect"``.
         reason: The server's words.
     """
 
-    def __init__(self, message: str, *, operation: str, subject: str, reason: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str,
+        subject: str,
+        reason: str,
+        may_be_stored: bool = False,
+    ) -> None:
         GofluxError.__init__(self, message)
         self.operation = operation
         self.subject = subject
         self.reason = reason
-        self.may_be_stored = False
+        self.may_be_stored = may_be_stored
         self.permanent = True
         self.err_code: int | None = None
 

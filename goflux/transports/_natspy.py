@@ -36,6 +36,8 @@ __all__ = (
     "flush",
     "forget",
     "pending_queue",
+    "request_inbox",
+    "server_error_line",
     "set_error_callback",
     "subscription_id",
 )
@@ -90,13 +92,20 @@ async def flush(nc: Client, timeout: float = 10.0) -> None:
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not await _round_trip(nc, max(deadline - loop.time(), 0.001)):
-        reconnecting = getattr(nc, "_reconnection_task", None)
-        if isinstance(reconnecting, asyncio.Task) and not reconnecting.done():
-            await asyncio.wait({reconnecting}, timeout=max(deadline - loop.time(), 0.0))
+    while True:
         if nc.is_closed:
             raise nats.errors.ConnectionClosedError
-        if not nc.is_connected or loop.time() >= deadline:
+        if not nc.is_connected:  # reconnecting: what is queued goes out after it
+            reconnecting = getattr(nc, "_reconnection_task", None)
+            if isinstance(reconnecting, asyncio.Task) and not reconnecting.done():
+                await asyncio.wait({reconnecting}, timeout=max(deadline - loop.time(), 0.0))
+            if nc.is_closed:
+                raise nats.errors.ConnectionClosedError
+            if not nc.is_connected:
+                raise nats.errors.FlushTimeoutError
+        if await _round_trip(nc, max(deadline - loop.time(), 0.001)):
+            break
+        if loop.time() >= deadline:
             raise nats.errors.FlushTimeoutError
     if nc.is_closed:  # a server refusing a command may answer the PING, then close
         raise nats.errors.ConnectionClosedError
@@ -105,9 +114,11 @@ async def flush(nc: Client, timeout: float = 10.0) -> None:
 async def _round_trip(nc: Client, timeout: float) -> bool:
     """One PING/PONG; False if the connection dropped before the PONG came."""
     await _written(nc, timeout)
-    pong = asyncio.ensure_future(nc.flush(timeout))  # type: ignore[arg-type]  # takes a float
     reader = getattr(nc, "_reading_task", None)
-    if not isinstance(reader, asyncio.Task) or reader.done():
+    if isinstance(reader, asyncio.Task) and reader.done():
+        return False  # the connection dropped: nats-py's flush would return at once
+    pong = asyncio.ensure_future(nc.flush(timeout))  # type: ignore[arg-type]  # takes a float
+    if not isinstance(reader, asyncio.Task):
         await asyncio.shield(pong)
         return True
     try:
@@ -124,12 +135,21 @@ async def _round_trip(nc: Client, timeout: float) -> bool:
 
 
 async def _written(nc: Client, timeout: float) -> None:
-    """Wait until nats-py's writer task has written what is queued (at most ``timeout``)."""
+    """Wait until nats-py's writer task has written what is queued (at most ``timeout``).
+
+    nats-py's ``_flush_pending`` swallows ``CancelledError``; it runs as a task of its
+    own, so a cancelled caller stops waiting and is still cancelled.
+    """
     flush_pending = getattr(nc, "_flush_pending", None)
     if flush_pending is None or not nc.is_connected:
         return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(flush_pending(force_flush=True), timeout)
+    writing = asyncio.ensure_future(flush_pending(force_flush=True))
+    try:
+        await asyncio.wait({writing}, timeout=timeout)
+    finally:
+        if not writing.done():
+            writing.cancel()
+            writing.add_done_callback(_consume)
 
 
 def _consume(task: asyncio.Future[None]) -> None:
@@ -211,6 +231,32 @@ def set_error_callback(nc: Client, callback: ErrorCallback) -> bool:
         return False
     nc._error_cb = callback
     return True
+
+
+def request_inbox(nc: Client) -> str | None:
+    """The wildcard subject nats-py receives every request's reply on (once it has one)."""
+    prefix = getattr(nc, "_resp_sub_prefix", None)
+    if not isinstance(prefix, bytearray | bytes) or not prefix:
+        return None
+    return bytes(prefix).decode() + "*"
+
+
+def server_error_line(nc: Client) -> str | None:
+    """The ``-ERR`` line nats-py is reporting right now, in the server's own case.
+
+    nats-py lower-cases the text it passes to the error callback (subjects included);
+    while it runs that callback, the line is still at the head of its parser's buffer.
+    Returns the text between the quotes, or None where that is not so.
+    """
+    parser = getattr(nc, "_ps", None)
+    buf = getattr(parser, "buf", None)
+    if not isinstance(buf, bytearray | bytes) or not buf.startswith(b"-ERR"):
+        return None
+    end = buf.find(b"\r\n")
+    if end < 0:
+        return None
+    text = bytes(buf[4:end]).decode(errors="replace").strip()
+    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == "'" else text
 
 
 def subscription_id(subscription: Subscription) -> int | None:

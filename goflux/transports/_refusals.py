@@ -11,8 +11,10 @@ and a refused core publish nobody waits for is kept until the next publish to th
 subject (:meth:`Refusals.take`). A refused reconnect (the server no longer accepts
 the credentials) reaches every connection listener.
 
-nats-py lower-cases the server's error text, subjects included, so subjects are
-matched lower-cased.
+Subjects are matched exactly, in the server's own case, read from the ``-ERR`` line
+itself (nats-py lower-cases the text it passes on). Where that line is not at hand,
+a refusal is "folded" (lower-cased) and matches only where no other subject differs
+from it by case alone.
 """
 
 from __future__ import annotations
@@ -27,29 +29,37 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Literal, TypeVar
 
+import nats.errors
 from nats.aio.client import Client
 
 from goflux._errors import PermissionDenied
-from goflux.transports._natspy import error_callback, set_error_callback
+from goflux.transports._natspy import (
+    error_callback,
+    request_inbox,
+    server_error_line,
+    set_error_callback,
+)
 
-__all__ = ("Guard", "Refusal", "Refusals", "closed_reason", "parse", "refusals")
+__all__ = ("Accept", "Guard", "Refusal", "Refusals", "closed_reason", "parse", "refusals")
 
 Operation = Literal["publish", "subscribe", "connect"]
 Listener = Callable[["Refusal"], None]
+Accept = Callable[["Refusal"], bool]
 Item = TypeVar("Item")
 
 _VIOLATION: Final = re.compile(
     r'permissions violation for (publish|subscription) to "([^"]*)"'
-    r'(?: using queue "([^"]*)")?(?: \(sid "(\d+)"\))?'
+    r'(?: using queue "([^"]*)")?(?: \(sid "(\d+)"\))?',
+    re.IGNORECASE,
 )
-# What the server says when it refuses the credentials (on connect or reconnect).
+# How the server refuses the credentials (on connect or reconnect), lower-cased.
 _CREDENTIALS: Final = (
     "authorization violation",
-    "authentication expired",
-    "authentication revoked",
-    "user authentication",
-    "account authentication",
+    "user authentication expired",
+    "user authentication revoked",
+    "account authentication expired",
 )
+_PERMISSIONS: Final = "permissions violation"
 _UNCLAIMED_LIMIT: Final = 1024  # refused core publishes remembered per connection
 
 
@@ -59,10 +69,12 @@ class Refusal:
 
     Attributes:
         operation: ``"publish"``, ``"subscribe"`` or ``"connect"``.
-        subject: The subject refused, lower-cased (``""`` for ``"connect"``).
+        subject: The subject refused (``""`` for ``"connect"``); lower-cased when
+            ``folded``.
         queue: The queue group of a refused subscription, if any.
         sid: The server's ID of a subscription it removed (after a config reload).
         reason: The server's words.
+        folded: The subject is lower-cased: its case was lost on the way.
     """
 
     operation: Operation
@@ -70,30 +82,79 @@ class Refusal:
     queue: str | None
     sid: int | None
     reason: str
+    folded: bool = False
 
-    def error(self, what: str) -> PermissionDenied:
+    def error(self, what: str, *, may_be_stored: bool = False) -> PermissionDenied:
         """The :class:`~goflux.PermissionDenied` for ``what`` (e.g. "publish to 'x'")."""
         return PermissionDenied(
             f"{what}: the server refused it ({self.reason})",
             operation=self.operation,
             subject=self.subject,
             reason=self.reason,
+            may_be_stored=may_be_stored,
         )
 
+    def names(self, subject: str) -> bool:
+        """Whether this refusal is of ``subject``."""
+        return self.subject == (subject.lower() if self.folded else subject)
 
-def parse(error: Exception) -> Refusal | None:
-    """The refusal an error from nats-py's error callback reports, if it is one."""
+    def about(self, subject: str) -> bool:
+        """Whether this refusal is of ``subject`` or of a subject under it."""
+        mine = subject.lower() if self.folded else subject
+        return self.subject == mine or self.subject.startswith(mine + ".")
+
+
+def parse(error: Exception, line: str | None = None) -> Refusal | None:
+    """The refusal nats-py reports with ``error``, if it is one.
+
+    ``line`` is the server's ``-ERR`` text in its own case, when at hand. Only
+    nats-py's own errors count: an exception raised by a message callback (which
+    nats-py passes to the same error callback) is never read as a refusal.
+    """
+    if not isinstance(error, nats.errors.Error):
+        return None
     text = str(error)
-    lowered = text.lower()
-    match = _VIOLATION.search(lowered)
-    reason = lowered.removeprefix("nats: ").strip().strip("'")
+    if not text.startswith("nats: "):
+        return None
+    folded = line is None
+    said = text.removeprefix("nats: ").strip().strip("'") if line is None else line
+    match = _VIOLATION.match(said)
     if match is not None:
-        operation: Operation = "publish" if match.group(1) == "publish" else "subscribe"
+        operation: Operation = "publish" if match.group(1).lower() == "publish" else "subscribe"
         sid = match.group(4)
-        return Refusal(operation, match.group(2), match.group(3), int(sid) if sid else None, reason)
-    if any(words in lowered for words in _CREDENTIALS):
-        return Refusal("connect", "", None, None, reason)
+        return Refusal(
+            operation,
+            match.group(2),
+            match.group(3),
+            int(sid) if sid else None,
+            said,
+            folded,
+        )
+    if said.lower().startswith(_CREDENTIALS):
+        return Refusal("connect", "", None, None, said, folded)
     return None
+
+
+class _Prefix:
+    """A listener for refusals of subjects under a prefix (that ``accept`` takes)."""
+
+    __slots__ = ("accept", "listener", "operation", "prefix")
+
+    def __init__(
+        self, operation: Operation, prefix: str, listener: Listener, accept: Accept | None
+    ) -> None:
+        self.operation = operation
+        self.prefix = prefix
+        self.listener = listener
+        self.accept = accept
+
+    def takes(self, refusal: Refusal) -> bool:
+        if refusal.operation != self.operation:
+            return False
+        prefix = self.prefix.lower() if refusal.folded else self.prefix
+        if not refusal.subject.startswith(prefix):
+            return False
+        return self.accept is None or self.accept(refusal)
 
 
 class Refusals:
@@ -110,14 +171,20 @@ class Refusals:
         "_connection",
         "_observers",
         "_prefixes",
+        "_refused_inbox",
+        "_reply_inbox",
+        "_requests",
         "_unclaimed",
         "count",
         "last",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, reply_inbox: Callable[[], str | None] = lambda: None) -> None:
+        self._reply_inbox = reply_inbox  # where replies to requests come, once known
+        self._refused_inbox: Refusal | None = None
+        self._requests: set[Guard] = set()
         self._by_subject: dict[tuple[str, str], list[Listener]] = {}
-        self._prefixes: list[tuple[str, str, Listener]] = []
+        self._prefixes: list[_Prefix] = []
         self._connection: list[Listener] = []
         self._observers: list[Listener] = []
         self._unclaimed: OrderedDict[str, Refusal] = OrderedDict()
@@ -133,7 +200,7 @@ class Refusals:
         if operation == "connect":
             self._connection.append(listener)
             return lambda: _discard(self._connection, listener)
-        key = (operation, subject.lower())
+        key = (operation, subject)
         listeners = self._by_subject.setdefault(key, [])
         listeners.append(listener)
 
@@ -145,13 +212,19 @@ class Refusals:
         return remove
 
     def listen_prefix(
-        self, operation: Operation, prefix: str, listener: Listener
+        self,
+        operation: Operation,
+        prefix: str,
+        listener: Listener,
+        *,
+        accept: Accept | None = None,
     ) -> Callable[[], None]:
-        """Call ``listener`` with each refusal of ``operation`` on a subject under ``prefix``.
+        """Call ``listener`` with each refusal of ``operation`` under ``prefix``.
 
-        Returns the function that stops listening.
+        With ``accept``, only the refusals it accepts count (the others are left for
+        whoever else waits). Returns the function that stops listening.
         """
-        entry = (operation, prefix.lower(), listener)
+        entry = _Prefix(operation, prefix, listener, accept)
         self._prefixes.append(entry)
         return lambda: _discard(self._prefixes, entry)
 
@@ -167,7 +240,12 @@ class Refusals:
         """Remove and return a refused publish to ``subject`` that nobody waited for."""
         if not self._unclaimed:
             return None
-        return self._unclaimed.pop(subject.lower(), None)
+        refusal = self._unclaimed.pop(subject, None)
+        if refusal is None:
+            folded = self._unclaimed.get(subject.lower())
+            if folded is not None and folded.folded:
+                refusal = self._unclaimed.pop(subject.lower())
+        return refusal
 
     def dispatch(self, refusal: Refusal) -> None:
         """Route ``refusal`` to its listeners (a refused publish nobody waits for is kept)."""
@@ -179,13 +257,20 @@ class Refusals:
             for listener in list(self._connection):
                 listener(refusal)
             return
+        if refusal.operation == "subscribe":
+            inbox = self._reply_inbox()
+            if inbox is not None and refusal.names(inbox):  # no reply can come, ever
+                self._refused_inbox = refusal
+                for guard in list(self._requests):
+                    guard.inbox_refused(refusal)
+                return
         claimed = False
-        for listener in list(self._by_subject.get((refusal.operation, refusal.subject), ())):
+        for listener in self._listeners_of(refusal):
             listener(refusal)
             claimed = True
-        for operation, prefix, listener in list(self._prefixes):
-            if operation == refusal.operation and refusal.subject.startswith(prefix):
-                listener(refusal)
+        for entry in list(self._prefixes):
+            if entry.takes(refusal):
+                entry.listener(refusal)
                 claimed = True
         if not claimed and refusal.operation == "publish":
             self._unclaimed[refusal.subject] = refusal
@@ -193,14 +278,46 @@ class Refusals:
             if len(self._unclaimed) > _UNCLAIMED_LIMIT:
                 self._unclaimed.popitem(last=False)
 
+    def _listeners_of(self, refusal: Refusal) -> list[Listener]:
+        if not refusal.folded:
+            return list(self._by_subject.get((refusal.operation, refusal.subject), ()))
+        # Case lost: a match only if one subject alone fits the lower-cased name.
+        keys = [
+            key
+            for key in self._by_subject
+            if key[0] == refusal.operation and key[1].lower() == refusal.subject
+        ]
+        return list(self._by_subject[keys[0]]) if len(keys) == 1 else []
+
+    def refused_reply_inbox(self) -> Refusal | None:
+        """The refusal of the inbox replies to requests come to, if it was refused.
+
+        nats-py subscribes that inbox once per connection; refused, no request on the
+        connection can get a reply.
+        """
+        refusal = self._refused_inbox
+        if refusal is None:
+            return None
+        inbox = self._reply_inbox()
+        return refusal if inbox is not None and refusal.names(inbox) else None
+
     def guard(
-        self, operation: Operation, subject: str, what: str, *, prefix: bool = False
+        self,
+        operation: Operation,
+        subject: str,
+        what: str,
+        *,
+        accept: Accept | None = None,
+        request: bool = False,
     ) -> Guard:
         """A ``with`` block that fails with PermissionDenied once ``subject`` is refused.
 
-        With ``prefix=True``, a refusal of any subject under ``subject`` counts.
+        With ``accept``, ``subject`` is a prefix, and the refusals under it that
+        ``accept`` takes count. ``request=True`` marks a request: it fails too when
+        the server refuses the inbox its reply would come to (then the request itself
+        went out: a publish ``may_be_stored``).
         """
-        return Guard(self, operation, subject, what, prefix=prefix)
+        return Guard(self, operation, subject, what, accept=accept, request=request)
 
 
 def _discard(items: list[Item], item: Item) -> None:
@@ -217,33 +334,62 @@ class Guard:
     """
 
     __slots__ = (
+        "_accept",
+        "_may_be_stored",
         "_operation",
-        "_prefix",
         "_refusal",
         "_refusals",
         "_remove",
+        "_request",
         "_subject",
         "_task",
         "_what",
     )
 
     def __init__(
-        self, refusals: Refusals, operation: Operation, subject: str, what: str, *, prefix: bool
+        self,
+        refusals: Refusals,
+        operation: Operation,
+        subject: str,
+        what: str,
+        *,
+        accept: Accept | None,
+        request: bool,
     ) -> None:
         self._refusals = refusals
-        self._prefix = prefix
+        self._request = request
         self._operation = operation
         self._subject = subject
         self._what = what
+        self._accept = accept
+        self._may_be_stored = False
         self._task: asyncio.Task[object] | None = None
         self._refusal: Refusal | None = None
         self._remove: Callable[[], None] | None = None
 
     def __enter__(self) -> Guard:
         self._task = asyncio.current_task()
-        listen = self._refusals.listen_prefix if self._prefix else self._refusals.listen
-        self._remove = listen(self._operation, self._subject, self._refused)
+        registry = self._refusals
+        if self._accept is None:
+            self._remove = registry.listen(self._operation, self._subject, self._refused)
+        else:
+            self._remove = registry.listen_prefix(
+                self._operation, self._subject, self._refused, accept=self._accept
+            )
+        if self._request:
+            refused = registry.refused_reply_inbox()
+            if refused is not None:  # nothing sent yet: say so at once
+                self._remove()
+                raise refused.error(f"{self._what}: the inbox for its reply (not sent)")
+            registry._requests.add(self)
         return self
+
+    def inbox_refused(self, refusal: Refusal) -> None:
+        """The server refused the inbox the reply would come to: the request went out."""
+        if self._refusal is None:
+            self._may_be_stored = True
+            self._what = f"{self._what}: the inbox for its reply"
+        self._refused(refusal)
 
     def _refused(self, refusal: Refusal) -> None:
         if self._refusal is None and self._task is not None:
@@ -258,12 +404,14 @@ class Guard:
     ) -> None:
         if self._remove is not None:
             self._remove()
+        if self._request:
+            self._refusals._requests.discard(self)
         refusal = self._refusal
         if refusal is None or self._task is None:
             return
         if self._task.uncancel() > 0:
             return  # cancelled from elsewhere too: that cancellation wins
-        raise refusal.error(self._what) from exc
+        raise refusal.error(self._what, may_be_stored=self._may_be_stored) from exc
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[Client, Refusals] = weakref.WeakKeyDictionary()
@@ -278,12 +426,19 @@ def refusals(nc: Client) -> Refusals:
     registry = _REGISTRIES.get(nc)
     if registry is not None:
         return registry
-    registry = Refusals()
+    client = weakref.ref(nc)  # the registry must not keep its key alive
+
+    def reply_inbox() -> str | None:
+        connected = client()
+        return request_inbox(connected) if connected is not None else None
+
+    registry = Refusals(reply_inbox)
     _REGISTRIES[nc] = registry
     original = error_callback(nc)
 
     async def on_error(error: Exception) -> None:
-        refusal = parse(error)
+        # Read before anything suspends: nats-py's parser still holds the -ERR line.
+        refusal = parse(error, server_error_line(nc))
         if refusal is not None:
             registry.dispatch(refusal)
         if original is not None:
@@ -294,15 +449,20 @@ def refusals(nc: Client) -> Refusals:
 
 
 def closed_reason(nc: Client) -> str:
-    """Why ``nc`` stopped, in the server's words where it gave any (``""`` otherwise).
+    """Why the server closed ``nc``, in its words (``""`` if it gave none).
 
     For example ``" (the server said: maximum subscriptions exceeded)"``, ready to
-    append to an error message.
+    append to an error message. A refusal of one publish or subscription (which
+    leaves the connection open) and the client's own errors are not reasons.
     """
     error = nc.last_error
-    if error is None:
+    if isinstance(error, nats.errors.AuthorizationError):
+        return " (the server said: authorization violation)"
+    if type(error) is not nats.errors.Error:
         return ""
-    text = str(error).removeprefix("nats: ").strip("'\" ")
-    if not text:
-        text = type(error).__name__
+    text = str(error).removeprefix("nats: ").strip()
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        text = text[1:-1]
+    if not text or text.lower().startswith(_PERMISSIONS):
+        return ""
     return f" (the server said: {text})"

@@ -55,6 +55,11 @@ USERS = {
     "noinfo": 'publish: { deny: ["$JS.API.STREAM.>"] }',
     "noreply": 'publish: { deny: ["_INBOX.>"] }',
     "reloaded": "",  # loses its permissions by a config reload
+    "nocreateb": 'publish: { deny: ["$JS.API.CONSUMER.CREATE.OTHER.>", '
+    '"$JS.API.CONSUMER.DURABLE.CREATE.OTHER.>"] }',
+    "queues": 'subscribe: { allow: ["jobs", "jobs good", "_INBOX.>"] }',
+    "cased": 'publish: { deny: ["OK.>"] }, subscribe: { deny: ["Foo"] }',
+    "noinbox": 'subscribe: { deny: ["_INBOX.>"] }',
 }
 
 
@@ -183,6 +188,21 @@ async def test_publish_many_reports_a_refused_subject_at_once_and_the_rest_store
     assert len(denied) == 5
     assert len(stored) == 5
     assert took < AT_ONCE
+
+
+async def test_publish_many_reports_the_refusal_of_the_publish_it_waits_for(
+    server: Server,
+) -> None:
+    nc = await server.connect("nopub")
+    pub = jetstream.Publisher(nc.jetstream(), CODEC, timeout=5.0)
+    for _ in range(20):
+        began = time.perf_counter()
+        results = await pub.publish_many(
+            [jetstream.Outgoing("denied.x", order(1))], return_exceptions=True
+        )
+        assert isinstance(results[0], PermissionDenied)
+        assert time.perf_counter() - began < AT_ONCE
+    assert not pub._acks._pending, "refused publishes leave nothing behind"
 
 
 async def test_publish_many_reads_the_servers_refusal_of_a_full_stream(server: Server) -> None:
@@ -455,3 +475,148 @@ async def test_a_responder_answers_the_first_request_after_start(server: Server)
 
 def gnats_bytes() -> BytesCodec:
     return BytesCodec()
+
+
+# ------------------------------------------------------- refusals of others
+
+
+async def test_a_refused_api_request_fails_only_its_own_call(server: Server) -> None:
+    admin = await server.connect("admin")
+    await jetstream.ensure_stream(admin.jetstream(), name="OTHER", subjects=["other.>"])
+    nc = await server.connect("nocreateb")
+    js = nc.jetstream()
+    for n in range(5):
+        allowed, refused = await asyncio.gather(
+            jetstream.ensure_consumer(js, stream=STREAM, name=f"MINE{n}", filter_subject="ok.>"),
+            jetstream.ensure_consumer(js, stream="OTHER", name=f"THEIRS{n}"),
+            return_exceptions=True,
+        )
+        assert not isinstance(allowed, BaseException), allowed
+        assert isinstance(refused, PermissionDenied)
+
+
+async def test_a_refused_queue_subscription_leaves_the_others_running(server: Server) -> None:
+    nc = await server.connect("queues")
+    plain = await gnats.Subscriber(nc, CODEC).start("jobs", _ignore)
+    good = await gnats.Subscriber(nc, CODEC, queue="good").start("jobs", _ignore)
+    with pytest.raises(PermissionDenied):
+        await gnats.Subscriber(nc, CODEC, queue="bad").start("jobs", _ignore)
+    await nc.flush()
+    assert plain.running
+    assert good.running
+
+
+async def test_subjects_that_differ_by_case_are_not_confused(server: Server) -> None:
+    nc = await server.connect("cased")
+    admin = await server.connect("admin")
+    await jetstream.ensure_stream(admin.jetstream(), name="CASED", subjects=["OK.Y"])
+    core = gnats.Publisher(nc, CODEC)
+    await core.publish("OK.X", order(1))  # refused
+    async with asyncio.timeout(5):
+        await server.error_seen.wait()
+    await core.publish("ok.x", order(2), confirm=True)  # allowed: not confused with OK.X
+
+    js = jetstream.Publisher(nc.jetstream(), CODEC)
+    refused, stored = await asyncio.gather(  # ok.y is in the fixture's stream REFUSE
+        js.publish("OK.Y", order(3)), js.publish("ok.y", order(4)), return_exceptions=True
+    )
+    assert isinstance(refused, PermissionDenied)
+    assert not isinstance(stored, BaseException), stored
+
+    foo = await gnats.Subscriber(nc, CODEC).start("foo", _ignore)
+    with pytest.raises(PermissionDenied):
+        await gnats.Subscriber(nc, CODEC).start("Foo", _ignore)
+    assert foo.running
+
+
+async def test_a_handlers_own_error_is_not_a_refusal(server: Server) -> None:
+    nc = await server.connect("admin")
+    subscription = await gnats.Subscriber(nc, CODEC).start("orders", _ignore)
+
+    async def failing(msg: Any) -> None:
+        raise PermissionError("user authentication failed for customer 42")
+
+    await nc.subscribe("raw", cb=failing)  # nats-py passes its error to the error callback
+    await nc.publish("raw", b"x")
+    async with asyncio.timeout(5):
+        await server.error_seen.wait()
+    await nc.flush()
+    assert subscription.running
+
+
+async def test_a_refused_reply_inbox_fails_requests_and_publishes_at_once(
+    server: Server,
+) -> None:
+    nc = await server.connect("noinbox")
+    pub = jetstream.Publisher(nc.jetstream(), CODEC)
+    error, took = await timed(lambda: pub.publish("ok.inbox", order(1)))
+    assert isinstance(error, PermissionDenied)
+    assert error.may_be_stored, "the publish went out; only its PubAck cannot come"
+    assert took < AT_ONCE
+    results = await pub.publish_many(
+        [jetstream.Outgoing("ok.inbox", order(2))], return_exceptions=True
+    )
+    assert isinstance(results[0], PermissionDenied)
+    requester = gnats.Requester(nc, CODEC, CODEC, timeout=5.0)
+    error, took = await timed(lambda: requester.request("svc", order(3)))
+    assert isinstance(error, PermissionDenied)
+    assert took < AT_ONCE
+
+
+async def test_a_reply_that_is_not_a_puback_is_a_publish_error(server: Server) -> None:
+    nc = await server.connect("admin")
+
+    async def echo(value: Order) -> Order:
+        return value
+
+    await gnats.Responder(nc, CODEC, CODEC).start("svc.echo", echo)  # not a stream
+    pub = jetstream.Publisher(nc.jetstream(), CODEC)
+    error, _ = await timed(lambda: pub.publish("svc.echo", order(1)))
+    assert isinstance(error, PublishError)
+    assert "not a PubAck" in str(error)
+    results = await pub.publish_many(
+        [jetstream.Outgoing("svc.echo", order(2))], return_exceptions=True
+    )
+    assert isinstance(results[0], PublishError)
+    assert "not a PubAck" in str(results[0])
+
+
+async def test_a_connection_closed_by_its_owner_gives_no_stale_reason(server: Server) -> None:
+    nc = await server.connect("nopub")
+    pub = gnats.Publisher(nc, CODEC)
+    with pytest.raises(PermissionDenied):
+        await pub.publish("denied.x", order(1), confirm=True)
+    await nc.close()
+    error, _ = await timed(lambda: pub.publish("ok.x", order(2)))
+    assert "the connection is closed" in str(error)
+    assert "server said" not in str(error)
+
+
+async def test_refusals_under_a_jetstream_domain_are_seen(tmp_path: Path) -> None:
+    conf = tmp_path / "domain.conf"
+    conf.write_text(
+        f"""
+listen: 127.0.0.1:-1
+jetstream {{ store_dir: "{tmp_path / "js"}", domain: hub }}
+accounts {{ APP {{ jetstream: enabled, users: [
+  {{ user: admin, password: {PASSWORD} }},
+  {{ user: u, password: {PASSWORD}, permissions: {{ publish: {{ deny: [
+      "$JS.API.CONSUMER.MSG.NEXT.D.NOPULL", "$JS.API.STREAM.INFO.X"] }} }} }} ] }} }}
+"""
+    )
+    async with NatsServer(jetstream=False, args=["-c", str(conf)]) as srv:
+        admin = await nats.connect(srv.url, user="admin", password=PASSWORD)
+        ajs = admin.jetstream(domain="hub")
+        await jetstream.ensure_stream(ajs, name="D", subjects=["d.>"])
+        await jetstream.ensure_consumer(ajs, stream="D", name="NOPULL")
+        nc = await nats.connect(srv.url, user="u", password=PASSWORD)
+        js = nc.jetstream(domain="hub")
+        sub = jetstream.Subscriber(js, CODEC, stream="D", consumer="NOPULL")
+        error, took = await timed(lambda: sub.start("d.>", _ignore))
+        assert isinstance(error, PermissionDenied)
+        assert took < AT_ONCE
+        error, took = await timed(lambda: jetstream.ensure_stream(js, name="X", subjects=["x.>"]))
+        assert isinstance(error, PermissionDenied)
+        assert took < AT_ONCE
+        await nc.close()
+        await admin.close()

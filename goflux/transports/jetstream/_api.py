@@ -25,9 +25,11 @@ from goflux._errors import (
     TransportError,
 )
 from goflux.transports._natspy import api_prefix, api_timeout, connection
-from goflux.transports._refusals import Guard, closed_reason, refusals
+from goflux.transports._refusals import Accept, Guard, Refusal, closed_reason, refusals
 
-__all__ = ("ApiCall", "api_error", "known_refusal")
+__all__ = ("ApiCall", "api_error", "api_guard", "api_subjects", "known_refusal", "refusal_of")
+
+_SERVER_API: Final = "$JS.API"
 
 JETSTREAM_NOT_ENABLED_FOR_ACCOUNT: Final = 10039
 JETSTREAM_NOT_ENABLED: Final = 10076
@@ -87,11 +89,43 @@ def api_error(exc: BaseException, what: str, js: JetStreamContext) -> GofluxErro
     return TransportError(f"{what}: {exc}")
 
 
+def api_subjects(js: JetStreamContext, *tails: str) -> tuple[str, ...]:
+    """The subjects of the JetStream API requests ``tails`` (e.g. ``"STREAM.INFO.S"``).
+
+    Under the context's prefix, and, for a domain's prefix (``$JS.<domain>.API``), also
+    under ``$JS.API``: the server maps a domain's requests there and reports a refusal
+    under the subject it checked.
+    """
+    prefixes = [api_prefix(js)]
+    if prefixes[0] != _SERVER_API:
+        prefixes.append(_SERVER_API)
+    return tuple(f"{prefix}.{tail}" for prefix in prefixes for tail in tails)
+
+
+def refusal_of(subjects: tuple[str, ...]) -> Accept:
+    """Accepts a refusal of one of ``subjects`` (or of a subject under one)."""
+
+    def accept(refusal: Refusal) -> bool:
+        return any(refusal.about(subject) for subject in subjects)
+
+    return accept
+
+
+def api_guard(js: JetStreamContext, what: str, *tails: str) -> Guard:
+    """Fails its block with PermissionDenied when an API request ``tails`` is refused."""
+    accept = refusal_of(api_subjects(js, *tails))
+    return refusals(connection(js)).guard("publish", "", what, accept=accept)
+
+
 class ApiCall:
     """A ``with`` block of JetStream API calls about ``what`` (a stream or consumer).
 
+    ``tails`` are the requests it makes (``"STREAM.INFO.ORDERS"``, ...): a refusal of
+    one of them fails the block at once; a refusal of another request on the same
+    connection does not.
+
     Raises (on the way out):
-        PermissionDenied: The server refused a request to the JetStream API.
+        PermissionDenied: The server refused one of the requests.
         JetStreamUnavailable: JetStream is not enabled for the account or server.
         ResourceLimit: The account or server has no room (err_code 10047, ...).
         ProvisioningError: Another refusal by the JetStream API.
@@ -100,12 +134,10 @@ class ApiCall:
 
     __slots__ = ("_guard", "_js", "_what")
 
-    def __init__(self, js: JetStreamContext, what: str) -> None:
+    def __init__(self, js: JetStreamContext, what: str, *tails: str) -> None:
         self._js = js
         self._what = what
-        self._guard: Guard = refusals(connection(js)).guard(
-            "publish", f"{api_prefix(js)}.", f"{what}: a JetStream API request", prefix=True
-        )
+        self._guard = api_guard(js, f"{what}: a JetStream API request", *tails)
 
     def __enter__(self) -> ApiCall:
         self._guard.__enter__()

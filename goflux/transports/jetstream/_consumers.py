@@ -24,8 +24,8 @@ from nats.js.errors import APIError, NotFoundError
 from nats.nuid import NUID
 
 from goflux._errors import PermissionDenied, SubscribeError
-from goflux.transports._natspy import api_prefix, connection
-from goflux.transports._refusals import refusals
+from goflux.transports._natspy import api_prefix
+from goflux.transports.jetstream._api import api_guard
 from goflux.transports.jetstream._delivery import ack_tokens
 from goflux.transports.jetstream._options import EPHEMERAL_INACTIVE_THRESHOLD, SubscriberOptions
 
@@ -175,11 +175,11 @@ async def create_consumer(
         config.name = _NAMES.next().decode()
     name = config.name or config.durable_name or ""
     creating = asyncio.ensure_future(js.add_consumer(stream, config))
-    refused = refusals(connection(js)).guard(
-        "publish",
-        f"{api_prefix(js)}.CONSUMER.",
+    refused = api_guard(
+        js,
         f"creating consumer {name!r} on stream {stream!r}",
-        prefix=True,
+        f"CONSUMER.CREATE.{stream}.{name}",
+        f"CONSUMER.DURABLE.CREATE.{stream}.{name}",
     )
     try:
         with refused:

@@ -141,7 +141,8 @@ async def ensure_stream(
     _check_keys("stream", config, _STREAM_FIELDS - {"name", "subjects"})
     wanted: dict[str, Any] = {"subjects": list(subjects), **config}
     what = f"stream {name!r}"
-    with ApiCall(js, what):
+    requests = (f"STREAM.INFO.{name}", f"STREAM.CREATE.{name}", f"STREAM.UPDATE.{name}")
+    with ApiCall(js, what, *requests, "STREAM.NAMES"):
         try:
             info = await js.stream_info(name)
         except NotFoundError:
@@ -199,7 +200,16 @@ async def ensure_consumer(
     for subject in config.get("filter_subjects") or ():
         validate_pattern(subject)
     what = f"consumer {name or '(ephemeral)'!r} on stream {stream!r}"
-    with ApiCall(js, what):
+    requests = (
+        (
+            f"CONSUMER.INFO.{stream}.{name}",
+            f"CONSUMER.CREATE.{stream}.{name}",
+            f"CONSUMER.DURABLE.CREATE.{stream}.{name}",
+        )
+        if name is not None
+        else (f"CONSUMER.CREATE.{stream}",)
+    )
+    with ApiCall(js, what, *requests):
         if name is not None:
             try:
                 info: ConsumerInfo = await js.consumer_info(stream, name)

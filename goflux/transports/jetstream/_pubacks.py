@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import nats.errors
 from nats.aio.client import Client
@@ -19,6 +20,7 @@ from nats.aio.subscription import Subscription
 
 from goflux._errors import PublishError
 from goflux._receipt import PublishReceipt
+from goflux.transports._refusals import Refusal, refusals
 from goflux.transports.jetstream._replies import no_stream, receipt
 
 __all__ = ("PubAcks",)
@@ -29,7 +31,7 @@ _NO_RESPONDERS = "503"
 class PubAcks:
     """Reply subjects and futures for PubAcks awaited in a pipeline."""
 
-    __slots__ = ("_nc", "_next", "_opening", "_pending", "_prefix", "_sub")
+    __slots__ = ("_nc", "_next", "_opening", "_pending", "_prefix", "_refused", "_sub", "_unlisten")
 
     def __init__(self, nc: Client) -> None:
         self._nc = nc
@@ -38,13 +40,18 @@ class PubAcks:
         self._opening: asyncio.Lock | None = None
         self._pending: dict[str, tuple[asyncio.Future[PublishReceipt], str]] = {}
         self._next = 0
+        self._refused: Refusal | None = None
+        self._unlisten: Callable[[], None] | None = None
 
     async def open(self) -> None:
         """Subscribe the inbox (once; again after :meth:`close`).
 
         Raises:
+            PermissionDenied: The server refused the inbox.
             nats.errors.Error: The connection is closed or failed.
         """
+        if self._refused is not None:
+            raise self._refused.error("the inbox for PubAcks")
         if self._sub is not None:
             return
         if self._opening is None:
@@ -52,6 +59,9 @@ class PubAcks:
         async with self._opening:
             if self._sub is None:
                 prefix = self._nc.new_inbox()
+                self._unlisten = refusals(self._nc).listen(
+                    "subscribe", f"{prefix}.*", self._on_refused
+                )
                 self._sub = await self._nc.subscribe(f"{prefix}.*", cb=self._on_reply)
                 self._prefix = prefix + "."
 
@@ -69,6 +79,24 @@ class PubAcks:
         if not future.done():
             future.cancel()
 
+    def fail(self, reply: str, error: PublishError) -> None:
+        """Fail the publish awaiting its PubAck on ``reply`` (a late PubAck is ignored)."""
+        entry = self._pending.pop(reply[len(self._prefix) :], None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(error)
+
+    def _on_refused(self, refusal: Refusal) -> None:
+        """The server refused the inbox: no PubAck can come; every waiting publish fails.
+
+        The publishes themselves went out and may have been stored.
+        """
+        self._refused = refusal
+        pending, self._pending = self._pending, {}
+        for future, subject in pending.values():
+            if not future.done():
+                what = f"publish to {subject!r}: the inbox for its PubAck"
+                future.set_exception(refusal.error(what, may_be_stored=True))
+
     async def _on_reply(self, msg: Msg) -> None:
         entry = self._pending.pop(msg.subject[len(self._prefix) :], None)
         if entry is None:
@@ -82,12 +110,15 @@ class PubAcks:
             return
         try:
             future.set_result(receipt(msg.data, subject))
-        except PublishError as refused:
+        except PublishError as refused:  # receipt() raises nothing else
             future.set_exception(refused)
 
     async def close(self) -> None:
         """Unsubscribe; publishes still waiting get "cancelled"."""
         sub, self._sub = self._sub, None
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
         for future, _ in self._pending.values():
             if not future.done():
                 future.cancel()

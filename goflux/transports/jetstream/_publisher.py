@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from goflux._codecs import Codec
-from goflux._errors import PayloadTooLarge, PublishError
+from goflux._errors import PublishError
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._receipt import PublishReceipt
@@ -140,7 +140,9 @@ class Publisher(CloseOnExit, Generic[T]):
             scope.set_body_size(len(data))
             check_size(subject, wire, data, self._nc.max_payload)
             try:
-                with self._refusals.guard("publish", subject, f"publish to {subject!r}"):
+                with self._refusals.guard(
+                    "publish", subject, f"publish to {subject!r}", request=True
+                ):
                     reply = await self._nc.request(
                         subject, data, timeout=wait, headers=wire or None
                     )
@@ -253,9 +255,9 @@ class Publisher(CloseOnExit, Generic[T]):
         try:
             check_size(subject, wire, data, self._nc.max_payload)
             await self._acks.open()
-        except PayloadTooLarge as too_large:
-            scope.__exit__(PayloadTooLarge, too_large, None)
-            batch.results.append(too_large)
+        except PublishError as unsendable:  # too large, or the PubAck inbox was refused
+            scope.__exit__(type(unsendable), unsendable, None)
+            batch.results.append(unsendable)
             return
         except nats.errors.Error as exc:
             error = send_error(subject, exc, self._nc)
@@ -301,7 +303,17 @@ class _Batch:
     with :class:`~goflux.PermissionDenied`.
     """
 
-    __slots__ = ("_acks", "_loop", "_nc", "_refusals", "_unwatch", "_wait", "in_flight", "results")
+    __slots__ = (
+        "_acks",
+        "_loop",
+        "_nc",
+        "_refusals",
+        "_unwatch",
+        "_wait",
+        "_waiting",
+        "in_flight",
+        "results",
+    )
 
     def __init__(self, nc: Client, refusals: Refusals, wait: float) -> None:
         self._nc = nc
@@ -310,28 +322,37 @@ class _Batch:
         self._loop = asyncio.get_running_loop()
         self._unwatch: dict[str, Callable[[], None]] = {}
         self._acks: PubAcks | None = None
+        self._waiting: _InFlight | None = None  # the entry settle_oldest awaits
         self.in_flight: deque[tuple[_InFlight, float]] = deque()
         self.results: list[PublishReceipt | PublishError] = []
 
     def sent(self, entry: _InFlight, acks: PubAcks) -> None:
         """Track ``entry``, sent just now, until its PubAck settles."""
         self._acks = acks
-        key = entry.subject.lower()
-        if key not in self._unwatch:
-            self._unwatch[key] = self._refusals.listen("publish", key, self._refused)
+        if entry.subject not in self._unwatch:
+            self._unwatch[entry.subject] = self._refusals.listen(
+                "publish", entry.subject, self._refused
+            )
         self.in_flight.append((entry, self._loop.time() + self._wait))
 
     def _refused(self, refusal: Refusal) -> None:
-        for entry, _ in self.in_flight:
-            if not entry.ack.done() and entry.subject.lower() == refusal.subject:
-                entry.ack.set_exception(refusal.error(f"publish to {entry.subject!r}"))
+        waiting = [entry for entry, _ in self.in_flight]
+        if self._waiting is not None:
+            waiting.append(self._waiting)  # taken out of in_flight while awaited
+        for entry in waiting:
+            if not entry.ack.done() and refusal.names(entry.subject) and self._acks is not None:
+                self._acks.fail(entry.reply, refusal.error(f"publish to {entry.subject!r}"))
 
     async def settle_oldest(self) -> None:
         """Wait for the oldest PubAck (at most until its deadline) and record the outcome."""
         entry, deadline = self.in_flight.popleft()
         ack = entry.ack
         if not ack.done():
-            await asyncio.wait((ack,), timeout=max(deadline - self._loop.time(), 0.0))
+            self._waiting = entry
+            try:
+                await asyncio.wait((ack,), timeout=max(deadline - self._loop.time(), 0.0))
+            finally:
+                self._waiting = None
         outcome: PublishReceipt | PublishError
         if not ack.done():
             if self._acks is not None:

@@ -28,9 +28,10 @@ from nats.aio.subscription import Subscription as NatsSubscription
 from nats.js import JetStreamContext
 
 from goflux._errors import PermissionDenied, SubscribeError
-from goflux.transports._natspy import connection, drain, flush
+from goflux.transports._natspy import api_prefix, connection, drain, flush
 from goflux.transports._refusals import Refusal, refusals
 from goflux.transports.jetstream._acker import hand_back
+from goflux.transports.jetstream._api import api_subjects
 from goflux.transports.jetstream._consumers import Admission, Cause, PulledConsumer, Recovery
 from goflux.transports.jetstream._options import SubscriberOptions
 
@@ -90,6 +91,7 @@ class PullEngine:
         fail: Callable[[BaseException], Awaitable[None]],
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        self._js = js
         self._nc = connection(js)
         self.consumer = consumer
         self._selective = consumer.selective
@@ -175,30 +177,44 @@ class PullEngine:
         Refused, each would otherwise look like silence: pulls that never bring
         anything, or acks that never land and bring every message back.
         """
-        listen, listen_prefix = self._refusals.listen, self._refusals.listen_prefix
+        registry = self._refusals
         self._unlisten = [
-            listen_prefix("publish", self.consumer.next_subject.rsplit(".", 1)[0], self._refusal),
-            listen_prefix("publish", "$JS.ACK.", self._refusal),
-            listen_prefix("subscribe", self._nc.new_inbox().rsplit(".", 1)[0], self._refusal),
-            listen("connect", "", self._refusal),
+            registry.listen_prefix("publish", "", self._refusal, accept=self._concerns),
+            registry.listen_prefix("subscribe", "", self._refusal, accept=self._concerns),
+            registry.listen("connect", "", self._refusal),
         ]
+
+    def _concerns(self, refusal: Refusal) -> bool:
+        """Whether ``refusal`` is of this subscription's inbox, pull requests or acks."""
+        if refusal.operation == "subscribe":
+            return refusal.names(self._inbox)
+        return self._refused_acks(refusal) or any(
+            refusal.names(subject) for subject in self._next_subjects()
+        )
+
+    def _refused_acks(self, refusal: Refusal) -> bool:
+        consumer = self.consumer
+        subject, ack, mine = refusal.subject, "$JS.ACK.", f".{consumer.stream}.{consumer.name}."
+        if refusal.folded:
+            ack, mine = ack.lower(), mine.lower()
+        return subject.startswith(ack) and mine in subject
+
+    def _next_subjects(self) -> tuple[str, ...]:
+        next_subject = self.consumer.next_subject
+        prefix = api_prefix(self._js)
+        if not next_subject.startswith(prefix + "."):
+            return (next_subject,)
+        return api_subjects(self._js, next_subject[len(prefix) + 1 :])
 
     def _refusal(self, refusal: Refusal) -> None:
         consumer = self.consumer
-        subject = refusal.subject
         if refusal.operation == "connect":
             what = f"consumer {consumer.name!r}: the server refused the credentials"
         elif refusal.operation == "subscribe":
-            if subject != self._inbox.lower():
-                return
             what = f"consumer {consumer.name!r}: subscribing to the pull inbox {self._inbox!r}"
-        elif subject.startswith("$js.ack."):
-            if f".{consumer.stream}.{consumer.name}.".lower() not in subject:
-                return
+        elif self._refused_acks(refusal):
             what = f"acknowledging messages of consumer {consumer.name!r} on {consumer.stream!r}"
         else:
-            if subject != consumer.next_subject.lower():
-                return
             what = f"pull requests to consumer {consumer.name!r} on {consumer.stream!r}"
         if self._refused is not None:
             return

@@ -55,17 +55,26 @@ def receipt(data: bytes, subject: str) -> PublishReceipt:
         reply = json.loads(data)
     except ValueError as exc:
         raise PublishError(f"publish to {subject!r}: unreadable PubAck", subject=subject) from exc
-    error = reply.get("error")
-    if error is not None:
-        raise refused(
-            subject, error.get("code"), error.get("err_code"), error.get("description", "")
+    try:
+        error = reply.get("error")
+        if error is not None:
+            raise refused(
+                subject, error.get("code"), error.get("err_code"), error.get("description", "")
+            )
+        return PublishReceipt(
+            stream=reply["stream"],
+            sequence=int(reply["seq"]),
+            duplicate=bool(reply.get("duplicate")),
+            domain=reply.get("domain"),
         )
-    return PublishReceipt(
-        stream=reply["stream"],
-        sequence=reply["seq"],
-        duplicate=bool(reply.get("duplicate")),
-        domain=reply.get("domain"),
-    )
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        # Something answers on the subject that is not JetStream (a core responder).
+        raise PublishError(
+            f"publish to {subject!r}: the reply is not a PubAck: {bytes(data[:100])!r}; "
+            "is something other than a stream listening on this subject?",
+            subject=subject,
+            may_be_stored=True,
+        ) from exc
 
 
 def no_stream(subject: str) -> PublishError:

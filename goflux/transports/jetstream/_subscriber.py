@@ -20,8 +20,7 @@ from goflux._streams import Starter, Streaming
 from goflux._subjects import covers
 from goflux._telemetry import Telemetry
 from goflux.transports._natspy import api_prefix, api_timeout, connection
-from goflux.transports._refusals import Guard, refusals
-from goflux.transports.jetstream._api import api_error, known_refusal
+from goflux.transports.jetstream._api import api_error, api_guard, known_refusal
 from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
 from goflux.transports.jetstream._consumers import (
     AcknowledgedConsumer,
@@ -178,11 +177,6 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         """The codec that decodes the payloads."""
         return self._codec
 
-    def _api_guard(self, what: str) -> Guard:
-        """Fail at once with PermissionDenied when the server refuses a consumer request."""
-        prefix = f"{api_prefix(self._js)}.CONSUMER."
-        return refusals(connection(self._js)).guard("publish", prefix, what, prefix=True)
-
     async def _create_consumer(self, subject: str) -> Binding:
         """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""
         options, stream = self._options, self._stream
@@ -225,7 +219,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         # The raw reply also carries max_batch / max_expires, which nats-py drops.
         what = f"reading consumer {name!r} on stream {stream!r}"
         try:
-            with self._api_guard(what):
+            with api_guard(js, what, f"CONSUMER.INFO.{stream}.{name}"):
                 reply = await connection(js).request(
                     f"{api_prefix(js)}.CONSUMER.INFO.{stream}.{name}", b"", timeout=api_timeout(js)
                 )

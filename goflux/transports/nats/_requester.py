@@ -107,7 +107,9 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
             except PayloadTooLarge as exc:
                 raise RequestError(str(exc), subject=subject) from exc
             try:
-                with self._refusals.guard("publish", subject, f"request to {subject!r}"):
+                with self._refusals.guard(
+                    "publish", subject, f"request to {subject!r}", request=True
+                ):
                     reply = await self._nc.request(
                         subject, data, timeout=wait, headers=wire or None
                     )

@@ -160,15 +160,21 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
             logger.warning("could not reply on %r: %s", msg.subject, exc)
             return
         replied = self._replied
-        replied[msg.reply.lower()] = None
+        replied[msg.reply] = None
         if len(replied) > _REMEMBERED_REPLIES:
             replied.popitem(last=False)
 
     def _on_refusal(self, refusal: Refusal) -> None:
         """The server refused a reply sent lately: it counts as failed, not answered."""
-        if refusal.operation != "publish" or refusal.subject not in self._replied:
+        if refusal.operation != "publish":
             return
-        del self._replied[refusal.subject]
+        subject = refusal.subject
+        if refusal.folded:  # the case was lost: only an unambiguous match counts
+            matches = [reply for reply in self._replied if reply.lower() == subject]
+            subject = matches[0] if len(matches) == 1 else ""
+        if subject not in self._replied:
+            return
+        del self._replied[subject]
         if self.answered > 0:
             self.answered -= 1
         self.failed += 1

@@ -118,6 +118,7 @@ class CoreSubscription(StopOnExit):
         self._failure: BaseException | None = None
         self._refusals = refusals(nc)
         self._refused: PermissionDenied | None = None
+        self._confirmed = False  # the server has answered the flush after the SUB
         self._unlisten: list[Callable[[], None]] = []
         self._attrs: dict[str, AttributeValue] = {
             MESSAGING_SYSTEM: SYSTEM,
@@ -173,6 +174,7 @@ class CoreSubscription(StopOnExit):
         await flush(self._nc)  # the server has the interest: nothing published now is missed
         if self._refused is not None:  # the server said so before answering the flush
             raise self._refused
+        self._confirmed = True
         # nats-py ends its dispatch task when the connection closes for good.
         dispatch = callback_task(sub)
         if dispatch is not None:
@@ -180,19 +182,32 @@ class CoreSubscription(StopOnExit):
 
     def _on_refusal(self, refusal: Refusal) -> None:
         """The server refused this subscription (at start, or after a config reload)."""
-        sub = self._sub
-        if refusal.sid is not None and sub is not None and refusal.sid != subscription_id(sub):
-            return  # another subscription to the same subject
+        if refusal.operation == "subscribe" and not self._is_mine(refusal):
+            return
         if self._refused is not None or self._done.done():
             return
         what = "credentials" if refusal.operation == "connect" else "subscription"
         self._refused = refusal.error(f"{what} for {self._pattern!r}")
-        if sub is not None and self._refused_while_running():
+        if self._confirmed and not self._draining:  # running: it ends now
             logger.error("subscription to %r ended: %s", self._pattern, self._refused)
             self._loop.create_task(self._finish(self._refused))
 
-    def _refused_while_running(self) -> bool:
-        return self._drainer is None and not self._draining
+    def _is_mine(self, refusal: Refusal) -> bool:
+        """Whether a subscription refusal is of this subscription, not another on the subject.
+
+        A config reload names the subscription by its ``sid``. A refusal at subscribe
+        time has none: it is this one's only while its start is unconfirmed and the
+        queue group is the same.
+        """
+        sub = self._sub
+        if refusal.sid is not None:
+            return sub is not None and refusal.sid == subscription_id(sub)
+        if self._confirmed:
+            return False
+        queue = self._o.queue
+        if refusal.folded and queue is not None:
+            queue = queue.lower()
+        return refusal.queue == queue
 
     def _on_dispatch_end(self, _: asyncio.Task[None]) -> None:
         if not self._draining and not self._done.done():
