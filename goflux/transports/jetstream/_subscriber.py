@@ -248,7 +248,12 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             )
         filters = _filters(info)
         if not filters:
-            stream_info = await js.stream_info(stream)
+            what = f"reading stream {stream!r}"
+            try:
+                with api_guard(js, what, f"STREAM.INFO.{stream}"):
+                    stream_info = await js.stream_info(stream)
+            except (nats.errors.Error, APIError, TimeoutError) as exc:
+                raise SubscribeError(f"cannot subscribe: {api_error(exc, what, js)}") from exc
             filters = list(stream_info.config.subjects or [])
         outside = [f for f in filters if not covers(subject, f)]
         if outside:
