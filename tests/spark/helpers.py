@@ -11,6 +11,7 @@ from typing import TypeVar
 import nats
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import BaseModel
 
 from goflux import Headers, JsonCodec
@@ -139,14 +140,21 @@ def delete_stream(url: str, stream: str) -> None:
 
 
 def message_ids(url: str, stream: str) -> list[str]:
-    """Every stored message's ``Nats-Msg-Id`` in sequence order (small streams only)."""
+    """Every stored message's ``Nats-Msg-Id`` in sequence order, read by one consumer."""
 
     async def work(js: JetStreamContext) -> list[str]:
-        state = (await js.stream_info(stream)).state
-        return [
-            ((await js.get_msg(stream, seq)).headers or {}).get("Nats-Msg-Id", "")
-            for seq in range(state.first_seq, state.last_seq + 1)
-        ]
+        count = (await js.stream_info(stream)).state.messages
+        psub = await js.pull_subscribe(
+            "", stream=stream, config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+        )
+        ids: list[str] = []
+        try:
+            while len(ids) < count:
+                batch = await psub.fetch(min(500, count - len(ids)), timeout=10)
+                ids.extend((msg.headers or {}).get("Nats-Msg-Id", "") for msg in batch)
+        finally:
+            await psub.unsubscribe()
+        return ids
 
     return on_server(url, work)
 

@@ -172,6 +172,5 @@ def test_stream_sink_publishes_and_deduplicates_a_replay(
     assert set(sent) == {i for i in stored if i.split(":")[1] == "2"}
     # ... and the server refused every one as a duplicate.
     assert stream_state(url, OUT) == (1_500, 1, 1_500)
-    assert message_ids(url, OUT) == stored
     codec = JsonCodec(Sale)
     assert sorted(bodies(url, OUT)) == sorted(codec.encode(sale(n)) for n in range(1_500))
