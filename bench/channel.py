@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.harness import Table, interleave
+from bench.harness import Table, interleave, wait_for
 from bench.jetstream import noop_telemetry, sdk_providers
 from bench.payload import ORDER, Order
 from bench.sizes import Sizes
@@ -29,9 +29,9 @@ async def raw_queue(n: int) -> int:
     task = asyncio.create_task(consume())
     for _ in range(n):
         await queue.put(ORDER)
-    await done.wait()
-    await task
-    return n
+    await wait_for(done, lambda: count)
+    task.cancel()
+    return count
 
 
 async def goflux_bus(n: int, telemetry: Telemetry, codec: bool) -> int:
@@ -50,9 +50,9 @@ async def goflux_bus(n: int, telemetry: Telemetry, codec: bool) -> int:
     pub = channel.Publisher(bus, telemetry=telemetry)
     for _ in range(n):
         await pub.publish("orders.created", ORDER)
-    await done.wait()
+    await wait_for(done, lambda: count)
     await subscription.stop()
-    return n
+    return count
 
 
 def run(rounds: int, sizes: Sizes) -> list[Table]:
@@ -79,6 +79,7 @@ def run(rounds: int, sizes: Sizes) -> list[Table]:
                 ),
             },
             rounds,
+            expected=n,
         )
     finally:
         loop.close()

@@ -1,4 +1,19 @@
-"""The issue's goals, checked against one run's tables."""
+"""The issue's goals, checked against one run's tables.
+
+A throughput goal ("goflux reaches at least X of raw") is measured three ways, all
+shown, from the same rounds:
+
+- the median of per-round ratios (each round's two runs were back to back, so load
+  drifting between rounds cancels out);
+- the ratio of medians (each case's median rate over the rounds);
+- the CPU ratio: the other side's client CPU per message over goflux's, which depends
+  least on how busy the machine was.
+
+Such a goal is met only when all three reach the target: the first two move with the
+load on the two cores the client shares with the server, and one of them alone can
+flatter. The Spark goals are judged on the two throughput ratios only: Spark works
+in its JVM and Python workers, so this process's CPU says nothing about it.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +24,59 @@ from bench.harness import Table
 
 GOFLUX_CONSUME = "goflux Subscriber (auto-ack)"
 NOOP_CONSUME = "goflux, no-op telemetry providers"
+NOT_MEASURED = "-"
+
+ALL_THREE = "all three"
+THROUGHPUT_ONLY = "both throughput ratios (CPU: Spark works in its JVM and workers)"
 
 
 @dataclass
 class Goal:
+    """One goal: its target, what was measured, and whether it was met.
+
+    ``measured`` is the median of per-round ratios for a ratio goal, else the single
+    value; ``of_medians`` and ``cpu`` are the other two ratios (or ``NOT_MEASURED``).
+    """
+
     what: str
     target: str
     measured: str
     met: bool
+    of_medians: str = NOT_MEASURED
+    cpu: str = NOT_MEASURED
+    judged_on: str = "the value"
+
+
+def _ratio_goal(
+    table: Table,
+    row: str,
+    target: float,
+    what: str,
+    *,
+    against: str | None = None,
+    cpu: bool = True,
+    times: bool = False,
+) -> Goal:
+    """A throughput goal: ``row``'s rate against the baseline (or ``against``)."""
+    paired = table.paired_ratio(row, against)
+    of_medians = table.ratio(row, against)
+    values = [paired, of_medians]
+    cpu_ratio = table.cpu_ratio(row, against) if cpu else None
+    if cpu_ratio is not None:
+        values.append(cpu_ratio)
+
+    def show(value: float) -> str:
+        return f"{value:.1f}x" if times else f"{value:.2f}"
+
+    return Goal(
+        what,
+        f">= {target:.1f}x" if times else f">= {target:.2f}",
+        show(paired),
+        all(value >= target for value in values),
+        show(of_medians),
+        show(cpu_ratio) if cpu_ratio is not None else NOT_MEASURED,
+        ALL_THREE if cpu else THROUGHPUT_ONLY,
+    )
 
 
 def check(
@@ -29,12 +89,7 @@ def check(
 
     def ratio_goal(key: str, row: str, target: float, what: str, *, cpu: bool = True) -> None:
         if key in tables:
-            table = tables[key]
-            value = table.paired_ratio(row)
-            measured = f"{value:.2f}"
-            if cpu:  # Spark works in its JVM and workers: this process's CPU says nothing
-                measured += f" (CPU per message: {table.cpu_ratio(row):.2f})"
-            goals.append(Goal(what, f">= {target:.2f}", measured, value >= target))
+            goals.append(_ratio_goal(tables[key], row, target, what, cpu=cpu))
 
     ratio_goal("consume", GOFLUX_CONSUME, 0.80, "consume with ack (typed) vs raw callback pull")
     consume = tables.get("consume")
@@ -46,9 +101,15 @@ def check(
             (fastest, f"its fastest setup here ({fastest})"),
         ):
             if rival is not None and rival in consume.results:
-                value = consume.paired_ratio(GOFLUX_CONSUME, rival)
                 goals.append(
-                    Goal(f"consume vs FastStream, {setup}", ">= 5.0x", f"{value:.1f}x", value >= 5)
+                    _ratio_goal(
+                        consume,
+                        GOFLUX_CONSUME,
+                        5.0,
+                        f"consume vs FastStream, {setup}",
+                        against=rival,
+                        times=True,
+                    )
                 )
     if consume is not None and hooks_ns is not None:
         share = hooks_ns / (consume.results[NOOP_CONSUME].cpu * 1000)
@@ -59,6 +120,7 @@ def check(
                 "<= 5%",
                 f"{share:.1%}",
                 share <= 0.05,
+                judged_on="the share (timed in a tight loop)",
             )
         )
     ratio_goal("publish", "goflux Publisher.publish", 0.90, "publish vs raw js.publish")
@@ -68,7 +130,11 @@ def check(
         extra = ours.percentile(0.5) - raw.percentile(0.5)
         goals.append(
             Goal(
-                "latency p50 at 1,000 msg/s over raw", "<= +50 µs", f"{extra:+,.0f} µs", extra <= 50
+                "latency p50 at 1,000 msg/s over raw",
+                "<= +50 µs",
+                f"{extra:+,.0f} µs",
+                extra <= 50,
+                judged_on="the p50 difference over all rounds",
             )
         )
     ratio_goal(
@@ -89,6 +155,7 @@ def check(
                 "<= 0.300 s",
                 f"{median:.3f} s",
                 median <= 0.3,
+                judged_on="the median batch",
             )
         )
     return goals
@@ -99,13 +166,20 @@ def markdown(goals: list[Goal], smoke: bool) -> str:
     if smoke:
         lines += ["Smoke run: sizes far too small to judge; the marks are not meaningful.", ""]
     lines += [
-        "Ratios here are medians of per-round ratios (each round's runs are back to back); "
-        "the tables below show ratios of medians. In brackets: the same comparison by "
-        "client CPU per message, which does not depend on how busy the machine was.",
+        "A throughput goal is measured three ways on the same rounds: the median of "
+        "per-round ratios (each round's runs are back to back), the ratio of medians (as "
+        "in the tables below), and the CPU ratio (the other side's client CPU per message "
+        "over goflux's, which depends least on how busy the machine was). It is met only "
+        "when every one it is judged on reaches the target; the Spark goals leave out the "
+        "CPU ratio, as Spark works in its JVM and Python workers.",
         "",
+        "| goal | target | median of per-round ratios (or value) | ratio of medians "
+        "| CPU ratio | met | judged on |",
+        "|---|---:|---:|---:|---:|:---:|---|",
     ]
-    lines += ["| goal | target | measured | met |", "|---|---:|---:|:---:|"]
     lines.extend(
-        f"| {g.what} | {g.target} | {g.measured} | {'yes' if g.met else '**no**'} |" for g in goals
+        f"| {g.what} | {g.target} | {g.measured} | {g.of_medians} | {g.cpu} | "
+        f"{'yes' if g.met else '**no**'} | {g.judged_on} |"
+        for g in goals
     )
     return "\n".join(lines)

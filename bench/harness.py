@@ -4,15 +4,59 @@ Every case runs once per round, in turn (A B A B ...), so drifting load hits all
 alike; a table reports each case's median, min and max rate, its client CPU time per
 operation, and its ratio to the table's raw baseline (and to FastStream, where the
 table has a FastStream row).
+
+A case returns what it measured: the messages it actually read (counted where they
+arrive) or published (counted by the server), never the number it was asked for. A
+run whose count differs from the request stops the benchmark with :class:`CountError`:
+a rate over work that did not happen means nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+PATIENCE = 60.0
+"""Seconds a case waits without progress before it gives up and reports what it got."""
+
+
+class CountError(RuntimeError):
+    """A case measured a different number of operations than it was asked to do."""
+
+
+def check_count(name: str, measured: int, expected: int) -> None:
+    """Raise :class:`CountError` unless ``measured == expected``."""
+    if measured != expected:
+        raise CountError(
+            f"{name}: measured {measured:,} operations where {expected:,} were asked for; "
+            "its rate would describe work that did not happen"
+        )
+
+
+async def wait_for(done: asyncio.Event, progress: Callable[[], int]) -> None:
+    """Wait until ``done`` is set, or until ``progress()`` has not grown for a while.
+
+    A case waiting for messages gives up once :data:`PATIENCE` seconds pass in which
+    none arrived (checked ten times per period), and returns what it counted: the
+    harness reports the short count instead of the run hanging, while a slow but
+    steady case on a loaded machine goes on.
+    """
+    loop = asyncio.get_running_loop()
+    last, since = progress(), loop.time()
+    while not done.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(PATIENCE / 10):
+                await done.wait()
+        now = progress()
+        if now != last:
+            last, since = now, loop.time()
+        elif loop.time() - since >= PATIENCE:
+            return
 
 
 @dataclass
@@ -22,6 +66,7 @@ class Result:
     name: str
     rates: list[float] = field(default_factory=list)  # operations per second
     cpu_us: list[float] = field(default_factory=list)  # client CPU microseconds per operation
+    counts: list[int] = field(default_factory=list)  # operations measured per round
 
     @property
     def median(self) -> float:
@@ -32,8 +77,14 @@ class Result:
         return statistics.median(self.cpu_us)
 
 
-def interleave(cases: dict[str, Callable[[], int]], rounds: int) -> dict[str, Result]:
-    """Run each case once per round (A B A B ...); a case returns how many ops it did."""
+def interleave(
+    cases: dict[str, Callable[[], int]], rounds: int, *, expected: int
+) -> dict[str, Result]:
+    """Run each case once per round (A B A B ...); a case returns how many ops it did.
+
+    Raises:
+        CountError: A case measured other than ``expected`` operations in a round.
+    """
     results = {name: Result(name) for name in cases}
     for _ in range(rounds):
         for name, case in cases.items():
@@ -41,8 +92,10 @@ def interleave(cases: dict[str, Callable[[], int]], rounds: int) -> dict[str, Re
             wall, cpu = time.perf_counter(), time.process_time()
             ops = case()
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            check_count(name, ops, expected)
             results[name].rates.append(ops / wall)
             results[name].cpu_us.append(cpu / ops * 1e6)
+            results[name].counts.append(ops)
     return results
 
 
@@ -77,8 +130,8 @@ class Table:
 
     def markdown(self) -> str:
         rival = self.rival if self.rival in self.results else None
-        head = "| case | median ops/s | min | max | CPU µs/op | vs raw |"
-        rule = "|---|---:|---:|---:|---:|---:|"
+        head = "| case | ops per round | median ops/s | min | max | CPU µs/op | vs raw |"
+        rule = "|---|---:|---:|---:|---:|---:|---:|"
         if rival is not None:
             head += " vs FastStream |"
             rule += "---:|"
@@ -87,9 +140,10 @@ class Table:
             lines += [self.note, ""]
         lines += [head, rule]
         for r in self.results.values():
+            counted = "/".join(f"{count:,}" for count in sorted(set(r.counts)))
             row = (
-                f"| {r.name} | {r.median:,.0f} | {min(r.rates):,.0f} | {max(r.rates):,.0f} | "
-                f"{r.cpu:.2f} | {self.ratio(r.name):.2f} |"
+                f"| {r.name} | {counted} | {r.median:,.0f} | {min(r.rates):,.0f} | "
+                f"{max(r.rates):,.0f} | {r.cpu:.2f} | {self.ratio(r.name):.2f} |"
             )
             if rival is not None:
                 row += f" {self.ratio(r.name, rival):.2f} |"

@@ -4,9 +4,10 @@ Raw nats-py gets its best paths: ``await js.publish`` for sequential publishing,
 ``publish_async`` for pipelined publishing, and for consuming a callback subscription
 driven by hand-sent pull requests (batch 100, re-pulled at half), next to the
 documented ``fetch(100)`` loop. Every case encodes or decodes the same 10-field model
-and acks every message. The consume table also runs goflux with the usual middleware
-chain and with telemetry (OpenTelemetry's no-op providers, and the SDK recording
-every span and metric), to show what they cost.
+and acks every message. A publishing case counts what the stream stored during it; a
+consuming case counts the messages its handler got. The consume table also runs goflux
+with the usual middleware chain and with telemetry (OpenTelemetry's no-op providers,
+and the SDK recording every span and metric), to show what they cost.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import nats
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry.metrics import NoOpMeterProvider
@@ -26,8 +28,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NoOpTracerProvider
 
-from bench import faststream_cases
-from bench.harness import Table, interleave
+from bench import faststream_cases, harness
+from bench.harness import Table, interleave, wait_for
 from bench.payload import ADAPTER, ORDER, SIZE, Order
 from bench.sizes import Sizes
 from goflux import JsonCodec, Message, Telemetry, chain
@@ -85,28 +87,31 @@ def noop_hooks_ns(telemetry: Telemetry, calls: int) -> float:
 # ------------------------------------------------------------------ publishing
 
 
-async def raw_sequential(js: JetStreamContext, count: int) -> int:
+async def stored_by(js: JetStreamContext, publishing: Awaitable[object]) -> int:
+    """Run ``publishing``; return how many messages the stream stored meanwhile."""
+    before = (await js.stream_info(STREAM)).state.messages
+    await publishing
+    return (await js.stream_info(STREAM)).state.messages - before
+
+
+async def raw_sequential(js: JetStreamContext, count: int) -> None:
     for _ in range(count):
         await js.publish("bench.seq", ADAPTER.dump_json(ORDER))
-    return count
 
 
-async def goflux_sequential(pub: jetstream.Publisher[Order], count: int) -> int:
+async def goflux_sequential(pub: jetstream.Publisher[Order], count: int) -> None:
     for _ in range(count):
         await pub.publish("bench.seq", ORDER)
-    return count
 
 
-async def raw_pipelined(js: JetStreamContext, count: int) -> int:
+async def raw_pipelined(js: JetStreamContext, count: int) -> None:
     futures = [await js.publish_async("bench.pipe", ADAPTER.dump_json(ORDER)) for _ in range(count)]
     await asyncio.gather(*futures)
-    return count
 
 
-async def goflux_pipelined(pub: jetstream.Publisher[Order], count: int, window: int) -> int:
+async def goflux_pipelined(pub: jetstream.Publisher[Order], count: int, window: int) -> None:
     outgoing = (jetstream.Outgoing("bench.pipe", ORDER) for _ in range(count))
     await pub.publish_many(outgoing, window=window)
-    return count
 
 
 # ------------------------------------------------------------------- consuming
@@ -121,7 +126,10 @@ async def raw_callback_pull(
     deliver_policy: str = "all",
     ready: asyncio.Event | None = None,
 ) -> int:
-    """The fastest raw nats-py consumer: callback + hand-sent pull requests + ack()."""
+    """The fastest raw nats-py consumer: callback + hand-sent pull requests + ack().
+
+    Returns the messages handled (fewer than ``count`` if the rest never came).
+    """
     nc = js._nc
     info = await js.add_consumer(
         STREAM, filter_subject=subject, ack_policy="explicit", deliver_policy=deliver_policy
@@ -155,10 +163,10 @@ async def raw_callback_pull(
     await nc.flush()
     if ready is not None:
         ready.set()
-    await done.wait()
+    await wait_for(done, lambda: state["received"])
     await sub.unsubscribe()
     await js.delete_consumer(STREAM, info.name)
-    return count
+    return state["received"]
 
 
 async def raw_fetch(js: JetStreamContext, count: int) -> int:
@@ -166,14 +174,20 @@ async def raw_fetch(js: JetStreamContext, count: int) -> int:
     psub = await js.pull_subscribe("bench.data", stream=STREAM)
     received = 0
     while received < count:
-        for msg in await psub.fetch(min(FETCH_BATCH, count - received), timeout=10):
+        try:
+            batch = await psub.fetch(
+                min(FETCH_BATCH, count - received), timeout=min(10.0, harness.PATIENCE)
+            )
+        except nats.errors.TimeoutError:
+            break  # nothing more came: the count says so
+        for msg in batch:
             ADAPTER.validate_json(msg.data)
             await msg.ack()
             received += 1
     consumer = (await psub.consumer_info()).name
     await psub.unsubscribe()
     await js.delete_consumer(STREAM, consumer)  # as every other case leaves none behind
-    return count
+    return received
 
 
 async def goflux_consume(
@@ -208,9 +222,9 @@ async def goflux_consume(
     subscription = await sub.start(subject, RESILIENT(handle) if middleware else handle)
     if ready is not None:
         ready.set()
-    await done.wait()
+    await wait_for(done, lambda: received)
     await subscription.stop()
-    return count
+    return received
 
 
 async def raw_ack_sync_pull(js: JetStreamContext, count: int) -> int:
@@ -308,10 +322,13 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
         def on(make: Callable[[], Awaitable[int]]) -> Callable[[], int]:
             return lambda: loop.run_until_complete(make())
 
+        def stored(make: Callable[[], Awaitable[object]]) -> Callable[[], int]:
+            return on(lambda: stored_by(js, make()))
+
         n = sizes.consumed
         publish_cases = {
-            "raw js.publish": on(lambda: raw_sequential(js, sizes.sequential)),
-            "goflux Publisher.publish": on(lambda: goflux_sequential(pub, sizes.sequential)),
+            "raw js.publish": stored(lambda: raw_sequential(js, sizes.sequential)),
+            "goflux Publisher.publish": stored(lambda: goflux_sequential(pub, sizes.sequential)),
         }
         consume_cases = {
             "raw callback pull + ack": on(lambda: raw_callback_pull(js, n)),
@@ -326,7 +343,7 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
             ),
         }
         if rivals is not None:
-            publish_cases[faststream_cases.PUBLISH] = on(
+            publish_cases[faststream_cases.PUBLISH] = stored(
                 lambda: rivals.publish("bench.seq", sizes.sequential)
             )
             consume_cases[faststream_cases.PULL] = on(lambda: rivals.consume("bench.data", n, True))
@@ -347,7 +364,7 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
             Table(
                 "publish",
                 f"JetStream publish, waiting for each PubAck ({SIZE}-byte JSON payload)",
-                interleave(publish_cases, rounds),
+                interleave(publish_cases, rounds, expected=sizes.sequential),
                 "raw js.publish",
                 faststream_cases.PUBLISH,
                 rival_note,
@@ -357,19 +374,20 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
                 f"JetStream pipelined publish ({sizes.window:,} PubAcks in flight)",
                 interleave(
                     {
-                        "raw publish_async": on(lambda: raw_pipelined(js, sizes.pipelined)),
-                        "goflux publish_many": on(
+                        "raw publish_async": stored(lambda: raw_pipelined(js, sizes.pipelined)),
+                        "goflux publish_many": stored(
                             lambda: goflux_pipelined(pub, sizes.pipelined, sizes.window)
                         ),
                     },
                     rounds,
+                    expected=sizes.pipelined,
                 ),
                 "raw publish_async",
             ),
             Table(
                 "consume",
                 f"JetStream consume with ack, typed handler ({n:,} messages per round)",
-                interleave(consume_cases, rounds),
+                interleave(consume_cases, rounds, expected=n),
                 "raw callback pull + ack",
                 faststream_cases.PUSH_LOGGING,
                 rival_note

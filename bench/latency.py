@@ -4,7 +4,8 @@ Each case publishes numbered orders at ``latency_rate`` messages/s (waiting for 
 PubAck, as a service would) and consumes them in the same process; a message's latency
 runs from just before its publish call to its arrival in the handler, decoded. goflux
 uses its publisher and subscriber; raw nats-py ``js.publish`` and the callback pull
-consumer. Rounds are interleaved like every other table.
+consumer. Rounds are interleaved like every other table. Every message must arrive,
+once: a round that got fewer (or more) stops the run with ``CountError``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 import nats
 from nats.js import JetStreamContext
 
+from bench.harness import check_count
 from bench.jetstream import STREAM, goflux_consume, raw_callback_pull
 from bench.payload import ADAPTER, Order, numbered
 from bench.sizes import Sizes
@@ -40,6 +42,7 @@ class Latencies:
     samples: list[float] = field(default_factory=list)
     round_p50: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)  # messages that arrived, per round
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.samples)
@@ -54,12 +57,18 @@ async def measure(
     orders: list[Order],
     rate: float,
 ) -> tuple[list[float], float]:
-    """Publish ``orders`` at ``rate``; return each one's latency (µs) and the rate reached."""
+    """Publish ``orders`` at ``rate``; return each one's latency (µs) and the rate reached.
+
+    Raises:
+        CountError: Not every order arrived exactly once.
+    """
     sent = [0.0] * len(orders)
     latencies: list[float] = []
+    arrivals: set[str] = set()
 
     def arrived(order: Order) -> None:
         latencies.append((time.perf_counter() - sent[int(order.id)]) * 1e6)
+        arrivals.add(order.id)
 
     ready = asyncio.Event()
     consumer = asyncio.create_task(
@@ -74,7 +83,10 @@ async def measure(
         sent[index] = time.perf_counter()
         await publish(subject, order)
     reached = len(orders) / (time.perf_counter() - start)
-    await consumer
+    handled = await consumer
+    check_count(f"latency, {subject}: messages handled", handled, len(orders))
+    check_count(f"latency, {subject}: latencies", len(latencies), len(orders))
+    check_count(f"latency, {subject}: distinct orders", len(arrivals), len(orders))
     return latencies, reached
 
 
@@ -108,6 +120,7 @@ def run(rounds: int, sizes: Sizes) -> dict[str, Latencies]:
                 result.samples += samples
                 result.round_p50.append(statistics.median(samples))
                 result.rates.append(reached)
+                result.counts.append(len(samples))
         loop.run_until_complete(nc.close())
         return results
     finally:
@@ -120,11 +133,13 @@ def markdown(results: dict[str, Latencies], sizes: Sizes) -> str:
         f"### End-to-end latency at {sizes.latency_rate:,.0f} msg/s "
         f"({sizes.latency_msgs:,} messages per round)",
         "",
-        "| case | p50 µs | p99 µs | max µs | p50 per round (min-max) | rate reached |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case | arrived per round | p50 µs | p99 µs | max µs | p50 per round (min-max) "
+        "| rate reached |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines.extend(
-        f"| {r.name} | {r.percentile(0.5):,.0f} | {r.percentile(0.99):,.0f} | "
+        f"| {r.name} | {'/'.join(f'{c:,}' for c in sorted(set(r.counts)))} | "
+        f"{r.percentile(0.5):,.0f} | {r.percentile(0.99):,.0f} | "
         f"{max(r.samples):,.0f} | {min(r.round_p50):,.0f}-{max(r.round_p50):,.0f} | "
         f"{statistics.median(r.rates):,.0f}/s |"
         for r in results.values()

@@ -47,15 +47,31 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).parent,
-    )
-    return out.stdout.strip() or "unknown"
+def _git(where: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=where)
+    except OSError:  # no git
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def commit(where: Path = Path(__file__).parent) -> str:
+    """The commit measured (``git rev-parse HEAD``) and whether the tree differs from it.
+
+    A dirty tree lists the changed paths (``git status --porcelain``, untracked files
+    included): the numbers describe that code, not the commit's.
+    """
+    head = (_git(where, "rev-parse", "HEAD") or "").strip()
+    if not head:
+        return "commit unknown (not a git checkout)"
+    status = _git(where, "status", "--porcelain")
+    if status is None:
+        return f"commit {head}, working tree state unknown"
+    changed = [line[3:] for line in status.splitlines() if line.strip()]
+    if not changed:
+        return f"commit {head}, working tree clean"
+    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return f"commit {head}, working tree DIRTY ({len(changed)} changed: {shown})"
 
 
 def notes(rounds: int, smoke: bool) -> str:
@@ -65,8 +81,9 @@ def notes(rounds: int, smoke: bool) -> str:
         [
             "## Machine",
             "",
-            f"- {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
-            f"{mode}, {rounds} interleaved round(s) per table",
+            f"- {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {mode}, "
+            f"{rounds} interleaved round(s) per table",
+            f"- measured: {commit()}",
             f"- {os.cpu_count()} cores ({_cpu_model()}), {_memory()}, "
             f"{platform.system()} {platform.release()}",
             f"- load average at start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "

@@ -2,7 +2,8 @@
 
 Each case runs in a fresh Python process (``python -m bench.memory CASE URL COUNT``)
 so peaks do not mix: it connects, records its peak RSS, then takes ``COUNT`` messages
-without acking any until it holds them all, records the peak again, and acks them.
+without acking any until it holds them all, records the peak again (with how many it
+held: short of ``COUNT`` stops the run with ``CountError``), and acks them.
 goflux holds them through ``Subscriber.stream`` (``max_in_flight=COUNT``); raw nats-py
 keeps each ``Msg`` and its decoded model in a list, fed by the callback pull consumer.
 """
@@ -10,6 +11,7 @@ keeps each ``Msg`` and its decoded model in a list, fed by the callback pull con
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import resource
 import subprocess
@@ -21,6 +23,7 @@ import nats
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from bench.harness import PATIENCE, check_count, wait_for
 from bench.payload import ADAPTER, ORDER, Order
 from bench.sizes import Sizes
 from goflux import JsonCodec
@@ -67,8 +70,8 @@ async def hold_raw(js: JetStreamContext, count: int) -> None:
     sub = await nc.subscribe(inbox, cb=on_message, pending_msgs_limit=2 * count)
     request = json.dumps({"batch": count, "expires": 60_000_000_000}).encode()
     await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{info.name}", request, reply=inbox)
-    await done.wait()
-    print(json.dumps({"held": peak_kb()}), flush=True)
+    await wait_for(done, lambda: len(held))
+    print(json.dumps({"held": peak_kb(), "count": len(held)}), flush=True)
     for msg, _ in held:
         await msg.ack()
     await sub.unsubscribe()
@@ -78,11 +81,16 @@ async def hold_goflux(js: JetStreamContext, count: int) -> None:
     sub = jetstream.Subscriber(js, JsonCodec(Order), stream=STREAM, max_in_flight=count)
     held = []
     async with sub.stream(SUBJECT, buffer=count) as messages:
-        async for message in messages:
-            held.append(message)
-            if len(held) == count:
-                break
-        print(json.dumps({"held": peak_kb()}), flush=True)
+
+        async def take() -> None:
+            async for message in messages:
+                held.append(message)
+                if len(held) == count:
+                    return
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(take(), PATIENCE)
+        print(json.dumps({"held": peak_kb(), "count": len(held)}), flush=True)
         for message in held:
             await message.ack()
 
@@ -108,7 +116,13 @@ class Peak:
         return (self.held_kb - self.connected_kb) * 1024 / self.count
 
 
-def measure(case: str, url: str, count: int) -> tuple[int, int]:
+def measure(case: str, url: str, count: int) -> tuple[int, int, int]:
+    """Run one case in a fresh process: its peak RSS (KiB) connected and holding, and how
+    many messages it held.
+
+    Raises:
+        CountError: The process held fewer than ``count`` messages.
+    """
     out = subprocess.run(
         [sys.executable, "-m", "bench.memory", case, url, str(count)],
         capture_output=True,
@@ -119,7 +133,8 @@ def measure(case: str, url: str, count: int) -> tuple[int, int]:
     facts: dict[str, int] = {}
     for line in out.splitlines():
         facts.update(json.loads(line))
-    return facts["connected"], facts["held"]
+    check_count(f"memory, {case}: messages held", facts["count"], count)
+    return facts["connected"], facts["held"], facts["count"]
 
 
 def run(rounds: int, sizes: Sizes) -> dict[str, Peak]:
@@ -136,7 +151,7 @@ def run(rounds: int, sizes: Sizes) -> dict[str, Peak]:
             await nc.close()
 
         asyncio.run(setup())
-        peaks: dict[str, list[tuple[int, int]]] = {"raw": [], "goflux": []}
+        peaks: dict[str, list[tuple[int, int, int]]] = {"raw": [], "goflux": []}
         for _ in range(rounds):
             for case, samples in peaks.items():
                 samples.append(measure(case, server.url, sizes.in_flight))
@@ -145,8 +160,8 @@ def run(rounds: int, sizes: Sizes) -> dict[str, Peak]:
     names = {"raw": RAW, "goflux": GOFLUX}
     result = {}
     for case, samples in peaks.items():
-        connected, held = sorted(samples, key=lambda s: s[1] - s[0])[len(samples) // 2]
-        result[case] = Peak(names[case], connected, held, sizes.in_flight)
+        connected, held, count = sorted(samples, key=lambda s: s[1] - s[0])[len(samples) // 2]
+        result[case] = Peak(names[case], connected, held, count)
     return result
 
 
@@ -162,11 +177,12 @@ def markdown(peaks: dict[str, Peak], sizes: Sizes) -> str:
         "Peak RSS of a fresh process, connected and then holding every message "
         "(median of the rounds by growth).",
         "",
-        "| case | connected MiB | holding MiB | growth MiB | bytes per message | vs raw |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case | messages held | connected MiB | holding MiB | growth MiB | bytes per message "
+        "| vs raw |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines.extend(
-        f"| {p.name} | {p.connected_kb / 1024:.1f} | {p.held_kb / 1024:.1f} | "
+        f"| {p.name} | {p.count:,} | {p.connected_kb / 1024:.1f} | {p.held_kb / 1024:.1f} | "
         f"{(p.held_kb - p.connected_kb) / 1024:.1f} | {p.per_message:,.0f} | "
         f"{versus(p)} |"
         for p in peaks.values()

@@ -11,6 +11,11 @@
 - Micro-batch overhead: a streaming query over small micro-batches (100 messages)
   into a ``noop`` sink; the median ``triggerExecution`` time of a batch.
 
+What each case returns is what it measured: rows the source produced (counted by an
+observation on the query), messages the raw reader decoded, messages the stream
+stored on the sink's subject during the case. A count short of the request stops the
+run (``CountError``); so does a measured micro-batch without its 100 rows.
+
 The CPU column counts this process only; Spark's work runs in its JVM and workers.
 """
 
@@ -20,14 +25,16 @@ import asyncio
 import json
 import statistics
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import nats
 from nats.aio.msg import Msg
 from pydantic import TypeAdapter
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - Spark's usual name
 
-from bench.harness import Table, interleave
+from bench.harness import Table, check_count, interleave, wait_for
 from bench.payload import ORDER, Order
 from bench.sizes import Sizes
 from goflux import JsonCodec
@@ -40,7 +47,7 @@ ADAPTER = TypeAdapter(Order)
 
 
 async def raw_read(url: str, count: int) -> int:
-    """One process reads sequences 1..count and decodes each payload."""
+    """One process reads sequences 1..count and decodes each payload; returns how many."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     info = await js.add_consumer(
@@ -75,14 +82,26 @@ async def raw_read(url: str, count: int) -> int:
     sub = await nc.subscribe(inbox, cb=on_message)
     await pull()
     await pull()
-    await done.wait()
+    await wait_for(done, lambda: state["received"])
     await sub.unsubscribe()
     await js.delete_consumer(STREAM, info.name)
     await nc.close()
-    return count
+    return state["received"]
 
 
-async def raw_publish(url: str, bodies: list[bytes], window: int, *, ids: str | None = None) -> int:
+async def stored_on(url: str, subject: str) -> int:
+    """How many messages the sink's stream holds on ``subject``."""
+    nc = await nats.connect(url)
+    try:
+        state = (await nc.jetstream().stream_info(OUT, subjects_filter=subject)).state
+        return (state.subjects or {}).get(subject, 0)
+    finally:
+        await nc.close()
+
+
+async def raw_publish(
+    url: str, bodies: list[bytes], window: int, *, ids: str | None = None
+) -> None:
     """Publish ``bodies`` pipelined; with ``ids``, each with a message ID as goflux sets it."""
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=window)
@@ -99,7 +118,6 @@ async def raw_publish(url: str, bodies: list[bytes], window: int, *, ids: str | 
         ]
     await asyncio.gather(*futures)
     await nc.close()
-    return len(bodies)
 
 
 def _publish(url: str, count: int, window: int) -> None:
@@ -118,7 +136,11 @@ def _publish(url: str, count: int, window: int) -> None:
 
 
 def micro_batch_overhead(spark: SparkSession, url: str, batches: int) -> list[float]:
-    """Seconds per micro-batch of 100 messages (engine plus source, noop sink)."""
+    """Seconds per micro-batch of 100 messages (engine plus source, noop sink).
+
+    Raises:
+        CountError: A measured batch did not read its 100 rows.
+    """
     df = gspark.read_stream(spark, Order, servers=url, stream=STREAM, max_messages_per_trigger=100)
     with tempfile.TemporaryDirectory() as checkpoint:
         query = (
@@ -134,7 +156,19 @@ def micro_batch_overhead(spark: SparkSession, url: str, batches: int) -> list[fl
         finally:
             query.stop()
     # The first two batches pay for worker start-up and imports.
-    return [p["durationMs"]["triggerExecution"] / 1000 for p in progress[2:] if p["numInputRows"]]
+    measured = progress[2 : batches + 2]
+    for p in measured:
+        check_count(f"micro-batch {p['batchId']}: rows", p["numInputRows"], 100)
+    return [p["durationMs"]["triggerExecution"] / 1000 for p in measured]
+
+
+def rows_written(df: DataFrame) -> int:
+    """Write ``df`` to the ``noop`` sink; return how many rows went through (observed)."""
+    observation = Observation()
+    df.observe(observation, F.count(F.lit(1)).alias("rows")).write.format("noop").mode(
+        "overwrite"
+    ).save()
+    return int(observation.get["rows"])
 
 
 def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
@@ -164,10 +198,9 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
         round_ids = iter(range(10_000))
 
         def goflux_source() -> int:
-            source.write.format("noop").mode("overwrite").save()
-            return source_rows
+            return rows_written(source)
 
-        def goflux_sink() -> int:
+        def goflux_sink() -> None:
             publisher = gspark.foreach_batch_publisher(
                 servers=url,
                 subject="sparkout.goflux",
@@ -176,32 +209,46 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
                 window=window,
             )
             publisher(rows, 0)
-            return sink_rows
 
-        source = interleave(
+        def stored(subject: str, publish: Callable[[], object]) -> Callable[[], int]:
+            """The case ``publish``, returning what the stream stored on ``subject``."""
+
+            def case() -> int:
+                before = asyncio.run(stored_on(url, subject))
+                publish()
+                return asyncio.run(stored_on(url, subject)) - before
+
+            return case
+
+        source_results = interleave(
             {
                 "raw nats-py read (1 process)": lambda: asyncio.run(raw_read(url, source_rows)),
                 "goflux source (local[2])": goflux_source,
             },
             rounds,
+            expected=source_rows,
         )
-        sink = interleave(
+        sink_results = interleave(
             {
-                "raw publish_async (1 process)": lambda: asyncio.run(
-                    raw_publish(url, bodies, window)
+                "raw publish_async (1 process)": stored(
+                    "sparkout.raw", lambda: asyncio.run(raw_publish(url, bodies, window))
                 ),
-                "raw publish_async + message IDs (1 process)": lambda: asyncio.run(
-                    raw_publish(url, bodies, window, ids=f"raw-{next(round_ids)}")
+                "raw publish_async + message IDs (1 process)": stored(
+                    "sparkout.raw",
+                    lambda: asyncio.run(
+                        raw_publish(url, bodies, window, ids=f"raw-{next(round_ids)}")
+                    ),
                 ),
-                "goflux foreach_batch_publisher (local[2])": goflux_sink,
+                "goflux foreach_batch_publisher (local[2])": stored("sparkout.goflux", goflux_sink),
             },
             rounds,
+            expected=sink_rows,
         )
         tables = [
             Table(
                 "spark_source",
                 f"Spark source: typed rows/s over {source_rows:,} messages",
-                source,
+                source_results,
                 "raw nats-py read (1 process)",
                 note="The CPU column counts this process only; Spark works in its JVM "
                 "and Python workers.",
@@ -210,7 +257,7 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
                 "spark_sink",
                 f"Spark sink: messages/s for {sink_rows:,} rows "
                 f"({window:,} PubAcks in flight per task)",
-                sink,
+                sink_results,
                 "raw publish_async (1 process)",
             ),
         ]

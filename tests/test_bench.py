@@ -1,13 +1,30 @@
-"""The benchmark runner's smoke mode: every case still runs and the report is complete."""
+"""The benchmark runner's smoke mode: every case still runs and the report is complete.
+
+Every case reports what it measured (messages read, published or decoded), and the
+report shows it: the smoke run's counts must be exactly the smoke sizes. The case
+functions themselves are checked against a real server with fewer messages than they
+are asked for: they return what arrived, and the harness refuses the short count.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import nats
 import pytest
+
+from bench import faststream_cases, goals, harness, machine
+from bench import jetstream as js_bench
+from bench.harness import CountError, Result, Table, interleave
+from bench.payload import ORDER, Order
+from bench.sizes import SMOKE
+from goflux import JsonCodec
+from goflux.testing import NatsServer
+from goflux.transports import jetstream
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,6 +54,19 @@ CASES = (
     "goflux Subscriber, plain acks",
     "goflux Subscriber, confirm_acks=True",
 )
+# Each results table's title, and the operations each of its cases must report per round.
+COUNTS = {
+    "Encode the 10-field model": SMOKE.codec_ops,
+    "Decode the same": SMOKE.codec_ops,
+    "In-process publish -> handler": SMOKE.channel_msgs,
+    "JetStream publish, waiting for each PubAck": SMOKE.sequential,
+    "JetStream pipelined publish": SMOKE.pipelined,
+    "JetStream consume with ack, typed handler": SMOKE.consumed,
+    "End-to-end latency at 1,000 msg/s": SMOKE.latency_msgs,
+    "Memory: a consumer holding": SMOKE.in_flight,
+    "Spark source: typed rows/s": SMOKE.spark_source_rows,
+    "Spark sink: messages/s": SMOKE.spark_sink_rows,
+}
 GOALS = (
     "consume with ack (typed) vs raw callback pull",
     "consume vs FastStream, its default setup",
@@ -71,14 +101,27 @@ def test_smoke_run_reports_every_table_goal_and_chart(tmp_path: Path) -> None:
         assert f"| {case} |" in report, case
     assert "## Goals" in report
     assert "Smoke run" in report
-    goal_rows = re.findall(r"^\| (.+?) \| [<>]= .+? \| .+? \| (?:yes|\*\*no\*\*) \|$", report, re.M)
-    for goal in GOALS:
-        assert sum(row.startswith(goal) for row in goal_rows) == 1, (goal, goal_rows)
-    assert len(goal_rows) == len(GOALS)
+    check_goals(report)
     assert re.search(r"- 2 cores|- \d+ cores", report)
     assert "load average at start" in report
-    # Every measured rate is a positive number.
-    rates = re.findall(r"^\| [^|]+ \| ([\d,]+) \| [\d,]+ \| [\d,]+ \| [\d.]+ \|", report, re.M)
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert re.search(
+        rf"- measured: commit {head}, working tree (clean|DIRTY \(\d+ changed)", report
+    )
+    # Every case's count is what was asked for, and every rate is a positive number.
+    for title, expected in COUNTS.items():
+        rows = table_rows(report, title)
+        assert rows, title
+        for row in rows:
+            assert int(row[1].replace(",", "")) == expected, (title, row)
+    assert [row[0] for row in table_rows(report, "Spark micro-batch overhead")] == [
+        str(SMOKE.spark_batches)
+    ]
+    rates = re.findall(
+        r"^\| [^|]+ \| [\d,]+ \| ([\d,]+) \| [\d,]+ \| [\d,]+ \| [\d.]+ \|", report, re.M
+    )
     assert len(rates) >= 25
     assert all(int(rate.replace(",", "")) > 0 for rate in rates)
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -95,3 +138,121 @@ def test_unknown_suite_is_refused() -> None:
     )
     assert result.returncode == 2
     assert "unknown suite(s) ['kafka']" in result.stderr
+
+
+def table_rows(report: str, title: str) -> list[list[str]]:
+    """The body rows of the table under ``### <title>...``, split into cells."""
+    section = report.split(f"### {title}", 1)[1].split("\n### ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+
+
+def check_goals(report: str) -> None:
+    """Every goal once; a throughput goal shows three ratios and is met only if all reach it."""
+    section = report.split("## Goals", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    assert lines[0].startswith("| goal | target | median of per-round ratios")
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+    for goal in GOALS:
+        assert sum(row[0].startswith(goal) for row in rows) == 1, (goal, rows)
+    assert len(rows) == len(GOALS)
+    for what, target, paired, of_medians, cpu, met, judged_on in rows:
+        assert met in ("yes", "**no**"), what
+        if not target.startswith(">= "):
+            continue  # latency, overhead, telemetry share: one value
+        floor = float(target.removeprefix(">= ").removesuffix("x"))
+        ratios = [paired, of_medians] + ([] if what.startswith("Spark") else [cpu])
+        values = [float(value.removesuffix("x")) for value in ratios]
+        assert (met == "yes") == all(value >= floor for value in values), (what, values)
+        assert judged_on.startswith("all three" if len(values) == 3 else "both throughput")
+
+
+def test_a_short_count_stops_the_run() -> None:
+    calls = iter([5, 5, 4])
+    with pytest.raises(CountError, match="short: measured 4 operations where 5"):
+        interleave({"full": lambda: 5, "short": lambda: next(calls)}, 3, expected=5)
+    with pytest.raises(CountError, match="measured 6 operations where 5"):
+        interleave({"too many": lambda: 6}, 1, expected=5)
+
+
+def test_the_report_names_the_commit_and_a_dirty_tree(tmp_path: Path) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    assert machine.commit(tmp_path) == "commit unknown (not a git checkout)"
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("commit", "-q", "-m", "first")
+    head = git("rev-parse", "HEAD")
+    assert machine.commit(tmp_path) == f"commit {head}, working tree clean"
+    (tmp_path / "code.py").write_text("x = 2\n")
+    (tmp_path / "new.py").write_text("")
+    assert machine.commit(tmp_path) == (
+        f"commit {head}, working tree DIRTY (2 changed: code.py, new.py)"
+    )
+
+
+def ratio_table(key: str, row: str, rates: list[float], cpu_us: float) -> Table:
+    """A table of ``row`` against a raw row of rates 100, 130, 70 and 10 µs per message."""
+    raw = Result("raw", rates=[100.0, 130.0, 70.0], cpu_us=[10.0] * 3, counts=[1] * 3)
+    ours = Result(row, rates=rates, cpu_us=[cpu_us] * 3, counts=[1] * 3)
+    return Table(key, "a table", {"raw": raw, row: ours}, "raw")
+
+
+def test_a_goal_is_met_only_when_every_ratio_meets_it() -> None:
+    def consume(rates: list[float], cpu_us: float) -> goals.Goal:
+        table = ratio_table("consume", goals.GOFLUX_CONSUME, rates, cpu_us)
+        [goal] = goals.check({"consume": table}, None, None)
+        return goal
+
+    # Per-round ratios 0.72, 0.92, 0.93 (median 0.92); medians 72 / 100.
+    goal = consume([72.0, 120.0, 65.0], 10.0)
+    assert (goal.measured, goal.of_medians, goal.cpu, goal.met) == ("0.92", "0.72", "1.00", False)
+    # Both throughput ratios at 0.90 or more, but 1.5 times raw's CPU per message.
+    goal = consume([90.0, 120.0, 65.0], 15.0)
+    assert (goal.measured, goal.of_medians, goal.cpu, goal.met) == ("0.92", "0.90", "0.67", False)
+    goal = consume([90.0, 120.0, 65.0], 11.0)
+    assert (goal.cpu, goal.met, goal.judged_on) == ("0.91", True, goals.ALL_THREE)
+    # Spark: this process's CPU says nothing; both throughput ratios decide.
+    row = "goflux foreach_batch_publisher (local[2])"
+    table = ratio_table("spark_sink", row, [90.0, 120.0, 65.0], 100.0)
+    [goal] = goals.check({"spark_sink": table}, None, None)
+    assert (goal.measured, goal.of_medians, goal.cpu, goal.met) == ("0.92", "0.90", "-", True)
+    assert goal.judged_on == goals.THROUGHPUT_ONLY
+    table = ratio_table("spark_sink", row, [60.0, 120.0, 65.0], 100.0)
+    [goal] = goals.check({"spark_sink": table}, None, None)
+    assert (goal.of_medians, goal.met) == ("0.65", False)
+
+
+@pytest.mark.timeout(60)
+async def test_cases_return_what_arrived_not_what_was_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(harness, "PATIENCE", 1.0)  # how long a case waits for more
+    with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await jetstream.ensure_stream(js, name=js_bench.STREAM, subjects=["bench.>"])
+            publisher = jetstream.Publisher(js, JsonCodec(Order))
+            # Publishing cases count what the stream stored, not what they were told.
+            assert await js_bench.stored_by(js, asyncio.sleep(0)) == 0
+            assert await js_bench.stored_by(js, js_bench.raw_sequential(js, 7)) == 7
+            assert await js_bench.stored_by(js, js_bench.goflux_pipelined(publisher, 9, 4)) == 9
+            await publisher.publish_many(jetstream.Outgoing("bench.data", ORDER) for _ in range(20))
+            # Consuming cases asked for 25 of the 20 there are: they report 20.
+            assert await js_bench.raw_callback_pull(js, 25) == 20
+            assert await js_bench.raw_fetch(js, 25) == 20
+            assert await js_bench.goflux_consume(js, 25) == 20
+            if faststream_cases.AVAILABLE:
+                rivals = faststream_cases.Rivals(server.url, js_bench.STREAM)
+                assert await rivals.consume("bench.data", 25, pull=True) == 20
+        finally:
+            await nc.close()

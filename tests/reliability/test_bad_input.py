@@ -8,24 +8,26 @@ is handled once, and a refused publish never costs the connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
+import string
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from goflux import (
     BytesCodec,
     DecodeError,
     EncodeError,
+    Headers,
     InvalidHeader,
     InvalidSubject,
     JsonCodec,
@@ -35,6 +37,7 @@ from goflux import (
     PublishError,
 )
 from goflux._subjects import MAX_SUBJECT_BYTES
+from goflux._wire import read_headers
 from goflux.middleware import DeadLetter, RetryPolicy, retry_ack
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
@@ -174,6 +177,59 @@ def survives(nc: Client, loop: asyncio.AbstractEventLoop) -> None:
     assert nc.stats["reconnects"] == 0
 
 
+def publishable_subject(subject: str) -> bool:
+    """The documented rules, written out again: non-empty tokens split by dots, no
+    whitespace, ASCII control character or wildcard, at most ``MAX_SUBJECT_BYTES``."""
+    return (
+        0 < len(subject.encode()) <= MAX_SUBJECT_BYTES
+        and all(subject.split("."))
+        and not any(c.isspace() or ord(c) < 0x20 or c in "\x7f*>" for c in subject)
+    )
+
+
+HEADER_NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
+
+
+def sendable_headers(headers: dict[str, str]) -> bool:
+    """The documented rules, written out again: RFC 9110 token names; values without
+    CR, LF or NUL and without leading or trailing whitespace."""
+    return all(
+        name
+        and set(name) <= HEADER_NAME_CHARACTERS
+        and not any(c in "\r\n\x00" for c in value)
+        and value == value.strip()
+        for name, value in headers.items()
+    )
+
+
+def arrives(
+    nc: Client, loop: asyncio.AbstractEventLoop, subject: str, publish: Awaitable[None]
+) -> Msg:
+    """Publish (``publish``) with a plain nats-py subscription to ``subject`` open; return
+    what it received."""
+
+    async def go() -> Msg:
+        sub = await nc.subscribe(subject)
+        try:
+            await nc.flush()  # the server has the subscription before the publish
+            await publish
+            return await sub.next_msg(timeout=5)
+        finally:
+            await sub.unsubscribe()
+
+    return loop.run_until_complete(go())
+
+
+TOKEN = st.text(
+    alphabet=st.characters(
+        codec="utf-8", exclude_characters=".*>\x7f", exclude_categories=("Zs", "Zl", "Zp", "Cc")
+    ),
+    min_size=1,
+    max_size=12,
+)
+VALID_SUBJECTS = st.lists(TOKEN, min_size=1, max_size=8).map(".".join)
+
+
 @EXAMPLES
 @given(
     st.text(max_size=60)
@@ -182,30 +238,59 @@ def survives(nc: Client, loop: asyncio.AbstractEventLoop) -> None:
         min_size=MAX_SUBJECT_BYTES - 5,
         max_size=MAX_SUBJECT_BYTES + 900,
     )
+    | VALID_SUBJECTS
 )
+@example("a" * MAX_SUBJECT_BYTES)  # the longest valid subject
+@example("a" * (MAX_SUBJECT_BYTES - 1) + "é")  # one byte over, in UTF-8
+@example("orders.créées.主题.$sys-1_2:3/4")
 def test_any_subject_is_published_or_refused_and_the_connection_lives(
     core: tuple[Client, gnats.Publisher[dict[str, Any]]],
     loop: asyncio.AbstractEventLoop,
     subject: str,
 ) -> None:
     nc, publisher = core
-    with contextlib.suppress(InvalidSubject):
-        loop.run_until_complete(publisher.publish(subject, {"n": 1}))
+    if publishable_subject(subject):
+        msg = arrives(nc, loop, subject, publisher.publish(subject, {"n": 1}))
+        assert (msg.subject, json.loads(msg.data)) == (subject, {"n": 1})
+    else:
+        with pytest.raises(InvalidSubject):
+            loop.run_until_complete(publisher.publish(subject, {"n": 1}))
     survives(nc, loop)
+
+
+HEADER_NAMES = st.text(alphabet=sorted(HEADER_NAME_CHARACTERS), min_size=1, max_size=20)
+HEADER_VALUES = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_characters="\r\n\x00"), max_size=200
+).map(str.strip)
+
+
+def distinct_names(headers: dict[str, str]) -> bool:
+    """No two names differ only by case (they would merge into one repeated header)."""
+    return len({name.lower() for name in headers}) == len(headers)
 
 
 @EXAMPLES
 @given(
-    st.dictionaries(st.text(max_size=20), st.text(max_size=200), max_size=30),
+    st.dictionaries(st.text(max_size=20), st.text(max_size=200), max_size=30).filter(distinct_names)
+    | st.dictionaries(HEADER_NAMES, HEADER_VALUES, max_size=30).filter(distinct_names)
 )
+@example({"X-Trace": "a b\tc", "Ünicode-Value": "x"})  # a name outside the token set
+@example({"Tenant": "ü-42 主", "k": ""})
 def test_any_headers_are_published_or_refused_and_the_connection_lives(
     core: tuple[Client, gnats.Publisher[dict[str, Any]]],
     loop: asyncio.AbstractEventLoop,
     headers: dict[str, str],
 ) -> None:
     nc, publisher = core
-    with contextlib.suppress(InvalidHeader):
-        loop.run_until_complete(publisher.publish("bad.headers", {"n": 1}, headers=headers))
+    if sendable_headers(headers):
+        msg = arrives(
+            nc, loop, "bad.headers", publisher.publish("bad.headers", {"n": 1}, headers=headers)
+        )
+        received, _ = read_headers(msg.headers)
+        assert (received or Headers()) == Headers(headers)  # every one, unchanged
+    else:
+        with pytest.raises(InvalidHeader):
+            loop.run_until_complete(publisher.publish("bad.headers", {"n": 1}, headers=headers))
     survives(nc, loop)
 
 

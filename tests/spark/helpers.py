@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
 import nats
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import BaseModel
 
 from goflux import Headers, JsonCodec
@@ -134,3 +137,59 @@ def bodies(url: str, stream: str) -> list[bytes]:
 def delete_stream(url: str, stream: str) -> None:
     """Delete ``stream`` and everything in it."""
     on_server(url, lambda js: js.delete_stream(stream))
+
+
+def message_ids(url: str, stream: str) -> list[str]:
+    """Every stored message's ``Nats-Msg-Id`` in sequence order, read by one consumer."""
+
+    async def work(js: JetStreamContext) -> list[str]:
+        count = (await js.stream_info(stream)).state.messages
+        psub = await js.pull_subscribe(
+            "", stream=stream, config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+        )
+        ids: list[str] = []
+        try:
+            while len(ids) < count:
+                batch = await psub.fetch(min(500, count - len(ids)), timeout=10)
+                ids.extend((msg.headers or {}).get("Nats-Msg-Id", "") for msg in batch)
+        finally:
+            await psub.unsubscribe()
+        return ids
+
+    return on_server(url, work)
+
+
+def published_during(url: str, subject: str, work: Callable[[], None]) -> list[Msg]:
+    """Run ``work`` with a core NATS subscription to ``subject`` open; return what it got.
+
+    Core NATS delivers every publish, including one the stream refuses as a duplicate:
+    this is what a sink sent, not what the stream kept. ``work`` runs in this thread
+    (Spark's session is per thread), the subscription on a loop in another; once
+    ``work`` returns (its publishes acknowledged), a flush brings every message it
+    published: the server sends the PONG after every message before it.
+    """
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(step: Awaitable[R]) -> R:
+        return asyncio.run_coroutine_threadsafe(_awaited(step), loop).result(timeout=30)
+
+    try:
+        nc = on_loop(nats.connect(url))
+        try:
+            sub = on_loop(nc.subscribe(subject))
+            on_loop(nc.flush())  # subscribed on the server before anything is published
+            work()
+            on_loop(nc.flush())
+            return [on_loop(sub.next_msg(timeout=1)) for _ in range(sub.pending_msgs)]
+        finally:
+            on_loop(nc.close())
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
+async def _awaited(step: Awaitable[R]) -> R:
+    return await step

@@ -10,7 +10,16 @@ from pyspark.sql import DataFrame, SparkSession
 from goflux import BytesCodec, JsonCodec
 from goflux.testing import NatsServer
 from goflux.transports import spark as gspark
-from tests.spark.helpers import Sale, bodies, make_stream, publish, sale, stream_state
+from tests.spark.helpers import (
+    Sale,
+    bodies,
+    make_stream,
+    message_ids,
+    publish,
+    published_during,
+    sale,
+    stream_state,
+)
 
 SOURCE, OUT = "SALES", "OUT"
 
@@ -153,8 +162,15 @@ def test_stream_sink_publishes_and_deduplicates_a_replay(
 
     run_sink()
     assert stream_state(url, OUT) == (1_500, 1, 1_500)
+    stored = message_ids(url, OUT)
     forget_commit(checkpoint, 2)
-    run_sink()
+    replayed = published_during(url, "out.sales", run_sink)
+    # The replay happened: batch 2's 500 rows were published again, each once, under
+    # the IDs they were stored with (<query id>:<batch id>:<partition>:<row>) ...
+    sent = [(msg.headers or {}).get("Nats-Msg-Id", "") for msg in replayed]
+    assert len(sent) == len(set(sent)) == 500
+    assert set(sent) == {i for i in stored if i.split(":")[1] == "2"}
+    # ... and the server refused every one as a duplicate.
     assert stream_state(url, OUT) == (1_500, 1, 1_500)
     codec = JsonCodec(Sale)
     assert sorted(bodies(url, OUT)) == sorted(codec.encode(sale(n)) for n in range(1_500))
