@@ -260,7 +260,7 @@ async def raw_ack_sync_pull(js: JetStreamContext, count: int) -> int:
     await nc.publish(next_subject, request, reply=inbox)
     await nc.publish(next_subject, request, reply=inbox)
     await nc.flush()
-    await _consumed(done, state, count)
+    await wait_for(done, lambda: state["received"])
     await sub.unsubscribe()
     await js.delete_consumer(STREAM, info.name)
     return state["received"]
@@ -269,8 +269,8 @@ async def raw_ack_sync_pull(js: JetStreamContext, count: int) -> int:
 async def goflux_consume_acks(js: JetStreamContext, count: int, *, confirm: bool) -> int:
     """goflux's subscriber, auto-acking with plain or with confirmed acks.
 
-    Returns how many messages it consumed, once the last ack is applied; raises if
-    fewer than ``count`` came, or if an ack went unconfirmed.
+    Returns how many messages it consumed (fewer than ``count`` if the rest never
+    came), once the last ack is applied; raises if an ack went unconfirmed.
     """
     state = {"received": 0}
     done = asyncio.Event()
@@ -282,20 +282,11 @@ async def goflux_consume_acks(js: JetStreamContext, count: int, *, confirm: bool
 
     sub = jetstream.Subscriber(js, JsonCodec(Order), stream=STREAM, confirm_acks=confirm)
     subscription = await sub.start("bench.data", handle)
-    await _consumed(done, state, count)
+    await wait_for(done, lambda: state["received"])
     await subscription.stop()  # with confirm_acks: returns once every ack is confirmed
     if subscription.unconfirmed:
         raise RuntimeError(f"{subscription.unconfirmed} acks were not confirmed")
     return state["received"]
-
-
-async def _consumed(done: asyncio.Event, state: dict[str, int], count: int) -> None:
-    """Wait for ``count`` messages; fail, saying how many came, if they stop coming."""
-    try:
-        async with asyncio.timeout(max(60.0, count / 1_000)):
-            await done.wait()
-    except TimeoutError:
-        raise RuntimeError(f"consumed {state['received']} of {count} messages") from None
 
 
 def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
@@ -398,7 +389,7 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
             Table(
                 "confirmed",
                 f"JetStream consume, plain vs confirmed acks ({n:,} messages per round)",
-                interleave(confirm_cases, rounds),
+                interleave(confirm_cases, rounds, expected=n),
                 "raw callback pull + ack",
                 note="Confirmed acks wait for the server's reply before the message's "
                 "in-flight room is given back (`confirm_acks=True`; nats-py: `ack_sync()`, "
