@@ -6,7 +6,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import nats
+import nats.js.errors
 import pytest
+from nats.js import JetStreamContext
 from nats.js.api import ClusterInfo, PeerInfo
 
 from goflux.testing import NatsCluster
@@ -103,6 +105,21 @@ def test_stream_readiness_names_the_replica_that_is_behind() -> None:
     assert check([("stream", "S", info("n0", current[0], gone))], {"n0", "n1"}) == ""  # killed
 
 
+async def publish_once_served(js: JetStreamContext, subject: str, data: bytes) -> None:
+    """Publish once the new stream's leader serves ``subject`` through our node.
+
+    Its interest in the subject reaches the other nodes a moment after the stream is
+    created; a publish through one of them meanwhile finds no responders (nothing is
+    stored) and is sent again after a round trip.
+    """
+    while True:
+        try:
+            await js.publish(subject, data)
+            return
+        except nats.js.errors.NoStreamResponseError:
+            await js._nc.flush()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_a_killed_node_rejoins_with_its_replica() -> None:
@@ -110,7 +127,7 @@ async def test_a_killed_node_rejoins_with_its_replica() -> None:
         nc = await nats.connect(servers=cluster.urls)
         js = nc.jetstream(timeout=NatsCluster.PROVISION_TIMEOUT)  # see its docstring
         await jetstream.ensure_stream(js, name="R3", subjects=["r3.>"], num_replicas=3)
-        await js.publish("r3.a", b"before")
+        await publish_once_served(js, "r3.a", b"before")
         await cluster.wait_for_stream(nc, "R3")  # every replica holds it before a kill
         leader = await cluster.stream_leader(nc, "R3")
         follower = (leader + 1) % 3
