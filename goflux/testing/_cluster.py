@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import socket
+import tempfile
 import time
 import urllib.request
+import uuid
+import weakref
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -59,11 +64,13 @@ class NatsCluster:
             await cluster.restart(leader)
 
     Each node is a :class:`NatsServer` named ``n0``, ``n1``, ... with its own store, so
-    a killed node restarts with its data. Entering the cluster, and :meth:`restart`,
-    return once the JetStream meta group is whole (see :meth:`wait_for_jetstream`):
-    every running node follows one meta leader, which sees every other running node
-    current, so streams of any replica count can be placed at once. Readiness is read
-    from each node's monitoring endpoint (``/jsz``), never a fixed sleep.
+    a killed node restarts with its data, and its own configuration file (its name,
+    cluster routes and monitoring port), which :meth:`reload` changes on a running
+    node. Entering the cluster, and :meth:`restart`, return once the JetStream meta
+    group is whole (see :meth:`wait_for_jetstream`): every running node follows one
+    meta leader, which sees every other running node current, so streams of any
+    replica count can be placed at once. Readiness is read from each node's
+    monitoring endpoint (``/jsz``), never a fixed sleep.
 
     Creating a replicated stream or consumer is answered once its Raft group has
     elected a leader. On a loaded machine the first election can be lost, and the
@@ -108,25 +115,29 @@ class NatsCluster:
         ports = _free_ports(3 * size)
         client_ports, route_ports = ports[:size], ports[size : 2 * size]
         self.monitor_ports = ports[2 * size :]
-        routes = ",".join(f"nats://127.0.0.1:{port}" for port in route_ports)
+        routes = ", ".join(json.dumps(f"nats://127.0.0.1:{port}") for port in route_ports)
+        # Settings live in a file, not on the command line: nats-server re-reads only
+        # the file on a reload, and refuses one that would drop the name or cluster.
+        self._configs = [
+            f"server_name: {json.dumps(self.node_name(index))}\n"
+            f"http_port: {self.monitor_ports[index]}\n"
+            "cluster {\n"
+            f"  name: {json.dumps(name)}\n"
+            f'  listen: "127.0.0.1:{route_ports[index]}"\n'
+            f"  routes: [{routes}]\n"
+            "}\n"
+            for index in range(size)
+        ]
+        self._settings = [""] * size  # what reload() added to each node's configuration
+        # Created on start; removed on stop (or when the cluster is garbage collected).
+        self._config_dir = Path(tempfile.gettempdir()) / f"goflux-cluster-{uuid.uuid4().hex}"
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self._config_dir, True)
         self.nodes: list[NatsServer] = [
             NatsServer(
                 port=client_ports[index],
                 binary=binary,
                 startup_timeout=startup_timeout,
-                args=[
-                    "--server_name",
-                    self.node_name(index),
-                    "--cluster_name",
-                    name,
-                    "--cluster",
-                    f"nats://127.0.0.1:{route_ports[index]}",
-                    "--routes",
-                    routes,
-                    "--http_port",
-                    str(self.monitor_ports[index]),
-                    *args,
-                ],
+                args=["--config", str(self.config_file(index)), *args],
             )
             for index in range(size)
         ]
@@ -144,6 +155,16 @@ class NatsCluster:
     def monitor_url(self, index: int) -> str:
         """The HTTP monitoring URL of node ``index`` (``/jsz``, ``/varz``, ...)."""
         return f"http://127.0.0.1:{self.monitor_ports[index]}"
+
+    def config_file(self, index: int) -> Path:
+        """The configuration file of node ``index`` (written when the cluster starts)."""
+        return self._config_dir / f"{self.node_name(index)}.conf"
+
+    def _write_config(self, index: int) -> None:
+        text = self._configs[index]
+        if self._settings[index]:
+            text += f"# added by reload()\n{self._settings[index]}\n"
+        self.config_file(index).write_text(text)
 
     def index_of(self, server_name: str) -> int:
         """The index of the node called ``server_name``.
@@ -167,6 +188,9 @@ class NatsCluster:
         """
         deadline = time.monotonic() + self.startup_timeout
         try:
+            self._config_dir.mkdir(mode=0o700, exist_ok=True)
+            for index in range(len(self.nodes)):
+                self._write_config(index)
             await asyncio.gather(*(node._start_async() for node in self.nodes))
             await self.wait_for_jetstream(deadline - time.monotonic())
         except BaseException:
@@ -289,9 +313,10 @@ class NatsCluster:
         )
 
     def stop(self) -> None:
-        """Stop every node and delete their stores."""
+        """Stop every node and delete their stores and configuration files."""
         for node in self.nodes:
             node.stop()
+        shutil.rmtree(self._config_dir, ignore_errors=True)
 
     def kill(self, index: int) -> None:
         """SIGKILL node ``index`` (its store is kept for :meth:`restart`)."""
@@ -310,6 +335,38 @@ class NatsCluster:
         """
         deadline = time.monotonic() + self.startup_timeout
         await self.nodes[index].restart()
+        await self.wait_for_jetstream(deadline - time.monotonic())
+
+    async def reload(self, index: int, settings: str = "") -> None:
+        """Rewrite node ``index``'s configuration with ``settings``; make it reload (SIGHUP).
+
+        ``settings`` is nats-server configuration text, such as
+        ``"max_connections: 1000"``, written after the node's own settings (name,
+        cluster, monitoring port) in place of what an earlier reload added; it stays
+        for later restarts of the node. ``""`` reloads the node's own settings
+        unchanged. Returns once the node logged the reload and the meta group is
+        whole (see :meth:`wait_for_jetstream`). A refused configuration is put back
+        as it was, so the node restarts as before.
+
+        Raises:
+            NatsServerError: The node is not running, it refused the configuration
+                (the message carries its reason, such as a setting that cannot
+                change without a restart), or the node did not report the reload, or
+                the meta group was not whole, within ``startup_timeout``.
+        """
+        deadline = time.monotonic() + self.startup_timeout
+        node = self.nodes[index]
+        if not node.running:
+            raise NatsServerError(f"cannot reload {self.node_name(index)}: it is not running")
+        previous = self._settings[index]
+        self._settings[index] = settings
+        self._write_config(index)
+        try:
+            await node.reload(timeout=self.startup_timeout)
+        except NatsServerError:
+            self._settings[index] = previous
+            self._write_config(index)
+            raise
         await self.wait_for_jetstream(deadline - time.monotonic())
 
     async def stream_leader(self, nc: Any, stream: str) -> int:

@@ -30,6 +30,8 @@ if sys.platform != "win32":
 __all__ = ("NatsServer", "NatsServerError", "NatsServerNotFound", "find_nats_server")
 
 _READY = "Server is ready"
+_RELOADED = "Reloaded server configuration"
+_RELOAD_FAILED = "Failed to reload server configuration"
 _TEMP_PREFIX = "goflux-nats-"
 _LOCK_FILE = ".goflux-lock"
 _SWEEP_MIN_AGE = 5.0  # seconds; a store younger than this may still be taking its lock
@@ -152,6 +154,10 @@ class _Process:
         self.ready = threading.Event()
         self.exited = threading.Event()
         self.address: tuple[str, int] | None = None
+        # Configuration reloads the server reported (see NatsServer.reload).
+        self.reloads = threading.Condition()
+        self.reloaded = 0
+        self.reload_failures: list[str] = []
         self.popen = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -175,10 +181,41 @@ class _Process:
                     self.address = (m.group(1), int(m.group(2)))
                 if _READY in line:
                     self.ready.set()
+                if _RELOADED in line or _RELOAD_FAILED in line:
+                    with self.reloads:
+                        if _RELOADED in line:
+                            self.reloaded += 1
+                        else:
+                            self.reload_failures.append(line[line.index(_RELOAD_FAILED) :])
+                        self.reloads.notify_all()
         finally:
             stream.close()
             self.exited.set()
             self.ready.set()  # wake a waiter; it checks whether the process lives
+            with self.reloads:
+                self.reloads.notify_all()
+
+    def wait_reload(self, reloaded: int, failed: int, timeout: float) -> str:
+        """Wait for the server's word on a reload asked after ``reloaded`` / ``failed``.
+
+        Returns "" once it logged a new successful reload, else why it did not.
+        """
+        with self.reloads:
+            self.reloads.wait_for(
+                lambda: (
+                    self.reloaded > reloaded
+                    or len(self.reload_failures) > failed
+                    or self.exited.is_set()
+                ),
+                timeout,
+            )
+            if len(self.reload_failures) > failed:
+                return self.reload_failures[failed]
+            if self.reloaded > reloaded:
+                return ""
+            if self.exited.is_set():
+                return "the server exited"
+            return f"no reload reported within {timeout}s"
 
     def wait_ready(self, timeout: float) -> None:
         if not self.ready.wait(timeout):
@@ -414,6 +451,35 @@ class NatsServer:
         if process is not None and self.running:
             await asyncio.to_thread(process.terminate, kill=False)
         await self._start_async()
+
+    async def reload(self, timeout: float = 10.0) -> None:
+        """Make the server reload its configuration file (SIGHUP); return once it has.
+
+        nats-server reloads only a file given with ``-c`` / ``--config`` (in ``args``),
+        and refuses a file that would change what cannot change live (such as a
+        server name given as a command-line option and missing from the file).
+        Returns when the server logs that it reloaded, not after a fixed delay.
+
+        Raises:
+            NatsServerError: It is not running, it refused the configuration (the
+                message carries the server's reason, such as a syntax error or a
+                setting that cannot change without a restart), or it reported
+                nothing within ``timeout`` seconds.
+        """
+        if sys.platform == "win32":  # pragma: no cover - no SIGHUP on Windows
+            raise NatsServerError("reload() needs SIGHUP, which Windows does not have")
+        process = self._resources.process
+        if process is None or not self.running:
+            raise NatsServerError("reload() needs a running server")
+        with process.reloads:
+            reloaded, failed = process.reloaded, len(process.reload_failures)
+        process.popen.send_signal(signal.SIGHUP)
+        problem = await asyncio.to_thread(process.wait_reload, reloaded, failed, timeout)
+        if problem:
+            raise NatsServerError(
+                f"nats-server on {self.url} did not reload its configuration: {problem}\n"
+                f"{process.log_tail()}"
+            )
 
     def __enter__(self) -> Self:
         return self.start()

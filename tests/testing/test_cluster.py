@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import urllib.request
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,7 +14,7 @@ import pytest
 from nats.js import JetStreamContext
 from nats.js.api import ClusterInfo, PeerInfo
 
-from goflux.testing import NatsCluster
+from goflux.testing import NatsCluster, NatsServerError
 from goflux.transports import jetstream
 
 
@@ -154,3 +157,37 @@ async def test_a_killed_node_rejoins_with_its_replica() -> None:
         assert (await direct.jetstream().stream_info("R3")).state.messages == 2
         await direct.close()
         await nc.close()
+
+
+def varz(cluster: NatsCluster, index: int) -> dict[str, Any]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(cluster.monitor_url(index) + "/varz", timeout=2) as response:
+        report: dict[str, Any] = json.load(response)
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_reload_changes_a_running_node_s_configuration() -> None:
+    async with NatsCluster(3) as cluster:
+        loaded = varz(cluster, 1)["config_load_time"]
+        await cluster.reload(1, "max_connections: 1234")
+        after = await asyncio.to_thread(varz, cluster, 1)
+        assert after["max_connections"] == 1234
+        assert after["config_load_time"] != loaded
+        assert (await asyncio.to_thread(varz, cluster, 0))["max_connections"] == 65536
+        assert "max_connections: 1234" in cluster.config_file(1).read_text()
+        pid = cluster.nodes[1].pid
+        # A setting that needs a restart is refused, and the file is put back.
+        with pytest.raises(NatsServerError, match="not supported for ServerName"):
+            await cluster.reload(1, 'server_name: "renamed"')
+        assert "renamed" not in cluster.config_file(1).read_text()
+        assert cluster.nodes[1].pid == pid  # the node ran on throughout
+        # The reloaded setting stays for the node's next start.
+        cluster.kill(1)
+        with pytest.raises(NatsServerError, match="not running"):
+            await cluster.reload(1)
+        await cluster.restart(1)
+        assert (await asyncio.to_thread(varz, cluster, 1))["max_connections"] == 1234
+        config_dir = cluster.config_file(1).parent
+    assert not config_dir.exists()

@@ -156,6 +156,33 @@ def test_double_start_and_early_facts_are_errors() -> None:
         assert "running on" in repr(server)
 
 
+async def test_reload_returns_once_the_server_reloaded_its_configuration_file(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "server.conf"
+    config.write_text("max_payload: 1000000\n")
+    async with NatsServer(jetstream=False, args=["--config", str(config)]) as server:
+        config.write_text("max_payload: 2000000\n")
+        await server.reload()
+        assert "Reloaded server configuration" in server.log_tail(5)
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        assert nc.max_payload == 2_000_000  # what the server tells a new client
+        await nc.close()
+        config.write_text("max_payload: {\n")  # the server refuses it with its reason
+        with pytest.raises(NatsServerError, match="did not reload its configuration: Failed"):
+            await server.reload()
+        assert server.running
+
+
+async def test_reload_needs_a_configuration_file_and_a_running_server() -> None:
+    server = NatsServer(jetstream=False)
+    with pytest.raises(NatsServerError, match="needs a running server"):
+        await server.reload()
+    async with server:
+        with pytest.raises(NatsServerError, match="only reload config when a file is provided"):
+            await server.reload()
+
+
 async def test_restart_needs_a_prior_start() -> None:
     with pytest.raises(NatsServerError, match="started before"):
         await NatsServer().restart()
