@@ -125,8 +125,13 @@ async def raw_callback_pull(
     on_order: Callable[[Order], None] | None = None,
     deliver_policy: str = "all",
     ready: asyncio.Event | None = None,
+    confirm: bool = False,
 ) -> int:
     """The fastest raw nats-py consumer: callback + hand-sent pull requests + ack().
+
+    With ``confirm``, each message awaits ``ack_sync()`` instead (nats-py's confirmed
+    ack): nats-py runs a subscription's callbacks one at a time, so each message waits
+    for the server's reply to the previous ack, one round trip per message.
 
     Returns the messages handled (fewer than ``count`` if the rest never came).
     """
@@ -147,7 +152,7 @@ async def raw_callback_pull(
         order = ADAPTER.validate_json(msg.data)
         if on_order is not None:
             on_order(order)
-        await msg.ack()
+        await (msg.ack_sync(timeout=10) if confirm else msg.ack())
         state["received"] += 1
         state["outstanding"] -= 1
         if state["outstanding"] == batch // 2:
@@ -225,45 +230,6 @@ async def goflux_consume(
     await wait_for(done, lambda: received)
     await subscription.stop()
     return received
-
-
-async def raw_ack_sync_pull(js: JetStreamContext, count: int) -> int:
-    """Raw nats-py's confirmed ack: the callback pull above, awaiting ``ack_sync()`` each.
-
-    nats-py runs a subscription's callbacks one at a time, so each message waits for
-    the server's reply to the previous ack: one round trip per message.
-    """
-    nc = js._nc
-    info = await js.add_consumer(STREAM, filter_subject="bench.data", ack_policy="explicit")
-    inbox = nc.new_inbox()
-    next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{info.name}"
-    batch = 100
-    request = json.dumps({"batch": batch, "expires": 30_000_000_000}).encode()
-    state = {"received": 0, "outstanding": 0}
-    done = asyncio.Event()
-
-    async def on_message(msg: Msg) -> None:
-        if not msg.reply:
-            return
-        ADAPTER.validate_json(msg.data)
-        await msg.ack_sync(timeout=10)
-        state["received"] += 1
-        state["outstanding"] -= 1
-        if state["outstanding"] == batch // 2:
-            state["outstanding"] += batch
-            await nc.publish(next_subject, request, reply=inbox)
-        if state["received"] == count:
-            done.set()
-
-    sub = await nc.subscribe(inbox, cb=on_message)
-    state["outstanding"] = 2 * batch
-    await nc.publish(next_subject, request, reply=inbox)
-    await nc.publish(next_subject, request, reply=inbox)
-    await nc.flush()
-    await wait_for(done, lambda: state["received"])
-    await sub.unsubscribe()
-    await js.delete_consumer(STREAM, info.name)
-    return state["received"]
 
 
 async def goflux_consume_acks(js: JetStreamContext, count: int, *, confirm: bool) -> int:
@@ -346,7 +312,7 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
             )
         confirm_cases = {
             "raw callback pull + ack": on(lambda: raw_callback_pull(js, n)),
-            "raw callback pull + ack_sync()": on(lambda: raw_ack_sync_pull(js, n)),
+            "raw callback pull + ack_sync()": on(lambda: raw_callback_pull(js, n, confirm=True)),
             CONSUME_PLAIN: on(lambda: goflux_consume_acks(js, n, confirm=False)),
             CONSUME_CONFIRMED: on(lambda: goflux_consume_acks(js, n, confirm=True)),
         }

@@ -179,15 +179,7 @@ class StreamFeed(Generic[T]):
             _wake_all(self._items)
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Stop taking messages; iteration ends after the ones already received.
-
-        Returns once the subscription has drained (its handlers are this stream's
-        messages: they are done when the consumer has settled them, or at the drain
-        deadline ``timeout``). Called from a task that iterates the stream (or from a
-        handler of :func:`process`), it only starts the drain, since waiting there
-        would wait for itself; do not await it from other tasks that hold messages
-        of the stream unsettled.
-        """
+        """Stop taking messages and drain (see :meth:`goflux.MessageStream.stop`)."""
         if self._opening is not None and self._subscription is None:
             with contextlib.suppress(Exception):  # the caller of start() saw the error
                 await asyncio.shield(self._opening)  # let a start in progress finish first
