@@ -161,7 +161,7 @@ async def test_a_publish_without_a_stream_or_too_slow_is_a_clear_error(
     js: JetStreamContext,
 ) -> None:
     pub = jetstream.Publisher(js, CODEC)
-    with pytest.raises(PublishError, match="no stream captures") as info:
+    with pytest.raises(PublishError, match="no stream answered") as info:
         await pub.publish("nowhere.x", order())
     assert not info.value.may_be_stored
     # A timeout does not mean "not stored": the server may already have the message.
@@ -190,7 +190,7 @@ async def test_publish_many_keeps_order_and_reports_each_outcome(js: JetStreamCo
     results = await pub.publish_many(mixed, return_exceptions=True)
     assert isinstance(results[1], PublishError)
     assert [r.sequence for r in (results[0], results[2])] == [501, 502]  # type: ignore[union-attr]
-    with pytest.raises(PublishError, match="no stream captures"):
+    with pytest.raises(PublishError, match="no stream answered"):
         await pub.publish_many(mixed)
 
 

@@ -78,8 +78,17 @@ def receipt(data: bytes, subject: str) -> PublishReceipt:
 
 
 def no_stream(subject: str) -> PublishError:
-    """The error for a publish to ``subject`` that no stream captures."""
-    return PublishError(f"publish to {subject!r}: no stream captures this subject", subject=subject)
+    """The error for a publish to ``subject`` that no stream answered (no responders).
+
+    Either no stream captures the subject, or its stream has no leader at the moment
+    (an election in a cluster): the server cannot tell the two apart, so neither can
+    this error; it is not permanent, and a retry helps in the second case.
+    """
+    return PublishError(
+        f"publish to {subject!r}: no stream answered: none captures this subject, or "
+        "its stream has no leader at the moment (an election)",
+        subject=subject,
+    )
 
 
 def timeout_error(subject: str, timeout: float, nc: Client) -> PublishError:
