@@ -125,7 +125,16 @@ class _Pipe:
         )
         if receipt is not None and receipt.duplicate and message_id is not None:
             delivery = message.delivery
-            if delivery is None or delivery.num_delivered == 1:
+            if delivery is not None and delivery.stream != receipt.stream:
+                # Another stream: the ID is this message's own, stored by an earlier
+                # attempt (a retried publish whose first answer was lost).
+                logger.debug(
+                    "%s: %r already stored with ID %r (an earlier attempt)",
+                    self._kind,
+                    target,
+                    message_id,
+                )
+            elif delivery is None or delivery.num_delivered == 1:
                 logger.warning(
                     "%s: %r stored nothing: stream %r already had a message with ID %r. "
                     "If the target is in the same stream as the source, give message_id= "

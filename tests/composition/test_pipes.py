@@ -213,6 +213,47 @@ async def test_pipe_failure_is_redelivered_and_the_copy_stored_once(js: JetStrea
     assert info.state.messages == 2  # "first" published twice, stored once
 
 
+async def test_the_same_stream_warning_is_only_for_the_same_stream(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ID already in another stream is a retried publish; in the source's own
+    stream it is a derived ID that collides with the source's: only that warns."""
+    await jetstream.ensure_stream(js, name="COPIES", subjects=["copies.>"])
+    copies = jetstream.Publisher(js, CODEC)
+    await copies.publish("copies.eu", order(1), message_id="order-1")  # an earlier attempt
+    await jetstream.Publisher(js, CODEC).publish("orders.eu", order(1), message_id="order-1")
+    await jetstream.Publisher(js, CODEC).publish("orders.other", order(2), message_id="o-2")
+    forwarded = Inbox[Order]()
+
+    async def and_count(message: Message[Order]) -> None:
+        await forward(message)
+        await forwarded(message)
+
+    orders = jetstream.Publisher(js, CODEC)
+    forward = pipe(
+        copies, subject=lambda s: "copies." + s.split(".", 1)[1]
+    )  # order-1 is in COPIES already: no warning
+    same = pipe(orders, subject="orders.same")  # o-2 is in ORDERS already: a warning
+
+    async def route(message: Message[Order]) -> None:
+        if message.subject == "orders.eu":
+            await and_count(message)
+        elif message.subject == "orders.other":
+            await same(message)
+            await forwarded(message)
+
+    sub = jetstream.Subscriber(
+        js, CODEC, stream=STREAM, consumer_config={"filter_subjects": ["orders.eu", "orders.other"]}
+    )
+    with caplog.at_level("WARNING", logger="goflux"):
+        await sub.start("orders.>", route)
+        await forwarded.wait_for(2)
+        await sub.close()
+    warnings = [r.getMessage() for r in caplog.records if "stored nothing" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'orders.same'" in warnings[0]
+
+
 async def test_a_pipe_whose_output_comes_back_to_it_stops_there() -> None:
     bus: channel.Bus[int] = channel.Bus()
     pub, sub = channel.Publisher(bus), channel.Subscriber(bus)
