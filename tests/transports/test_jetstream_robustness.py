@@ -19,7 +19,7 @@ from goflux import JsonCodec, Message, PublishError, PublishReceipt, SubscribeEr
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from tests.conftest import STREAM, Otel
-from tests.helpers import Inbox
+from tests.helpers import Inbox, drained
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -241,8 +241,7 @@ async def test_deleting_an_ephemeral_consumer_fails_the_subscription(
     js: JetStreamContext,
 ) -> None:
     sub = jetstream.Subscriber(js, CODEC, stream=STREAM, expires=5.0)
-    subscription = await sub.start("orders.>", noop)
-    await asyncio.sleep(0.2)  # a pull request is open at the server
+    subscription = await sub.start("orders.>", noop)  # returns with a pull request open
     await js.delete_consumer(STREAM, subscription.consumer)
     with pytest.raises(SubscribeError, match="deleted"):
         await asyncio.wait_for(subscription.wait(), 5)
@@ -255,8 +254,7 @@ async def test_deleting_the_stream_fails_an_ephemeral_or_ordered_subscription(
     js: JetStreamContext, ordered: bool
 ) -> None:
     sub = jetstream.Subscriber(js, CODEC, stream=STREAM, expires=5.0, ordered=ordered)
-    subscription = await sub.start("orders.>", noop)
-    await asyncio.sleep(0.2)
+    subscription = await sub.start("orders.>", noop)  # returns with a pull request open
     await js.delete_stream(STREAM)
     with pytest.raises(SubscribeError):
         await asyncio.wait_for(subscription.wait(), 5)
@@ -290,9 +288,10 @@ async def test_a_draining_subscription_keeps_its_running_handler_alive(
     begun = time.monotonic()
     await draining.stop()
     assert time.monotonic() - begun > 2  # the drain waited for the handler
-    await asyncio.sleep(0.5)
+    info = await drained(js, STREAM, "slow")  # the handler's ack is applied
     await second.close()
-    assert deliveries == [("first", 1)]  # not redelivered while the handler ran
+    assert info.num_redelivered == 0  # not redelivered while the handler ran
+    assert deliveries == [("first", 1)]
 
 
 async def test_ordered_spans_name_the_consumer_that_delivered(

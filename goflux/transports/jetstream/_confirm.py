@@ -16,17 +16,17 @@ is given up and reported to its :class:`Confirmable`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Protocol
 
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from goflux._errors import AckNotConfirmed, SettlementError
 from goflux._message import Delivery
+from goflux.transports._refusals import Refusal
+from goflux.transports.jetstream._inbox import ReplyInbox
 
 __all__ = ("CONFIRM_ATTEMPTS", "DEFAULT_CONFIRM_TIMEOUT", "Confirmable", "Confirmations")
 
@@ -98,11 +98,8 @@ class Confirmations:
         self._attempts = attempts
         self._where = where
         self._loop = asyncio.get_running_loop()
-        self._prefix = ""
-        self._sub: Subscription | None = None
-        self._opening: asyncio.Lock = asyncio.Lock()
+        self._inbox = ReplyInbox(nc, self._on_reply, self._on_refused)
         self._pending: dict[str, _Pending] = {}  # insertion order = oldest send first
-        self._tokens = 0
         self._sweeper: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
@@ -116,7 +113,7 @@ class Confirmations:
     @property
     def opened(self) -> bool:
         """Whether the reply inbox is subscribed."""
-        return self._sub is not None
+        return self._inbox.opened
 
     async def open(self) -> None:
         """Subscribe to the reply inbox, if not done yet.
@@ -124,17 +121,10 @@ class Confirmations:
         Raises:
             SettlementError: The subscription could not be made.
         """
-        if self._sub is not None:
-            return
-        async with self._opening:
-            if self.opened:  # by another caller meanwhile
-                return
-            prefix = self._nc.new_inbox() + "."
-            try:
-                self._sub = await self._nc.subscribe(prefix + "*", cb=self._on_reply)
-            except nats.errors.Error as exc:
-                raise SettlementError(f"cannot receive ack confirmations: {exc}") from exc
-            self._prefix = prefix
+        try:
+            await self._inbox.open()
+        except nats.errors.Error as exc:
+            raise SettlementError(f"cannot receive ack confirmations: {exc}") from exc
 
     async def ack(self, target: Confirmable, *, wait: bool) -> None:
         """Send ``target``'s ack for confirmation; with ``wait``, until it is confirmed.
@@ -147,14 +137,13 @@ class Confirmations:
             AckNotConfirmed: With ``wait``: no confirmation after every attempt.
         """
         await self.open()
-        self._tokens += 1
-        token = str(self._tokens)
+        token, reply = self._inbox.new_token()
         waiter = self._loop.create_future() if wait else None
         # Registered before it is sent: a publish may yield, and the reply could come.
         self._pending[token] = _Pending(target, self._loop.time(), waiter)
         self._idle.clear()
         try:
-            await self._nc.publish(target.subject, _ACK, reply=self._prefix + token)
+            await self._nc.publish(target.subject, _ACK, reply=reply)
         except nats.errors.Error as exc:
             if self._pending.pop(token, None) is not None and not self._pending:
                 self._idle.set()
@@ -180,18 +169,19 @@ class Confirmations:
         for waiting in pending.values():
             self._give_up(waiting, ConnectionError("the subscription stopped"))
         self._idle.set()
-        await self._drop_inbox()
-
-    async def _drop_inbox(self) -> None:
-        subscription, self._sub = self._sub, None
-        if subscription is not None:
-            with contextlib.suppress(nats.errors.Error):
-                await subscription.unsubscribe()
+        await self._inbox.close()
 
     # ----------------------------------------------------------- outcomes
 
-    async def _on_reply(self, msg: Msg) -> None:
-        pending = self._pending.pop(msg.subject[len(self._prefix) :], None)
+    def _on_refused(self, refusal: Refusal) -> None:
+        """The server refused the reply inbox: no confirmation can come."""
+        pending, self._pending = self._pending, {}
+        for waiting in pending.values():
+            self._give_up(waiting, refusal.error("the inbox for ack confirmations"))
+        self._idle.set()
+
+    async def _on_reply(self, token: str, msg: Msg) -> None:
+        pending = self._pending.pop(token, None)
         if pending is None:
             return  # the second reply to an ack sent twice, or one given up already
         headers = msg.headers
@@ -233,8 +223,8 @@ class Confirmations:
     def _after_outcome(self) -> None:
         if not self._pending:
             self._idle.set()
-            if self._closed and self._sub is not None:  # opened again by a late ack
-                self._loop.create_task(self._drop_inbox())
+            if self._closed and self._inbox.opened:  # opened again by a late ack
+                self._loop.create_task(self._inbox.close())
 
     # ------------------------------------------------------------ retries
 
@@ -271,7 +261,8 @@ class Confirmations:
         pending.attempts += 1
         pending.sent_at = now
         try:
-            await self._nc.publish(pending.target.subject, _ACK, reply=self._prefix + token)
+            reply = self._inbox.reply_subject(token)
+            await self._nc.publish(pending.target.subject, _ACK, reply=reply)
         except nats.errors.Error as exc:
             if self._pending.pop(token, None) is not None:
                 self._give_up(pending, exc)
