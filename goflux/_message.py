@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
@@ -98,6 +98,7 @@ class Message(Generic[T_co]):
         id: The message ID set by the publisher, if any.
         delivery: Broker delivery facts (JetStream), else None.
         data: The payload bytes exactly as received, where the transport has them.
+        wire_headers: Every header line exactly as received (see the property).
     """
 
     __slots__ = (
@@ -110,6 +111,7 @@ class Message(Generic[T_co]):
         "_payload",
         "_settled",
         "_subject",
+        "_wire",
     )
 
     def __init__(
@@ -122,6 +124,7 @@ class Message(Generic[T_co]):
         delivery: Delivery | None = None,
         data: bytes | None = None,
         acker: Acker | None = None,
+        wire_headers: Mapping[str, str] | Headers | None = None,
     ) -> None:
         self._subject = subject
         self._payload = payload
@@ -132,6 +135,7 @@ class Message(Generic[T_co]):
         self._acker = acker
         self._settled: Outcome | None = None
         self._observer: SettlementObserver | None = None
+        self._wire = wire_headers
 
     @property
     def subject(self) -> str:
@@ -149,6 +153,27 @@ class Message(Generic[T_co]):
         headers = self._headers
         if headers is None:  # none were received: made on first use
             headers = self._headers = Headers()
+        return headers
+
+    @property
+    def wire_headers(self) -> Headers:
+        """Every header line exactly as received: names as sent, repeated lines kept.
+
+        Unlike :attr:`headers`, nothing is removed or renamed: a plain NATS
+        producer's ``Tenant: acme`` is here, as are ``X-Goflux-*``, ``X-Message-ID``,
+        ``Nats-Msg-Id``, ``traceparent`` and the headers the server adds (JetStream's
+        ``Nats-*``). Lookups ignore case; :meth:`Headers.get_all` gives every line of a
+        name in wire order. Empty where nothing travels (the channel transport).
+        """
+        wire = self._wire
+        if isinstance(wire, Headers):
+            return wire
+        if wire is None:
+            headers = Headers()
+        else:
+            lines = getattr(wire, "lines", None)  # repeated lines, where the client kept them
+            headers = Headers._trusted(lines if lines is not None else wire.items())
+        self._wire = headers
         return headers
 
     @property
@@ -291,8 +316,13 @@ def received(
     id: str | None,
     data: bytes | None,
     acker: Acker | None,
+    wire: Mapping[str, str] | None = None,
 ) -> Message[T]:
-    """Build a received message without keyword parsing (for transports' hot paths)."""
+    """Build a received message without keyword parsing (for transports' hot paths).
+
+    ``wire`` is the transport's header mapping as received (see
+    :attr:`Message.wire_headers`); it is read only when asked for.
+    """
     message: Message[T] = Message.__new__(Message)
     message._subject = subject
     message._payload = payload
@@ -303,6 +333,7 @@ def received(
     message._acker = acker
     message._settled = None
     message._observer = None
+    message._wire = wire
     return message
 
 

@@ -95,7 +95,9 @@ def write_headers(
 def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers | None, str | None]:
     """Split received transport headers into user headers (prefix removed) and message ID.
 
-    Names are matched case-insensitively; ``Nats-Msg-Id`` stands in for a missing
+    Repeated user headers keep every value where the client kept the header lines
+    (:func:`goflux.transports._natspy.keep_header_lines`). Names are matched
+    case-insensitively; ``Nats-Msg-Id`` stands in for a missing
     ``X-Message-ID`` (a plain JetStream publisher sets only that one). The headers are
     None when there are no user headers (the message then makes empty ones on demand).
     """
@@ -104,7 +106,10 @@ def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers | None, str | N
     message_id: str | None = None
     pairs: list[tuple[str, str]] = []
     nats_msg_id: str | None = None
-    for name, value in raw.items():
+    # A client that kept the header lines says whether a name repeats (the dict then
+    # holds only its last value); its lines give every value.
+    lines = raw.lines if getattr(raw, "repeated", False) else raw.items()  # type: ignore[attr-defined]
+    for name, value in lines:
         lowered = name.lower()
         if lowered.startswith(_PREFIX_LOWER) and len(name) > _PREFIX_LEN:
             pairs.append((name[_PREFIX_LEN:], value))

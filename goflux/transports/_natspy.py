@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import types
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -35,6 +36,7 @@ __all__ = (
     "error_callback",
     "flush",
     "forget",
+    "keep_header_lines",
     "pending_queue",
     "request_inbox",
     "server_error_line",
@@ -192,28 +194,67 @@ async def forget(nc: Client, subscription: Subscription) -> None:
 class HeaderLines(dict[str, str]):
     """Received headers as nats-py gives them (last value wins), plus every line.
 
-    ``lines`` keeps repeated names in wire order, which nats-py's dict loses.
+    ``lines`` gives every header line in wire order, names as sent and repeated names
+    kept, which nats-py's dict loses. It is parsed from the raw header block when first
+    asked for, so a message whose lines nobody reads costs one kept reference.
     """
 
-    __slots__ = ("lines",)
+    __slots__ = ("_raw", "repeated")
 
-    def __init__(self, lines: list[tuple[str, str]]) -> None:
-        super().__init__(lines)
-        self.lines = lines
+    def __init__(self, raw: bytes) -> None:
+        super().__init__()
+        self._raw = raw
+        self.repeated = False  # some name has several lines: the dict holds only the last
+
+    @property
+    def lines(self) -> list[tuple[str, str]]:
+        """Every ``(name, value)`` header line, in the order received."""
+        return _header_lines(self._raw)
+
+
+def _header_lines(raw: bytes) -> list[tuple[str, str]]:
+    lines: list[tuple[str, str]] = []
+    for line in raw.split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if colon:
+            name = name.strip()
+            if name:
+                lines.append(
+                    (name.decode(errors="replace"), value.strip().decode(errors="replace"))
+                )
+    return lines
+
+
+async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
+    """nats-py's ``_process_headers``, keeping the raw block for :attr:`HeaderLines.lines`."""
+    parsed: dict[str, str] | None = await Client._process_headers(self, headers)
+    if not parsed or headers[_HEADER_LINE_START : _HEADER_LINE_START + 1] == b" ":
+        return parsed  # none, or a status message: as nats-py gives it
+    kept = HeaderLines(headers)
+    kept.update(parsed)
+    # Lines between "NATS/1.0" and the closing blank line; more than names: repeats.
+    kept.repeated = headers.count(b"\r\n") - 2 > len(parsed)
+    return kept
 
 
 class LineKeepingClient(Client):
-    """A nats-py client that keeps repeated header lines (see :class:`HeaderLines`)."""
+    """A nats-py client whose received headers are :class:`HeaderLines`."""
 
-    async def _process_headers(self, headers: bytes) -> dict[str, str] | None:
-        if not headers or headers[_HEADER_LINE_START : _HEADER_LINE_START + 1] == b" ":
-            return await super()._process_headers(headers)  # a status line: nats-py's way
-        lines: list[tuple[str, str]] = []
-        for line in headers.split(b"\r\n")[1:]:
-            name, colon, value = line.partition(b":")
-            if colon and name.strip():
-                lines.append((name.strip().decode(), value.strip().decode()))
-        return HeaderLines(lines) if lines else None
+    _process_headers = _keep_lines
+
+
+def keep_header_lines(nc: Client) -> None:
+    """Make ``nc`` hand out received headers as :class:`HeaderLines` from now on.
+
+    Done on the user's client instance (once; a no-op where nats-py has no such hook):
+    the headers stay a ``dict`` with nats-py's values, so other users of the
+    connection see no difference.
+    """
+    if isinstance(nc, LineKeepingClient) or "_process_headers" in vars(nc):
+        return
+    if not callable(getattr(nc, "_process_headers", None)):
+        return
+    nc._process_headers = types.MethodType(_keep_lines, nc)  # type: ignore[method-assign]
 
 
 ErrorCallback = Callable[[Exception], Awaitable[None]]

@@ -19,7 +19,7 @@ from goflux._lifecycle import SubscriberLifecycle
 from goflux._streams import Starter, Streaming
 from goflux._subjects import covers
 from goflux._telemetry import Telemetry
-from goflux.transports._natspy import api_prefix, api_timeout, connection
+from goflux.transports._natspy import api_prefix, api_timeout, connection, keep_header_lines
 from goflux.transports.jetstream._api import api_error, api_guard, known_refusal
 from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
 from goflux.transports.jetstream._consumers import (
@@ -166,6 +166,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                 "not to a bound one"
             )
         self._js = js
+        keep_header_lines(connection(js))  # Message.wire_headers keeps repeated lines
         self._codec = codec
         self._stream = stream
         self._consumer = consumer

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 import nats.errors
@@ -82,6 +82,7 @@ class _MessageFactory(Protocol):
         message_id: str | None,
         data: bytes,
         acker: JetStreamAcker,
+        wire: Mapping[str, str] | None,
         /,
     ) -> Message[P]: ...
 
@@ -93,10 +94,17 @@ def _unacknowledged(
     message_id: str | None,
     data: bytes,
     acker: JetStreamAcker,
+    wire: Mapping[str, str] | None,
 ) -> Message[P]:
     """A message of a consumer without acknowledgement (ordered mode): settling is a no-op."""
     return Message(
-        subject, payload, headers=headers, id=message_id, delivery=acker.delivery, data=data
+        subject,
+        payload,
+        headers=headers,
+        id=message_id,
+        delivery=acker.delivery,
+        data=data,
+        wire_headers=wire,
     )
 
 
@@ -415,10 +423,14 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     payload = self._codec.decode(data)
                 except DecodeError as exc:
                     self.undecodable += 1
-                    letter = self._make(msg.subject, data, headers, message_id, data, acker)
+                    letter = self._make(
+                        msg.subject, data, headers, message_id, data, acker, raw_headers
+                    )
                     await self._reject(letter, acker, exc)
                     raise
-                message = self._make(msg.subject, payload, headers, message_id, data, acker)
+                message = self._make(
+                    msg.subject, payload, headers, message_id, data, acker, raw_headers
+                )
                 running = self._running
                 running[acker] = None
                 try:

@@ -19,6 +19,7 @@ from goflux._streams import Streaming
 from goflux._subjects import is_wildcard
 from goflux._telemetry import Telemetry
 from goflux._wire import read_headers
+from goflux.transports._natspy import keep_header_lines
 from goflux.transports.nats._subscription import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_PENDING_BYTES,
@@ -78,7 +79,9 @@ class NatsSubscription(CoreSubscription, Generic[T]):
                 except DecodeError:
                     self.undecodable += 1
                     raise
-                await self._handler(received(msg.subject, payload, headers, message_id, data, None))
+                await self._handler(
+                    received(msg.subject, payload, headers, message_id, data, None, msg.headers)
+                )
         except DecodeError as exc:
             logger.error("undecodable message on %r skipped: %s", msg.subject, exc)
         except asyncio.CancelledError:
@@ -140,6 +143,7 @@ class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Streaming[T], Gener
             drain_timeout=drain_timeout,
         )
         self._nc = nc
+        keep_header_lines(nc)  # Message.wire_headers keeps repeated lines
         self._codec = codec
         self._tel = Telemetry.or_default(telemetry)
         super().__init__()

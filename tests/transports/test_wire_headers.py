@@ -1,0 +1,121 @@
+"""``Message.wire_headers``: every header line as received, from any producer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from goflux import JsonCodec, Message
+from goflux.testing import NatsServer
+from goflux.transports import jetstream
+from goflux.transports import nats as gnats
+from tests.conftest import STREAM
+from tests.models import Order, order
+
+CODEC = JsonCodec(Order)
+
+
+async def raw_hpub(
+    server: NatsServer, subject: str, lines: list[tuple[str, str]], body: bytes
+) -> None:
+    """Publish with a hand-written HPUB over a plain socket: exactly these header lines."""
+    host, port = server.url.removeprefix("nats://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        await reader.readline()  # INFO
+        block = "NATS/1.0\r\n" + "".join(f"{n}: {v}\r\n" for n, v in lines) + "\r\n"
+        head = block.encode()
+        writer.write(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n')
+        writer.write(
+            b"HPUB %s %d %d\r\n%s%s\r\nPING\r\n"
+            % (subject.encode(), len(head), len(head) + len(body), head, body)
+        )
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"PONG")  # the server has it
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+FOREIGN = [("Tenant", "acme"), ("Trace-Tag", "one"), ("Trace-Tag", "two")]
+
+
+async def test_jetstream_handler_sees_every_foreign_header_line(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.set_result(msg)
+
+    subscriber = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    async with await subscriber.start("orders.>", handle):
+        await raw_hpub(nats_server, "orders.raw", FOREIGN, CODEC.encode(order(1)))
+        msg = await asyncio.wait_for(got, 10)
+    wire = msg.wire_headers
+    assert wire.get_all("Tenant") == ["acme"]
+    assert wire.get_all("trace-tag") == ["one", "two"]  # both lines, in wire order
+    assert [(n, v) for n, v in wire.multi_items() if not n.startswith("Nats-")] == FOREIGN
+    assert "Tenant" not in msg.headers  # goflux user headers stay X-Goflux- only
+    assert msg.payload == order(1)
+
+
+async def test_goflux_headers_are_on_the_wire_as_sent(js: JetStreamContext) -> None:
+    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.set_result(msg)
+
+    subscriber = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    async with await subscriber.start("orders.>", handle):
+        await jetstream.Publisher(js, CODEC).publish(
+            "orders.a", order(2), headers=[("Tag", "x"), ("Tag", "y")], message_id="m-2"
+        )
+        msg = await asyncio.wait_for(got, 10)
+    assert msg.headers.get_all("Tag") == ["x", "y"]
+    assert msg.wire_headers.get_all("X-Goflux-Tag") == ["x", "y"]
+    assert msg.wire_headers["X-Message-ID"] == "m-2"
+    assert msg.wire_headers["Nats-Msg-Id"] == "m-2"
+
+
+async def test_core_nats_handler_sees_foreign_header_lines(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.set_result(msg)
+
+    async with await gnats.Subscriber(nc, CODEC).start("raw.>", handle):
+        await raw_hpub(nats_server, "raw.a", FOREIGN, CODEC.encode(order(3)))
+        msg = await asyncio.wait_for(got, 10)
+    assert msg.wire_headers.multi_items() == FOREIGN
+
+
+async def test_other_users_of_the_connection_still_get_nats_py_headers(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    gnats.Subscriber(nc, CODEC)  # installs the line keeping on nc
+    sub = await nc.subscribe("plain")
+    await raw_hpub(nats_server, "plain", FOREIGN, b"x")
+    msg = await sub.next_msg(timeout=10)
+    assert msg.headers == {"Tenant": "acme", "Trace-Tag": "two"}  # nats-py's dict, last wins
+
+
+async def test_a_message_without_headers_has_empty_wire_headers(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+        async def handle(msg: Message[Order]) -> None:
+            got.set_result(msg)
+
+        async with await gnats.Subscriber(nc, CODEC).start("bare", handle):
+            await nc.publish("bare", CODEC.encode(order(4)))
+            msg = await asyncio.wait_for(got, 10)
+        assert len(msg.wire_headers) == 0
+    finally:
+        await nc.close()
