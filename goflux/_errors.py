@@ -16,6 +16,8 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    │                                  whether the broker may still have stored it
      │    ├── ExpectationFailed              optimistic concurrency: the stream was not
      │    │                                  in the expected state (JetStream)
+     │    ├── StreamFeatureDisabled          the stream does not allow what the publish
+     │    │                                  asks for (a TTL, an atomic batch, ...)
      │    └── PayloadTooLarge                headers and body exceed the server's limit
      ├── SubscribeError                      a subscription could not start or failed
      ├── PermissionDenied (also PublishError, SubscribeError, RequestError)
@@ -80,6 +82,7 @@ __all__ = (
     "SettlementError",
     "SourceOptionError",
     "SparkError",
+    "StreamFeatureDisabled",
     "StreamNotFound",
     "SubjectOverlap",
     "SubscribeError",
@@ -217,6 +220,24 @@ class ExpectationFailed(PublishError):
     def __init__(self, message: str, *, subject: str, expectation: str) -> None:
         super().__init__(message, subject=subject, may_be_stored=False, permanent=True)
         self.expectation = expectation
+
+
+class StreamFeatureDisabled(PublishError):
+    """The stream does not allow what the publish asks for; nothing was stored.
+
+    A per-message TTL needs the stream setting ``allow_msg_ttl``, an atomic batch
+    ``allow_atomic``, a rollup ``allow_rollup_hdrs``, a schedule
+    ``allow_msg_schedules``: set it with ``ensure_stream(..., <setting>=True)``.
+
+    Attributes:
+        stream: The stream that refused the publish.
+        setting: The stream setting that would allow it (``"allow_msg_ttl"``, ...).
+    """
+
+    def __init__(self, message: str, *, subject: str, stream: str, setting: str) -> None:
+        super().__init__(message, subject=subject, permanent=True)
+        self.stream = stream
+        self.setting = setting
 
 
 class PayloadTooLarge(PublishError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, overload
 
@@ -23,8 +23,11 @@ from goflux._telemetry import Telemetry
 from goflux._wire import check_size, outgoing
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import Refusal, Refusals, closed_reason, refusals
+from goflux.transports.jetstream._atomic import AtomicBatch, AtomicReplies, batch_headers
 from goflux.transports.jetstream._pubacks import PubAcks
 from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
+from goflux.transports.jetstream._server_headers import TTL, expectations
+from goflux.transports.jetstream._server_headers import server_headers as server_headers_of
 from goflux.transports.jetstream._system import SYSTEM
 
 __all__ = ("Outgoing", "Publisher")
@@ -38,12 +41,17 @@ _PENDING: Any = None  # placeholder in the results list until the PubAck settles
 
 @dataclass(frozen=True, slots=True)
 class Outgoing(Generic[T]):
-    """One message for :meth:`Publisher.publish_many`."""
+    """One message for :meth:`Publisher.publish_many` or :meth:`Publisher.publish_atomic`.
+
+    ``ttl`` and ``server_headers`` are as for :meth:`Publisher.publish`.
+    """
 
     subject: str
     value: T
     headers: HeadersLike | None = None
     message_id: str | None = None
+    ttl: TTL | None = None
+    server_headers: Mapping[str, str] | None = None
 
 
 class Publisher(CloseOnExit, Generic[T]):
@@ -77,7 +85,8 @@ class Publisher(CloseOnExit, Generic[T]):
         self._nc = connection(js)
         self._refusals = refusals(self._nc)
         self._acks = PubAcks(self._nc)
-        self._batches = 0  # publish_many calls running
+        self._atomic = AtomicReplies(self._nc)
+        self._batches = 0  # publish_many and publish_atomic calls running
         self._codec = codec
         self._timeout = timeout
         self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
@@ -89,13 +98,13 @@ class Publisher(CloseOnExit, Generic[T]):
         value: T,
         headers: HeadersLike | None,
         message_id: str | None,
-        expected: dict[str, str] | None,
+        server: dict[str, str] | None,
     ) -> tuple[bytes, dict[str, str]]:
         if self._closed:
             raise closed_publisher_error(subject)
         wire = outgoing(subject, headers, message_id, jetstream=True)
-        if expected:
-            wire.update(expected)
+        if server:
+            wire.update(server)
         return self._codec.encode(value), wire
 
     async def publish(
@@ -110,6 +119,8 @@ class Publisher(CloseOnExit, Generic[T]):
         expected_last_sequence: int | None = None,
         expected_last_subject_sequence: int | None = None,
         expected_last_message_id: str | None = None,
+        ttl: TTL | None = None,
+        server_headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> PublishReceipt:
         """Publish ``value`` to ``subject`` and wait until the stream has stored it.
@@ -119,23 +130,51 @@ class Publisher(CloseOnExit, Generic[T]):
         ``expected_stream``, its last sequence (or the subject's last sequence) is the
         given one, or its last message ID is the given one.
 
+        Args:
+            subject: Where to publish (a stream must capture it).
+            value: What to publish, encoded by the codec.
+            headers: User headers (they travel as ``X-Goflux-*``).
+            message_id: The ID the server de-duplicates on (``Nats-Msg-Id``).
+            expected_stream: Store only if the subject's stream has this name.
+            expected_last_sequence: Store only if the stream's last sequence is this.
+            expected_last_subject_sequence: Store only if the subject's last sequence
+                is this (0: no message on the subject yet).
+            expected_last_message_id: Store only if the stream's last message ID is this.
+            ttl: The message's time to live: whole seconds (at least 1), a
+                ``timedelta``, or ``"never"`` (outlives the stream's ``max_age``). The
+                stream needs ``allow_msg_ttl``.
+            server_headers: The server's own ``Nats-*`` headers, sent unprefixed
+                (``{"Nats-Rollup": "sub"}``, ``Nats-Schedule``, ...), unlike
+                ``headers``, which travel as ``X-Goflux-*`` user headers. The ones
+                goflux sets from an option (``Nats-Msg-Id``, ``Nats-TTL``,
+                ``Nats-Batch-*``) are refused here.
+            timeout: Seconds to wait for the PubAck (default: the publisher's).
+
         Raises:
             InvalidSubject: ``subject`` is not a valid publish subject.
-            InvalidHeader: A header or the message ID cannot travel on the wire.
+            InvalidHeader: A header or the message ID cannot travel on the wire, or a
+                server header is not a ``Nats-*`` one or is set by an option.
+            ValueError: ``ttl`` is below a second or not whole seconds.
             EncodeError: ``value`` cannot be encoded.
             ExpectationFailed: An ``expected_*`` condition did not hold; nothing stored.
+            StreamFeatureDisabled: The stream does not allow the TTL, rollup or
+                schedule asked for; nothing stored.
             PublishError: No stream captures ``subject``, the server refused it, the
                 connection is closed, or no PubAck arrived in time (then
                 ``may_be_stored`` is True).
         """
-        expected = _expectations(
-            expected_stream,
-            expected_last_sequence,
-            expected_last_subject_sequence,
-            expected_last_message_id,
+        server = server_headers_of(
+            server_headers,
+            ttl=ttl,
+            expected=expectations(
+                expected_stream,
+                expected_last_sequence,
+                expected_last_subject_sequence,
+                expected_last_message_id,
+            ),
         )
         wait = self._timeout if timeout is None else timeout
-        data, wire = self._prepare(subject, value, headers, message_id, expected)
+        data, wire = self._prepare(subject, value, headers, message_id, server)
         with self._scopes.open(subject, wire, message_id=message_id) as scope:
             scope.set_body_size(len(data))
             check_size(subject, wire, data, self._nc.max_payload)
@@ -214,7 +253,7 @@ class Publisher(CloseOnExit, Generic[T]):
             finally:
                 self._batches -= 1
                 if self._closed and not self._batches:
-                    await self._acks.close()
+                    await self._close_inboxes()
         if not return_exceptions:
             for result in batch.results:
                 if isinstance(result, PublishError):
@@ -248,7 +287,8 @@ class Publisher(CloseOnExit, Generic[T]):
             why = "publisher is closed" if self._closed else "the connection is closed"
             batch.results.append(closed_publisher_error(subject, why + closed_reason(self._nc)))
             return
-        data, wire = self._prepare(subject, item.value, item.headers, item.message_id, None)
+        server = server_headers_of(item.server_headers, ttl=item.ttl)
+        data, wire = self._prepare(subject, item.value, item.headers, item.message_id, server)
         scope = self._scopes.open(subject, wire, message_id=item.message_id)
         scope.__enter__()
         scope.set_body_size(len(data))
@@ -283,7 +323,116 @@ class Publisher(CloseOnExit, Generic[T]):
         """
         self._closed = True
         if not self._batches:
-            await self._acks.close()
+            await self._close_inboxes()
+
+    async def _close_inboxes(self) -> None:
+        await self._acks.close()
+        await self._atomic.close()
+
+    async def publish_atomic(
+        self,
+        messages: Iterable[Outgoing[T]],
+        *,
+        timeout: float | None = None,
+    ) -> list[PublishReceipt]:
+        """Publish ``messages`` as one atomic batch: the stream stores all of them, or none.
+
+        The stream needs ``allow_atomic`` (nats-server 2.12), and every subject must
+        be one of its subjects. Each message is checked and encoded before anything
+        is sent, so bad input stores nothing either. Message IDs, TTLs, server
+        headers and tracing work as for :meth:`publish`. The server holds a batch in
+        memory until it is committed and takes at most 1,000 messages per batch (its
+        default).
+
+        Args:
+            messages: What to publish, in order.
+            timeout: Seconds to wait for the batch's PubAck (default: the publisher's).
+
+        Returns:
+            A receipt per message, in order (consecutive sequences in the stream).
+
+        Raises:
+            TypeError: An item is not an :class:`Outgoing`.
+            InvalidSubject, InvalidHeader, EncodeError, PayloadTooLarge, ValueError:
+                A message is bad input; nothing was sent.
+            StreamFeatureDisabled: The stream does not allow atomic batches (or a
+                TTL, rollup or schedule a message asks for); nothing stored.
+            ExpectationFailed: An expectation of a message did not hold; nothing stored.
+            PermissionDenied: The server refused a subject or the reply inbox.
+            PublishError: The server refused the batch (naming the message and the
+                server's reason; nothing stored), or no PubAck came in time
+                (``may_be_stored``), or the connection is closed.
+        """
+        items = list(messages)
+        if not items:
+            return []
+        prepared: list[tuple[str, bytes, dict[str, str], str | None]] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, Outgoing):
+                raise TypeError(
+                    f"publish_atomic takes Outgoing messages, got {item!r} (item {index})"
+                )
+            server = server_headers_of(item.server_headers, ttl=item.ttl)
+            data, wire = self._prepare(
+                item.subject, item.value, item.headers, item.message_id, server
+            )
+            prepared.append((item.subject, data, wire, item.message_id))
+        wait = self._timeout if timeout is None else timeout
+        batch = AtomicBatch([subject for subject, *_ in prepared])
+        last = len(prepared) - 1
+        subjects = frozenset(batch.subjects)
+        scopes: list[PublishScope | NullScope] = []
+        failure: BaseException | None = None
+        self._batches += 1
+        try:
+            for index, (subject, data, wire, message_id) in enumerate(prepared):
+                wire.update(batch_headers(batch.id, index + 1, commit=index == last))
+                scope = self._scopes.open(subject, wire, message_id=message_id)
+                scope.__enter__()  # injects the trace context into wire
+                scopes.append(scope)
+                scope.set_body_size(len(data))
+                check_size(subject, wire, data, self._nc.max_payload)
+            with self._refusals.guard(
+                "publish",
+                "",
+                f"atomic batch {batch.id!r}",
+                accept=lambda refusal: any(refusal.names(s) for s in subjects),
+            ):
+                await self._send_atomic(batch, prepared)
+                return batch.receipts(await self._committed(batch, wait))
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            self._atomic.forget(batch)
+            for scope in scopes:
+                scope.__exit__(type(failure) if failure else None, failure, None)
+            self._batches -= 1
+            if self._closed and not self._batches:
+                await self._close_inboxes()
+
+    async def _send_atomic(
+        self,
+        batch: AtomicBatch,
+        prepared: list[tuple[str, bytes, dict[str, str], str | None]],
+    ) -> None:
+        """Send every message of ``batch``, each a request on the atomic replies inbox."""
+        last_subject = batch.subjects[-1]
+        try:
+            await self._atomic.open()
+            for index, (subject, data, wire, _) in enumerate(prepared):
+                reply = self._atomic.expect(batch, index)
+                await self._nc.publish(subject, data, reply=reply, headers=wire)
+        except nats.errors.Error as exc:
+            raise send_error(last_subject, exc, self._nc) from exc
+
+    async def _committed(self, batch: AtomicBatch, wait: float) -> PublishReceipt:
+        """Wait for the PubAck of ``batch``'s commit."""
+        subject = batch.subjects[-1]
+        try:
+            return await asyncio.wait_for(asyncio.shield(batch.commit), wait)
+        except TimeoutError as exc:
+            raise timeout_error(subject, wait, self._nc) from exc
 
 
 class _InFlight(NamedTuple):
@@ -384,28 +533,3 @@ class _Batch:
         finally:
             for unwatch in self._unwatch.values():
                 unwatch()
-
-
-def _expectations(
-    stream: str | None,
-    last_sequence: int | None,
-    last_subject_sequence: int | None,
-    last_message_id: str | None,
-) -> dict[str, str] | None:
-    if (
-        stream is None
-        and last_sequence is None
-        and last_subject_sequence is None
-        and (last_message_id is None)
-    ):
-        return None
-    expected: dict[str, str] = {}
-    if stream is not None:
-        expected["Nats-Expected-Stream"] = stream
-    if last_sequence is not None:
-        expected["Nats-Expected-Last-Sequence"] = str(last_sequence)
-    if last_subject_sequence is not None:
-        expected["Nats-Expected-Last-Subject-Sequence"] = str(last_subject_sequence)
-    if last_message_id is not None:
-        expected["Nats-Expected-Last-Msg-Id"] = last_message_id
-    return expected

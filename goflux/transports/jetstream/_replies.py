@@ -8,7 +8,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
-from goflux._errors import ExpectationFailed, PublishError
+from goflux._errors import ExpectationFailed, PublishError, StreamFeatureDisabled
 from goflux._lifecycle import closed_publisher_error
 from goflux._receipt import PublishReceipt
 from goflux.transports._refusals import closed_reason
@@ -20,13 +20,39 @@ EXPECTATIONS = {
     10070: "last_message_id",
     10071: "last_sequence",
 }
+# Refusals of a publish that the stream's settings do not allow: what it asked for,
+# and the setting that would allow it.
+DISABLED = {
+    10166: ("a per-message TTL", "allow_msg_ttl"),
+    10174: ("an atomic batch", "allow_atomic"),
+    10111: ("a rollup", "allow_rollup_hdrs"),
+    10188: ("a message schedule", "allow_msg_schedules"),
+}
 # Refusals that a retry of the same message cannot overcome whatever their status
 # code: the message or its headers exceed the stream's maximum size.
 PERMANENT_REFUSALS = frozenset({10054, 10097})
 
 
-def refused(subject: str, code: int | None, err_code: int | None, description: str) -> PublishError:
+def refused(
+    subject: str,
+    code: int | None,
+    err_code: int | None,
+    description: str,
+    stream: str | None = None,
+) -> PublishError:
     """The error for a PubAck that refuses a publish to ``subject`` (nothing stored)."""
+    disabled = DISABLED.get(err_code) if err_code is not None else None
+    if disabled is not None:
+        what, setting = disabled
+        name = stream or "(unknown)"
+        return StreamFeatureDisabled(
+            f"publish to {subject!r} refused, nothing stored: stream {name!r} does not "
+            f"allow {what} ({description}); set it with "
+            f"ensure_stream(js, name={name!r}, ..., {setting}=True)",
+            subject=subject,
+            stream=name,
+            setting=setting,
+        )
     expectation = EXPECTATIONS.get(err_code) if err_code is not None else None
     if expectation is not None:
         return ExpectationFailed(
@@ -59,7 +85,11 @@ def receipt(data: bytes, subject: str) -> PublishReceipt:
         error = reply.get("error")
         if error is not None:
             raise refused(
-                subject, error.get("code"), error.get("err_code"), error.get("description", "")
+                subject,
+                error.get("code"),
+                error.get("err_code"),
+                error.get("description", ""),
+                reply.get("stream") or None,
             )
         return PublishReceipt(
             stream=reply["stream"],

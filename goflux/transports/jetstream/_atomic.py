@@ -1,0 +1,185 @@
+"""Atomic batch publishing (nats-server 2.12): every message of a batch stored, or none.
+
+Each message carries ``Nats-Batch-Id`` and ``Nats-Batch-Sequence`` (from 1); the last
+one also ``Nats-Batch-Commit: 1``. The stream (with ``allow_atomic``) holds the batch
+until the commit and then stores all of it under one lock, or nothing: a refused
+message, a gap, or a failed expectation abandons the whole batch. Every message is
+sent as a request on :class:`AtomicReplies`' inbox, pipelined: the server answers each
+with an empty reply, or with the error that abandoned the batch, so a failure names
+the message that caused it. The commit's reply is the PubAck of the whole batch: the
+sequence of its last message and the count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.nuid import NUID
+
+from goflux._errors import ExpectationFailed, PublishError, StreamFeatureDisabled
+from goflux._receipt import PublishReceipt
+from goflux.transports._refusals import Refusal
+from goflux.transports.jetstream._inbox import ReplyInbox
+from goflux.transports.jetstream._replies import no_stream, receipt, refused
+
+__all__ = ("AtomicBatch", "AtomicReplies", "batch_headers")
+
+_IDS = NUID()
+_NO_RESPONDERS = "503"
+
+
+def batch_headers(batch_id: str, sequence: int, *, commit: bool) -> dict[str, str]:
+    """The ``Nats-Batch-*`` headers of message ``sequence`` (from 1) of a batch."""
+    headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(sequence)}
+    if commit:
+        headers["Nats-Batch-Commit"] = "1"
+    return headers
+
+
+@dataclass(eq=False)
+class AtomicBatch:
+    """One batch in flight: its messages' subjects, the first refusal, the commit's reply."""
+
+    subjects: Sequence[str]
+    id: str = field(default_factory=lambda: _IDS.next().decode())
+    failure: tuple[int, PublishError] | None = None  # the first refused message (index)
+    commit: asyncio.Future[PublishReceipt] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def refused(self, index: int, error: PublishError) -> None:
+        """Message ``index`` was refused; the earliest refusal is what went wrong."""
+        if self.failure is None or index < self.failure[0]:
+            self.failure = (index, error)
+
+    def error(self) -> PublishError:
+        """The error that abandoned the batch (the earliest refusal), worded for the batch."""
+        assert self.failure is not None
+        index, cause = self.failure
+        subject = self.subjects[index]
+        where = f"atomic batch {self.id!r} of {len(self.subjects)} messages not stored"
+        if isinstance(cause, StreamFeatureDisabled):
+            return StreamFeatureDisabled(
+                f"{where}: stream {cause.stream!r} does not allow atomic batches; set it "
+                f"with ensure_stream(js, name={cause.stream!r}, ..., allow_atomic=True)",
+                subject=subject,
+                stream=cause.stream,
+                setting=cause.setting,
+            )
+        if isinstance(cause, ExpectationFailed):
+            # The server checks every message's expectations at the commit.
+            return ExpectationFailed(
+                f"{where}: an expectation of the batch did not hold at its commit: {cause}",
+                subject=subject,
+                expectation=cause.expectation,
+            )
+        return PublishError(
+            f"{where}: message {index + 1} (to {subject!r}) was refused: {cause}",
+            subject=subject,
+            permanent=cause.permanent,
+            err_code=cause.err_code,
+        )
+
+    def receipts(self, last: PublishReceipt) -> list[PublishReceipt]:
+        """Every message's receipt, from the commit's PubAck (the last one's sequence)."""
+        first = last.sequence - len(self.subjects) + 1
+        return [
+            PublishReceipt(stream=last.stream, sequence=first + i, domain=last.domain)
+            for i in range(len(self.subjects))
+        ]
+
+
+class AtomicReplies:
+    """A publisher's inbox for the replies of its atomic batches' messages."""
+
+    __slots__ = ("_inbox", "_pending", "_refused")
+
+    def __init__(self, nc: Client) -> None:
+        self._inbox = ReplyInbox(nc, self._on_reply, self._on_refused)
+        self._pending: dict[str, tuple[AtomicBatch, int]] = {}
+        self._refused: Refusal | None = None
+
+    async def open(self) -> None:
+        """Subscribe the inbox (once).
+
+        Raises:
+            PermissionDenied: The server refused the inbox.
+            nats.errors.Error: The connection is closed or failed.
+        """
+        if self._refused is not None:
+            raise self._refused.error("the inbox for atomic batch replies")
+        await self._inbox.open()
+
+    def expect(self, batch: AtomicBatch, index: int) -> str:
+        """The reply subject for message ``index`` of ``batch``."""
+        token, reply = self._inbox.new_token()
+        self._pending[token] = (batch, index)
+        return reply
+
+    def forget(self, batch: AtomicBatch) -> None:
+        """Stop waiting for ``batch``'s replies (late ones are ignored)."""
+        for token in [t for t, (b, _) in self._pending.items() if b is batch]:
+            del self._pending[token]
+        if not batch.commit.done():
+            batch.commit.cancel()
+
+    def _on_refused(self, refusal: Refusal) -> None:
+        self._refused = refusal
+        pending, self._pending = self._pending, {}
+        for batch, _ in pending.values():
+            if not batch.commit.done():
+                what = f"atomic batch {batch.id!r}: the inbox for its replies"
+                batch.commit.set_exception(refusal.error(what, may_be_stored=True))
+
+    async def _on_reply(self, token: str, msg: Msg) -> None:
+        entry = self._pending.pop(token, None)
+        if entry is None:
+            return
+        batch, index = entry
+        subject = batch.subjects[index]
+        last = index == len(batch.subjects) - 1
+        headers = msg.headers
+        if headers and headers.get("Status") == _NO_RESPONDERS:
+            batch.refused(index, no_stream(subject))
+        elif last:
+            try:
+                batch.commit.set_result(receipt(msg.data, subject))
+            except PublishError as exc:
+                batch.refused(index, exc)
+        elif msg.data:  # a message before the commit: empty means accepted
+            batch.refused(index, _refusal(subject, msg.data))
+        if last and not batch.commit.done():
+            batch.commit.set_exception(batch.error())
+
+    async def close(self) -> None:
+        """Unsubscribe; batches still waiting get "cancelled"."""
+        for batch, _ in self._pending.values():
+            if not batch.commit.done():
+                batch.commit.cancel()
+        self._pending.clear()
+        await self._inbox.close()
+
+
+def _refusal(subject: str, data: bytes) -> PublishError:
+    """The error in the reply to a message before the commit."""
+    try:
+        reply = json.loads(data)
+        error = reply["error"]
+        return refused(
+            subject,
+            error.get("code"),
+            error.get("err_code"),
+            error.get("description", ""),
+            reply.get("stream") or None,
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return PublishError(
+            f"publish to {subject!r}: unreadable reply {bytes(data[:100])!r}",
+            subject=subject,
+            permanent=True,
+        )

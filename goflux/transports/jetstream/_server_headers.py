@@ -1,0 +1,126 @@
+"""The server's own ``Nats-*`` headers of a JetStream publish: TTL, expectations, others.
+
+User headers travel as ``X-Goflux-<name>`` (see :mod:`goflux._wire`); the server acts
+only on its own, unprefixed headers. This module builds those from a publish's
+options and checks what a caller passes by hand, so that the ones goflux sets itself
+(``Nats-Msg-Id`` from ``message_id``, ``Nats-TTL`` from ``ttl``, the ``Nats-Batch-*``
+headers of an atomic batch) cannot be set to something else by accident.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Final, Literal, TypeAlias
+
+from goflux._errors import InvalidHeader
+from goflux._headers import Headers
+
+__all__ = ("TTL", "expectations", "server_headers", "ttl_value")
+
+TTL: TypeAlias = float | timedelta | Literal["never"]
+"""A per-message TTL: whole seconds (at least 1), a ``timedelta``, or ``"never"``."""
+
+_TTL_HEADER: Final = "Nats-TTL"
+_SERVER_PREFIX: Final = "nats-"
+# Set by goflux from a publish's own options: by hand they could contradict them.
+_OWN: Final = {
+    "nats-msg-id": "message_id=",
+    "nats-ttl": "ttl=",
+    "nats-batch-id": "publish_atomic()",
+    "nats-batch-sequence": "publish_atomic()",
+    "nats-batch-commit": "publish_atomic()",
+}
+
+
+def ttl_value(ttl: TTL) -> str:
+    """The ``Nats-TTL`` value of ``ttl``.
+
+    The server keeps TTLs in whole seconds and refuses less than one; a fraction
+    would be cut off without a word, so it is refused here.
+
+    Raises:
+        ValueError: ``ttl`` is below one second, not whole seconds, or not a number.
+    """
+    if ttl == "never":
+        return "never"
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, int | float) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise ValueError(f'ttl must be seconds, a timedelta or "never", got {ttl!r}')
+    if not math.isfinite(seconds) or seconds < 1 or seconds != int(seconds):
+        raise ValueError(
+            f"ttl must be whole seconds, at least 1 (the server keeps TTLs in seconds), got {ttl!r}"
+        )
+    return str(int(seconds))
+
+
+def expectations(
+    stream: str | None,
+    last_sequence: int | None,
+    last_subject_sequence: int | None,
+    last_message_id: str | None,
+) -> dict[str, str]:
+    """The ``Nats-Expected-*`` headers of a conditional publish (empty if none)."""
+    expected: dict[str, str] = {}
+    if stream is not None:
+        expected["Nats-Expected-Stream"] = stream
+    if last_sequence is not None:
+        expected["Nats-Expected-Last-Sequence"] = str(last_sequence)
+    if last_subject_sequence is not None:
+        expected["Nats-Expected-Last-Subject-Sequence"] = str(last_subject_sequence)
+    if last_message_id is not None:
+        expected["Nats-Expected-Last-Msg-Id"] = last_message_id
+    return expected
+
+
+def server_headers(
+    given: Mapping[str, str] | None,
+    *,
+    ttl: TTL | None = None,
+    expected: Mapping[str, str] | None = None,
+) -> dict[str, str] | None:
+    """The server headers of one publish, or None when it has none.
+
+    Args:
+        given: Headers passed by hand (``Nats-Rollup``, ``Nats-Expected-*``,
+            ``Nats-Schedule``, ...), sent unprefixed as given.
+        ttl: The message's TTL (``Nats-TTL``).
+        expected: The ``Nats-Expected-*`` headers of the publish's options.
+
+    Raises:
+        InvalidHeader: A name does not start with ``Nats-``, is one goflux sets from
+            an option (``Nats-Msg-Id``, ``Nats-TTL``, ``Nats-Batch-*``), repeats an
+            expectation given as an option, or a name or value cannot travel.
+        ValueError: ``ttl`` is out of range.
+    """
+    if not given and ttl is None and not expected:
+        return None
+    out: dict[str, str] = dict(expected) if expected else {}
+    if given:
+        if not isinstance(given, Mapping):
+            raise InvalidHeader(f"server_headers must be a mapping, got {type(given).__name__}")
+        checked = Headers(given)  # names are tokens, values travel intact
+        taken = {name.lower() for name in out}
+        for name, value in checked.multi_items():
+            lowered = name.lower()
+            if not lowered.startswith(_SERVER_PREFIX):
+                raise InvalidHeader(
+                    f"server header {name!r} is not one of the server's Nats-* headers; "
+                    "pass your own headers as headers= (they travel as X-Goflux-*)"
+                )
+            option = _OWN.get(lowered)
+            if option is not None:
+                raise InvalidHeader(f"server header {name!r} is set by goflux: use {option}")
+            if lowered in taken:
+                raise InvalidHeader(
+                    f"server header {name!r} is given twice (as an option and by hand)"
+                )
+            taken.add(lowered)
+            out[name] = value
+    if ttl is not None:
+        out[_TTL_HEADER] = ttl_value(ttl)
+    return out
