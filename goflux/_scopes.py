@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, MutableMapping
 from contextvars import Token
 from types import TracebackType
-from typing import Final
+from typing import Final, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -255,9 +255,19 @@ class ProcessScopes:
         kind: CONSUMER for a delivered message; SERVER for a request being answered.
         parented: Make the span a child of the remote caller instead of linking to it
             (synchronous request/reply).
+        operation: ``"process"`` (a handler runs in the scope) or ``"receive"`` (a
+            message handed to the caller of a one-shot read).
     """
 
-    __slots__ = ("attributes", "consumer_group", "kind", "parented", "telemetry", "template")
+    __slots__ = (
+        "attributes",
+        "consumer_group",
+        "kind",
+        "operation",
+        "parented",
+        "telemetry",
+        "template",
+    )
 
     def __init__(
         self,
@@ -270,15 +280,17 @@ class ProcessScopes:
         server_port: int | None = None,
         kind: SpanKind = SpanKind.CONSUMER,
         parented: bool = False,
+        operation: Literal["process", "receive"] = "process",
     ) -> None:
         self.telemetry = telemetry
         self.template = template
         self.consumer_group = consumer_group
         self.kind = kind
         self.parented = parented
+        self.operation = operation
         self.attributes = _shared_attributes(
             system,
-            "process",
+            operation,
             template=template,
             consumer_group=consumer_group,
             server_address=server_address,
@@ -385,7 +397,7 @@ class ProcessScope:
                 # Keep what else travelled (baggage) but not the producer as parent.
                 parent = trace.set_span_in_context(trace.INVALID_SPAN, remote)
         span_attrs = self._attributes()
-        span_attrs[MESSAGING_OPERATION_TYPE] = "process"
+        span_attrs[MESSAGING_OPERATION_TYPE] = scopes.operation
         if self._message_id is not None:
             span_attrs[MESSAGING_MESSAGE_ID] = self._message_id
         if self._body_size is not None:
@@ -393,7 +405,7 @@ class ProcessScope:
         if self._extra:
             span_attrs.update(self._extra)
         template = scopes.template
-        name = f"process {template if template is not None else self._subject}"
+        name = f"{scopes.operation} {template if template is not None else self._subject}"
         span = tel.tracer.start_span(
             name, context=parent, kind=scopes.kind, attributes=span_attrs, links=links
         )

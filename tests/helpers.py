@@ -52,6 +52,12 @@ async def drained(js: JetStreamContext, stream: str, consumer: str) -> ConsumerI
         await js._nc.flush()
 
 
+async def pull_waiting(js: JetStreamContext, stream: str, consumer: str) -> None:
+    """Wait until ``consumer`` holds a waiting pull request (the server's view)."""
+    while (await js.consumer_info(stream, consumer)).num_waiting == 0:
+        await js._nc.flush()
+
+
 async def settle_loop(rounds: int = 50) -> None:
     """Let every ready task run a few times (to show something does NOT happen)."""
     for _ in range(rounds):

@@ -13,6 +13,7 @@ from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import nats as gnats
 from tests.conftest import STREAM
+from tests.helpers import raw_publish
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -21,23 +22,13 @@ CODEC = JsonCodec(Order)
 async def raw_hpub(
     server: NatsServer, subject: str, lines: list[tuple[str, str]], body: bytes
 ) -> None:
-    """Publish with a hand-written HPUB over a plain socket: exactly these header lines."""
-    host, port = server.url.removeprefix("nats://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        await reader.readline()  # INFO
-        block = "NATS/1.0\r\n" + "".join(f"{n}: {v}\r\n" for n, v in lines) + "\r\n"
-        head = block.encode()
-        writer.write(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n')
-        writer.write(
-            b"HPUB %s %d %d\r\n%s%s\r\nPING\r\n"
-            % (subject.encode(), len(head), len(head) + len(body), head, body)
-        )
-        await writer.drain()
-        assert (await reader.readline()).startswith(b"PONG")  # the server has it
-    finally:
-        writer.close()
-        await writer.wait_closed()
+    """Publish with a hand-written HPUB: exactly these header lines."""
+    await raw_publish(
+        server.url,
+        subject,
+        b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in lines),
+        body,
+    )
 
 
 FOREIGN = [("Tenant", "acme"), ("Trace-Tag", "one"), ("Trace-Tag", "two")]

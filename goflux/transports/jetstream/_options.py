@@ -11,6 +11,7 @@ from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
 __all__ = (
     "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_EXPIRES",
+    "DEFAULT_FETCH_EXPIRES",
     "DEFAULT_MAX_IN_FLIGHT",
     "EPHEMERAL_INACTIVE_THRESHOLD",
     "SubscriberOptions",
@@ -18,6 +19,7 @@ __all__ = (
 
 DEFAULT_MAX_IN_FLIGHT = 256
 DEFAULT_EXPIRES = 30.0
+DEFAULT_FETCH_EXPIRES = 5.0  # seconds a one-shot read (fetch, next) waits by default
 DEFAULT_DRAIN_TIMEOUT = 30.0
 # The server's default (5 s) is shorter than a server restart can take; an ephemeral
 # consumer left by a crashed process is still removed after this long.

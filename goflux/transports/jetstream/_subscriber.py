@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
@@ -13,9 +14,10 @@ from nats.js.errors import APIError, NotFoundError
 
 from goflux._codecs import Codec
 from goflux._deadletter import DeadLetter
-from goflux._errors import SubscribeError
+from goflux._errors import RequestTimeout, SubscribeError
 from goflux._interfaces import Handler
 from goflux._lifecycle import SubscriberLifecycle
+from goflux._message import Message
 from goflux._streams import Starter, Streaming
 from goflux._subjects import covers
 from goflux._telemetry import Telemetry
@@ -29,9 +31,11 @@ from goflux.transports.jetstream._consumers import (
     create_consumer,
     ordered_consumer_config,
 )
+from goflux.transports.jetstream._fetch import Fetcher, check_fetch
 from goflux.transports.jetstream._options import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_EXPIRES,
+    DEFAULT_FETCH_EXPIRES,
     DEFAULT_MAX_IN_FLIGHT,
     EPHEMERAL_INACTIVE_THRESHOLD,
     SubscriberOptions,
@@ -171,6 +175,8 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         self._stream = stream
         self._consumer = consumer
         self._tel = Telemetry.or_default(telemetry)
+        self._fetcher: Fetcher[T] | None = None
+        self._binding: asyncio.Lock | None = None
         super().__init__()
 
     @property
@@ -308,6 +314,109 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             return await started(subscription)
 
         return await self._start_subscription(subject, open_subscription)
+
+    async def fetch(
+        self,
+        max_messages: int,
+        *,
+        expires: float = DEFAULT_FETCH_EXPIRES,
+        no_wait: bool = False,
+        max_bytes: int | None = None,
+    ) -> list[Message[T]]:
+        """Read up to ``max_messages`` from the durable consumer, once (a batch or cron job).
+
+        One pull request: it returns when ``max_messages`` arrived, or when the
+        request expires after ``expires`` seconds with what arrived by then (maybe
+        fewer, maybe none), or at once with what is there when ``no_wait``. The
+        messages are typed and unsettled: settle each (``ack``, ``nak``, ``term``;
+        ``in_progress`` for long work), or the server redelivers it after the
+        consumer's ``ack_wait``. An undecodable message is terminated (dead-lettered
+        first, if configured) and left out. Each message gets a CONSUMER "receive"
+        span linked to its producer.
+
+        Args:
+            max_messages: Most messages to return.
+            expires: Seconds the pull request waits for messages at the server.
+            no_wait: Return at once with what the consumer has now.
+            max_bytes: Most payload bytes to return (the server stops before a
+                message that would exceed it).
+
+        Raises:
+            ValueError: An argument is out of range.
+            SubscribeError: The subscriber has no durable ``consumer`` (or is
+                ordered), is closed, the consumer does not exist or refuses the
+                request (a batch over its ``max_batch``, an ``expires`` over its
+                ``max_expires``), or the connection is closed.
+            PermissionDenied: The server refused the pull request or its inbox.
+        """
+        check_fetch(max_messages, expires, max_bytes)
+        fetcher = await self._fetching("fetch")
+        return await fetcher.fetch(
+            max_messages, expires=expires, no_wait=no_wait, max_bytes=max_bytes
+        )
+
+    async def next(self, *, timeout: float = DEFAULT_FETCH_EXPIRES) -> Message[T]:
+        """Read the next message from the durable consumer; wait up to ``timeout`` seconds.
+
+        Like :meth:`fetch` with one message; undecodable ones are skipped while the
+        time lasts.
+
+        Raises:
+            RequestTimeout: No message came within ``timeout``.
+            ValueError: ``timeout`` is not positive.
+            SubscribeError: As for :meth:`fetch`.
+            PermissionDenied: As for :meth:`fetch`.
+        """
+        check_fetch(1, timeout, None)
+        fetcher = await self._fetching("next")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (left := deadline - loop.time()) > 0:
+            messages = await fetcher.fetch(1, expires=left, no_wait=False, max_bytes=None)
+            if messages:
+                return messages[0]
+        raise RequestTimeout(
+            f"no message from consumer {fetcher.consumer!r} on stream {fetcher.stream!r} "
+            f"within {timeout}s",
+            subject=fetcher.next_subject,
+            timeout=timeout,
+        )
+
+    async def _fetching(self, what: str) -> Fetcher[T]:
+        """The fetcher of the durable consumer, checked against the server once."""
+        if self._consumer is None or self._options.ordered:
+            raise SubscribeError(
+                f"{what}() reads from a durable consumer: create one with "
+                "ensure_consumer() and pass consumer= (an ordered or ephemeral subscriber "
+                "has no consumer to read from between calls)"
+            )
+        self._refuse_if_closed(f"{what}() on stream {self._stream!r}")
+        if self._fetcher is not None:
+            return self._fetcher
+        if self._binding is None:
+            self._binding = asyncio.Lock()
+        async with self._binding:
+            if self._fetcher is None:
+                binding = await self._bind_consumer(">", self._consumer)
+                self._fetcher = Fetcher(
+                    self._js,
+                    self._codec,
+                    stream=self._stream,
+                    consumer=self._consumer,
+                    next_subject=binding.consumer.next_subject,
+                    options=self._options,
+                    telemetry=self._tel,
+                )
+        return self._fetcher
+
+    async def close(self) -> None:
+        """Stop every subscription (draining it), and refuse new ones and reads.
+
+        Confirmed acks of fetched messages still in flight are waited for.
+        """
+        await super().close()
+        if self._fetcher is not None:
+            await self._fetcher.close()
 
     async def subscribe(self, subject: str, handler: Handler[T]) -> None:
         """Consume until cancelled or the subscriber is closed, then drain.

@@ -26,7 +26,6 @@ from nats.js import JetStreamContext
 from opentelemetry.util.types import AttributeValue
 
 from goflux._codecs import Codec
-from goflux._deadletter import is_dead_letter, refused_for_good
 from goflux._errors import DecodeError, PermissionDenied, SettlementError, SubscribeError
 from goflux._headers import Headers
 from goflux._interfaces import Handler
@@ -52,6 +51,7 @@ from goflux.transports.jetstream._consumers import PulledConsumer
 from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
 from goflux.transports.jetstream._system import SYSTEM
+from goflux.transports.jetstream._undecodable import reject
 
 __all__ = ("Binding", "JetStreamSubscription", "started")
 
@@ -59,8 +59,6 @@ T = TypeVar("T")
 P = TypeVar("P")
 
 logger = logging.getLogger("goflux.transports.jetstream")
-
-DEAD_LETTER_RETRY_DELAY = 5.0  # seconds before an undecodable message is dead-lettered again
 
 
 class Binding(NamedTuple):
@@ -539,54 +537,15 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     async def _reject(
         self, letter: Message[bytes], acker: JetStreamAcker, exc: DecodeError
     ) -> None:
-        """Give up an undecodable message: dead-letter it (if configured), then terminate it.
-
-        A dead letter that cannot be published keeps the message: it is naked with a
-        delay and dead-lettered on a later delivery (without acknowledgement, as in
-        ordered mode, it cannot be redelivered: it is lost and logged). One the server
-        refuses for good (too large even in compact form) is logged and the message
-        terminated without it.
-        """
-        dead_letter = self._options.dead_letter
-        acknowledged = self._acknowledged
-        outcome = "terminated" if acknowledged else "skipped"
-        if dead_letter is not None and is_dead_letter(letter, dead_letter.subject):
-            outcome += " (it is itself a dead letter: not dead-lettered again)"
-        elif dead_letter is not None:
-            try:
-                await dead_letter.send(letter, exc, "undecodable")
-                outcome = f"dead-lettered to {dead_letter.subject!r} and {outcome}"
-            except Exception as failure:
-                if not acknowledged:
-                    outcome = f"LOST: the dead letter failed ({failure})"
-                elif refused_for_good(failure):
-                    outcome = f"terminated WITHOUT a dead letter, refused for good ({failure})"
-                else:
-                    logger.error(
-                        "undecodable message %s on %r could not be dead-lettered (%s); "
-                        "it is kept and tried again in %ss",
-                        acker.stream_sequence,
-                        letter.subject,
-                        failure,
-                        DEAD_LETTER_RETRY_DELAY,
-                        exc_info=exc,
-                    )
-                    await self._send_or_release(acker, acker.nak(DEAD_LETTER_RETRY_DELAY))
-                    return
-        logger.error(
-            "undecodable message %s on %r %s: %s",
-            acker.stream_sequence,
-            letter.subject,
-            outcome,
+        """Give up an undecodable message (see :func:`._undecodable.reject`)."""
+        await reject(
+            letter,
+            acker,
             exc,
-            exc_info=exc,
+            dead_letter=self._options.dead_letter,
+            acknowledged=self._acknowledged,
+            settle=self._send_or_release,
         )
-        if acknowledged:
-            await self._send_or_release(
-                acker, acker.term(f"goflux: undecodable payload: {exc}"[:200])
-            )
-        else:
-            acker.release()
 
 
 async def started(subscription: JetStreamSubscription[T]) -> JetStreamSubscription[T]:

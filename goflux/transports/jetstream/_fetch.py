@@ -1,0 +1,263 @@
+"""One-shot reads from a durable consumer: ``fetch`` (up to N messages) and ``next``.
+
+Each read is one pull request on an inbox of its own: the server delivers up to the
+batch, then ends the request with a status (404 nothing there with ``no_wait``, 408
+expired, 409 "Message Size Exceeds MaxBytes"), or the batch fills. What arrived is
+returned decoded and unsettled: the caller acks, naks, terms or sends in-progress. An
+undecodable message is terminated (dead-lettered first, if configured) and left out.
+Each returned message gets a CONSUMER "receive" span linked to its producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable
+from typing import Final, Generic, TypeVar
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+
+from goflux._codecs import Codec
+from goflux._errors import DecodeError, SettlementError, SubscribeError
+from goflux._message import Message, received
+from goflux._scopes import NULL_SCOPE, ProcessScopes
+from goflux._semconv import (
+    MESSAGING_CONSUMER_GROUP_NAME,
+    MESSAGING_NATS_DELIVERY_COUNT,
+    MESSAGING_NATS_STREAM,
+    MESSAGING_NATS_STREAM_SEQUENCE,
+    MESSAGING_SYSTEM,
+)
+from goflux._telemetry import Telemetry
+from goflux._wire import read_headers
+from goflux.transports._natspy import connection
+from goflux.transports._refusals import refusals
+from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
+from goflux.transports.jetstream._api import api_guard
+from goflux.transports.jetstream._confirm import Confirmations
+from goflux.transports.jetstream._options import SubscriberOptions
+from goflux.transports.jetstream._system import SYSTEM
+from goflux.transports.jetstream._undecodable import reject
+
+__all__ = ("Fetcher", "check_fetch")
+
+T = TypeVar("T")
+
+logger = logging.getLogger("goflux.transports.jetstream")
+
+_NS: Final = 1_000_000_000
+# Beyond ``expires``, how long to wait for the server's end-of-request status before
+# giving up on it (it may be lost with a reconnect).
+_GRACE: Final = 2.0
+# Status descriptions of a 409 that mean the fetch cannot work as asked.
+_REFUSED: Final = ("Exceeded MaxRequest", "Exceeded MaxWaiting", "Consumer Deleted")
+
+
+def check_fetch(max_messages: int, expires: float, max_bytes: int | None) -> None:
+    """Check a fetch's arguments.
+
+    Raises:
+        ValueError: ``max_messages`` < 1, ``expires`` not positive, ``max_bytes`` < 1.
+    """
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+        raise ValueError(f"max_messages must be an int >= 1, got {max_messages!r}")
+    if not expires > 0:  # also refuses NaN
+        raise ValueError(f"expires must be > 0 seconds, got {expires}")
+    if max_bytes is not None and max_bytes < 1:
+        raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+
+
+class Fetcher(Generic[T]):
+    """Reads batches from one durable consumer on request.
+
+    Args:
+        js: The JetStream context.
+        codec: Decodes the payloads.
+        stream: The consumer's stream.
+        consumer: The durable consumer's name.
+        next_subject: Where its pull requests go.
+        options: The subscriber's options (dead letter, confirmed acks).
+        telemetry: Tracing and metrics.
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        codec: Codec[T],
+        *,
+        stream: str,
+        consumer: str,
+        next_subject: str,
+        options: SubscriberOptions,
+        telemetry: Telemetry,
+    ) -> None:
+        self._js = js
+        self._nc = connection(js)
+        self._codec = codec
+        self.stream = stream
+        self.consumer = consumer
+        self.next_subject = next_subject
+        self._options = options
+        self._tel = telemetry
+        self._confirmations = Confirmations(
+            self._nc, timeout=options.confirm_timeout, where=consumer
+        )
+        attributes = {MESSAGING_SYSTEM: SYSTEM, MESSAGING_CONSUMER_GROUP_NAME: consumer}
+        self._ledger = Ledger(
+            telemetry,
+            attributes,
+            _nothing,  # no pull engine: nothing to give room back to
+            self._confirmations,
+            confirm_all=options.confirm_acks,
+        )
+        self._scopes = ProcessScopes(
+            telemetry, SYSTEM, consumer_group=consumer, operation="receive"
+        )
+        self.undecodable = 0
+
+    async def fetch(
+        self, max_messages: int, *, expires: float, no_wait: bool, max_bytes: int | None
+    ) -> list[Message[T]]:
+        """Pull up to ``max_messages``; return what arrived by ``expires`` (maybe none).
+
+        Raises:
+            PermissionDenied: The server refused the pull request or its inbox.
+            SubscribeError: The consumer refuses the request (too big, too long, too
+                many waiting), was deleted, or JetStream did not answer; the
+                connection is closed.
+        """
+        nc = self._nc
+        where = f"fetching from consumer {self.consumer!r} on stream {self.stream!r}"
+        request: dict[str, object] = {"batch": max_messages}
+        if no_wait:
+            request["no_wait"] = True
+        else:
+            request["expires"] = int(expires * _NS)
+        if max_bytes is not None:
+            request["max_bytes"] = max_bytes
+        inbox = nc.new_inbox()
+        taken: list[Msg] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (0 if no_wait else expires) + _GRACE
+        sub: Subscription | None = None
+        try:
+            with (
+                api_guard(self._js, where, f"CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"),
+                refusals(nc).guard("subscribe", inbox, f"{where}: its inbox"),
+            ):
+                sub = await nc.subscribe(inbox)
+                await nc.publish(self.next_subject, json.dumps(request).encode(), reply=inbox)
+                while len(taken) < max_messages:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        logger.info("%s: no end of request within %.1fs", where, expires)
+                        break
+                    try:
+                        msg = await sub.next_msg(timeout=left)
+                    except nats.errors.TimeoutError:
+                        break
+                    if msg.reply:
+                        taken.append(msg)
+                    elif self._ended(msg, where):
+                        break
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
+            await self._hand_back(taken)
+            raise SubscribeError(f"{where}: the connection is closed") from exc
+        except BaseException:
+            await self._hand_back(taken)  # not handed to the caller: redeliver at once
+            raise
+        finally:
+            if sub is not None:
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+        return await self._messages(taken, loop.time())
+
+    def _ended(self, msg: Msg, where: str) -> bool:
+        """Whether the status ``msg`` ends the request (raise if it fails it)."""
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "100":  # a heartbeat (not asked for)
+            return False
+        description = str(headers.get("Description", ""))
+        if status == "503":
+            raise SubscribeError(
+                f"{where}: nothing answered the pull request (JetStream is unavailable, "
+                "or the consumer is gone)"
+            )
+        if status == "409" and description.startswith(_REFUSED):
+            raise SubscribeError(f"{where}: the server refused it: {description}")
+        return True  # 404 no messages, 408 expired, 409 max bytes or leadership change
+
+    async def _messages(self, taken: list[Msg], arrival: float) -> list[Message[T]]:
+        """Decode what arrived; an undecodable one is rejected and left out."""
+        out: list[Message[T]] = []
+        tracing = self._tel.active
+        for msg in taken:
+            acker = JetStreamAcker(self._nc, msg.reply, self._ledger, arrival)
+            raw = msg.headers
+            headers, message_id = read_headers(raw) if raw else (None, None)
+            data = msg.data
+            scope = (
+                self._scopes.open(
+                    msg.subject,
+                    raw,
+                    message_id=message_id,
+                    body_size=len(data),
+                    attributes={
+                        MESSAGING_NATS_STREAM: self.stream,
+                        MESSAGING_NATS_STREAM_SEQUENCE: acker.stream_sequence,
+                        MESSAGING_NATS_DELIVERY_COUNT: acker.num_delivered,
+                    },
+                )
+                if tracing
+                else NULL_SCOPE
+            )
+            try:
+                with scope:
+                    payload = self._codec.decode(data)
+            except DecodeError as exc:
+                self.undecodable += 1
+                letter = received(msg.subject, data, headers, message_id, data, acker, raw)
+                await reject(
+                    letter,
+                    acker,
+                    exc,
+                    dead_letter=self._options.dead_letter,
+                    acknowledged=True,
+                    settle=_settle,
+                )
+                continue
+            out.append(received(msg.subject, payload, headers, message_id, data, acker, raw))
+        return out
+
+    async def _hand_back(self, taken: list[Msg]) -> None:
+        """Nak messages that were received but will not reach the caller."""
+        for msg in taken:
+            with contextlib.suppress(nats.errors.Error):
+                await self._nc.publish(msg.reply, b"-NAK")
+
+    async def close(self) -> None:
+        """Wait for confirmations still in flight, then stop their inbox."""
+        await self._confirmations.settled()
+        await self._confirmations.close()
+
+
+def _nothing() -> None:
+    """Nothing to release: a fetched message holds no room in a pull engine."""
+
+
+async def _settle(acker: JetStreamAcker, sending: Awaitable[None]) -> None:
+    """Send a settlement; if that fails, the server redelivers after ack_wait."""
+    try:
+        await sending
+    except SettlementError as exc:
+        logger.warning(
+            "could not settle message %s (%s); the server redelivers it after ack_wait",
+            acker.stream_sequence,
+            exc,
+        )
