@@ -226,14 +226,32 @@ def _header_lines(raw: bytes) -> list[tuple[str, str]]:
 
 
 async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
-    """nats-py's ``_process_headers``, keeping the raw block for :attr:`HeaderLines.lines`."""
-    parsed: dict[str, str] | None = await Client._process_headers(self, headers)
-    if not parsed or headers[_HEADER_LINE_START : _HEADER_LINE_START + 1] == b" ":
+    """nats-py's ``_process_headers``, keeping the raw block for :attr:`HeaderLines.lines`.
+
+    Status messages go to nats-py. Other header blocks are parsed here as nats-py's
+    ``_parse_header_lines`` does (ASCII names without whitespace, values stripped and
+    decoded with replacement), in one pass that also counts the lines.
+    """
+    if not headers or headers[_HEADER_LINE_START : _HEADER_LINE_START + 1] != b"\r":
+        parsed: dict[str, str] | None = await Client._process_headers(self, headers)
         return parsed  # none, or a status message: as nats-py gives it
     kept = HeaderLines(headers)
-    kept.update(parsed)
-    # Lines between "NATS/1.0" and the closing blank line; more than names: repeats.
-    kept.repeated = headers.count(b"\r\n") - 2 > len(parsed)
+    lines = 0
+    for line in headers[_HEADER_LINE_START + 2 :].split(b"\r\n"):
+        name, colon, value = line.partition(b":")
+        if not colon:
+            continue
+        lines += 1
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if key and len(key.split()) != 1:
+            continue  # whitespace inside a name: not a header nats-py keeps
+        kept[key] = value.strip().decode("utf-8", "replace")
+    if not kept:
+        return None
+    kept.repeated = lines > len(kept)  # some name has several lines
     return kept
 
 
