@@ -29,6 +29,8 @@ from goflux._errors import (
     SubjectOverlap,
 )
 from goflux.transports.jetstream._acker import JetStreamAcker
+from goflux.transports.jetstream._messages import StoredMessage, get_last
+from goflux.transports.jetstream._pause import ConsumerPause, pause_consumer, resume_consumer
 from goflux.transports.jetstream._provision import ensure_consumer, ensure_stream
 from goflux.transports.jetstream._publisher import Outgoing, Publisher
 from goflux.transports.jetstream._subscriber import Subscriber
@@ -38,6 +40,7 @@ from goflux.transports.jetstream._system import SYSTEM
 __all__ = (
     "SYSTEM",
     "ConsumerNotFound",
+    "ConsumerPause",
     "ExpectationFailed",
     "IncompatibleConfig",
     "JetStreamAcker",
@@ -45,9 +48,13 @@ __all__ = (
     "Outgoing",
     "ProvisioningError",
     "Publisher",
+    "StoredMessage",
     "StreamNotFound",
     "SubjectOverlap",
     "Subscriber",
     "ensure_consumer",
     "ensure_stream",
+    "get_last",
+    "pause_consumer",
+    "resume_consumer",
 )

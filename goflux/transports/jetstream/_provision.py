@@ -21,6 +21,8 @@ from goflux._errors import (
 )
 from goflux._subjects import validate_pattern
 from goflux.transports.jetstream._api import ApiCall, known_refusal
+from goflux.transports.jetstream._raw import api_request
+from goflux.transports.jetstream._streamconfig import same_config, stream_json
 
 __all__ = ("ensure_consumer", "ensure_stream")
 
@@ -29,6 +31,12 @@ _STREAM_NOT_FOUND = 10059
 _CONSUMER_NOT_FOUND = 10014
 _SUBJECTS_OVERLAP = 10065
 _STREAM_NAME_IN_USE = 10058
+_NOT_UPDATABLE = frozenset(
+    {
+        10055,  # stream mirror configuration can not be updated
+        10061,  # replicas configuration can not be updated
+    }
+)
 
 _NAME = re.compile(r"[^.*>\s\x00-\x1f\x7f/\\]+")
 
@@ -111,57 +119,123 @@ async def _overlap_error(
     )
 
 
+def _stream_error(exc: APIError, what: str) -> GofluxError:
+    """The goflux error for a refused stream create or update."""
+    if exc.err_code in _NOT_UPDATABLE:
+        return IncompatibleConfig(
+            f"{what}: the server refuses the change: {exc.description or exc}",
+            code=exc.code,
+            err_code=exc.err_code,
+        )
+    return _provisioning_error(exc, what)
+
+
+def _stream_subjects(
+    name: str, subjects: Sequence[str] | None, config: dict[str, Any]
+) -> list[str] | None:
+    """The checked subjects of stream ``name`` (None: a mirror's or a sourcing stream's)."""
+    if subjects is None:
+        if config.get("mirror") is None and not config.get("sources"):
+            raise ValueError(
+                f"stream {name!r}: subjects are required unless the stream is a mirror "
+                "or has sources"
+            )
+        return None
+    if config.get("mirror") is not None:
+        raise ValueError(
+            f"stream {name!r}: a mirror has no subjects of its own (it stores what the "
+            "mirrored stream stores); leave subjects out"
+        )
+    if isinstance(subjects, str) or not subjects:
+        raise ValueError(f"stream {name!r}: subjects must be a non-empty list of subjects")
+    for subject in subjects:
+        validate_pattern(subject)
+    return list(subjects)
+
+
+def _stream_info(reply: dict[str, Any]) -> StreamInfo:
+    info: StreamInfo = StreamInfo.from_response(reply)
+    return info
+
+
+async def _create_stream(
+    js: JetStreamContext, name: str, wanted: dict[str, Any], what: str
+) -> dict[str, Any] | None:
+    """Create the stream; None if it exists already (then it is updated)."""
+    try:
+        return await api_request(js, f"STREAM.CREATE.{name}", {"name": name, **wanted})
+    except APIError as exc:
+        if exc.err_code == _SUBJECTS_OVERLAP:
+            raise await _overlap_error(js, name, wanted.get("subjects") or (), exc) from exc
+        if exc.err_code != _STREAM_NAME_IN_USE:
+            raise _stream_error(exc, what) from exc
+        return None
+
+
 async def ensure_stream(
-    js: JetStreamContext, *, name: str, subjects: Sequence[str], **config: Any
+    js: JetStreamContext, *, name: str, subjects: Sequence[str] | None = None, **config: Any
 ) -> StreamInfo:
     """Create the stream, or bring an existing one to the given settings (idempotent).
 
     Settings not given keep their current (or default) values, so calling it again with
-    new limits updates a live stream in place. Keywords are nats-py ``StreamConfig``
-    fields: ``retention`` (``"limits"``, ``"workqueue"``, ``"interest"``), ``storage``
-    (``"file"``, ``"memory"``), ``max_msgs``, ``max_bytes``, ``max_age`` (seconds),
-    ``max_msgs_per_subject``, ``duplicate_window`` (seconds), ``num_replicas``,
-    ``discard`` (``"old"``, ``"new"``), ...
+    new limits updates a live stream in place. Keywords are the server's stream config
+    fields, with nats-py ``StreamConfig`` values: ``retention`` (``"limits"``,
+    ``"workqueue"``, ``"interest"``), ``storage`` (``"file"``, ``"memory"``),
+    ``max_msgs``, ``max_bytes``, ``max_age`` (seconds), ``max_msgs_per_subject``,
+    ``duplicate_window`` (seconds), ``num_replicas``, ``discard`` (``"old"``,
+    ``"new"``), ``allow_msg_ttl``, ``allow_atomic``, ...
+
+    ``mirror`` (a dict such as ``{"name": "ORDERS"}`` or a nats-py ``StreamSource``)
+    makes the stream a read-only copy of another one: it has no subjects of its own.
+    ``sources`` (a list of the same) copies messages of other streams into this one,
+    beside its own subjects, if any. ``subject_transform`` (``{"src": ..., "dest":
+    ...}`` or a ``SubjectTransform``) renames subjects as messages are stored, and
+    ``republish`` (``{"src": ..., "dest": ..., "headers_only": ...}`` or a
+    ``RePublish``) publishes every stored message again on a core NATS subject.
+
+    The config travels as the server's JSON, so a field nats-py's ``StreamConfig``
+    lacks reaches the server too (the returned nats-py info does not show it), and
+    an update keeps the settings nats-py does not know.
 
     Returns:
         The stream's info after the call.
 
     Raises:
-        ValueError: Invalid stream name or subjects.
-        TypeError: An unknown setting.
+        ValueError: Invalid stream name or subjects, no subjects for a stream that is
+            neither a mirror nor has sources, or subjects for a mirror.
+        TypeError: An unknown setting (one nats-server 2.11 to 2.15 does not know),
+            or a mirror, source, transform or republish with an unknown key.
         SubjectOverlap: Another stream captures some of the subjects.
-        IncompatibleConfig: The existing stream cannot be changed so (e.g. storage).
+        IncompatibleConfig: The existing stream cannot be changed so (storage, a
+            mirror's source, ...).
         ProvisioningError: Any other refusal by the server.
     """
     _check_name("stream", name)
-    if isinstance(subjects, str) or not subjects:
-        raise ValueError(f"stream {name!r}: subjects must be a non-empty list of subjects")
-    for subject in subjects:
-        validate_pattern(subject)
-    _check_keys("stream", config, _STREAM_FIELDS - {"name", "subjects"})
-    wanted: dict[str, Any] = {"subjects": list(subjects), **config}
+    checked = _stream_subjects(name, subjects, config)
+    given = {"subjects": checked, **config} if checked is not None else dict(config)
+    wanted = stream_json(name, given)
     what = f"stream {name!r}"
     requests = (f"STREAM.INFO.{name}", f"STREAM.CREATE.{name}", f"STREAM.UPDATE.{name}")
     with ApiCall(js, what, *requests, "STREAM.NAMES"):
         try:
-            info = await js.stream_info(name)
-        except NotFoundError:
-            try:
-                return await js.add_stream(StreamConfig(name=name, **wanted))
-            except APIError as exc:
-                if exc.err_code == _SUBJECTS_OVERLAP:
-                    raise await _overlap_error(js, name, subjects, exc) from exc
-                if exc.err_code != _STREAM_NAME_IN_USE:
-                    raise _provisioning_error(exc, what) from exc
-                info = await js.stream_info(name)  # created concurrently: update it below
-        if not _differences(info.config, wanted):
-            return info
+            reply = await api_request(js, f"STREAM.INFO.{name}")
+        except NotFoundError as exc:
+            if exc.err_code != _STREAM_NOT_FOUND:
+                raise
+            created = await _create_stream(js, name, wanted, what)
+            if created is not None:
+                return _stream_info(created)
+            reply = await api_request(js, f"STREAM.INFO.{name}")  # made concurrently
+        current: dict[str, Any] = reply["config"]
+        if same_config(current, wanted):
+            return _stream_info(reply)
         try:
-            return await js.update_stream(dataclasses.replace(info.config, **wanted))
+            updated = await api_request(js, f"STREAM.UPDATE.{name}", {**current, **wanted})
         except APIError as exc:
             if exc.err_code == _SUBJECTS_OVERLAP:
-                raise await _overlap_error(js, name, subjects, exc) from exc
-            raise _provisioning_error(exc, what) from exc
+                raise await _overlap_error(js, name, checked or (), exc) from exc
+            raise _stream_error(exc, what) from exc
+        return _stream_info(updated)
 
 
 async def ensure_consumer(
