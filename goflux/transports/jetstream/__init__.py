@@ -29,6 +29,7 @@ from goflux._errors import (
     SubjectOverlap,
 )
 from goflux.transports.jetstream._acker import JetStreamAcker
+from goflux.transports.jetstream._priority import PRIORITY_POLICIES, unpin_consumer
 from goflux.transports.jetstream._provision import ensure_consumer, ensure_stream
 from goflux.transports.jetstream._publisher import Outgoing, Publisher
 from goflux.transports.jetstream._subscriber import Subscriber
@@ -36,6 +37,7 @@ from goflux.transports.jetstream._subscription import JetStreamSubscription
 from goflux.transports.jetstream._system import SYSTEM
 
 __all__ = (
+    "PRIORITY_POLICIES",
     "SYSTEM",
     "ConsumerNotFound",
     "ExpectationFailed",
@@ -50,4 +52,5 @@ __all__ = (
     "Subscriber",
     "ensure_consumer",
     "ensure_stream",
+    "unpin_consumer",
 )
