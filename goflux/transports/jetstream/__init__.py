@@ -31,6 +31,7 @@ from goflux._errors import (
 from goflux.transports.jetstream._acker import JetStreamAcker
 from goflux.transports.jetstream._messages import StoredMessage, get_last
 from goflux.transports.jetstream._pause import ConsumerPause, pause_consumer, resume_consumer
+from goflux.transports.jetstream._priority import PRIORITY_POLICIES, unpin_consumer
 from goflux.transports.jetstream._provision import ensure_consumer, ensure_stream
 from goflux.transports.jetstream._publisher import Outgoing, Publisher
 from goflux.transports.jetstream._subscriber import Subscriber
@@ -38,6 +39,7 @@ from goflux.transports.jetstream._subscription import JetStreamSubscription
 from goflux.transports.jetstream._system import SYSTEM
 
 __all__ = (
+    "PRIORITY_POLICIES",
     "SYSTEM",
     "ConsumerNotFound",
     "ConsumerPause",
@@ -57,4 +59,5 @@ __all__ = (
     "get_last",
     "pause_consumer",
     "resume_consumer",
+    "unpin_consumer",
 )

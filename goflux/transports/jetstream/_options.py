@@ -7,6 +7,7 @@ from typing import Any
 
 from goflux._deadletter import DeadLetter
 from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
+from goflux.transports.jetstream._priority import Priority
 
 __all__ = (
     "DEFAULT_DRAIN_TIMEOUT",
@@ -46,7 +47,11 @@ class SubscriberOptions:
         "keep_alive",
         "manual_ack",
         "max_in_flight",
+        "min_ack_pending",
+        "min_pending",
         "ordered",
+        "priority",
+        "priority_group",
     )
 
     def __init__(
@@ -65,7 +70,22 @@ class SubscriberOptions:
         dead_letter: DeadLetter | None = None,
         confirm_acks: bool = False,
         confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
+        priority_group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> None:
+        if priority_group is None and (
+            min_pending is not None or min_ack_pending is not None or priority is not None
+        ):
+            raise ValueError("min_pending, min_ack_pending and priority need a priority_group")
+        if priority_group is not None:  # validates the group, the minimums and the priority
+            Priority(
+                priority_group,
+                min_pending=min_pending,
+                min_ack_pending=min_ack_pending,
+                priority=priority,
+            )
         if ordered and (manual_ack or concurrency != 1 or confirm_acks):
             raise ValueError(
                 "ordered mode delivers in order without acks: no manual_ack or "
@@ -105,6 +125,21 @@ class SubscriberOptions:
         self.dead_letter = dead_letter
         self.confirm_acks = confirm_acks
         self.confirm_timeout = confirm_timeout
+        self.priority_group = priority_group
+        self.min_pending = min_pending
+        self.min_ack_pending = min_ack_pending
+        self.priority = priority
+
+    def priority_of(self) -> Priority | None:
+        """A new subscription's place in its consumer's priority group, if it pulls in one."""
+        if self.priority_group is None:
+            return None
+        return Priority(
+            self.priority_group,
+            min_pending=self.min_pending,
+            min_ack_pending=self.min_ack_pending,
+            priority=self.priority,
+        )
 
     def streaming(self) -> SubscriberOptions:
         """These options for a message stream: a worker per message in flight.

@@ -21,7 +21,14 @@ from goflux._errors import (
 )
 from goflux._subjects import validate_pattern
 from goflux.transports.jetstream._api import ApiCall, known_refusal
+from goflux.transports.jetstream._priority import priority_settings
 from goflux.transports.jetstream._raw import api_request
+from goflux.transports.jetstream._rawconfig import (
+    add_consumer_raw,
+    consumer_info_raw,
+    info_from_raw,
+    raw_differences,
+)
 from goflux.transports.jetstream._streamconfig import same_config, stream_json
 
 __all__ = ("ensure_consumer", "ensure_stream")
@@ -239,7 +246,14 @@ async def ensure_stream(
 
 
 async def ensure_consumer(
-    js: JetStreamContext, *, stream: str, name: str | None = None, **config: Any
+    js: JetStreamContext,
+    *,
+    stream: str,
+    name: str | None = None,
+    priority_groups: Sequence[str] | None = None,
+    priority_policy: str | None = None,
+    priority_timeout: float | None = None,
+    **config: Any,
 ) -> ConsumerInfo:
     """Create a pull consumer, or update an existing one to the given settings.
 
@@ -252,11 +266,23 @@ async def ensure_consumer(
     ``ack_wait`` (seconds), ``max_deliver``, ``backoff`` (list of seconds),
     ``max_ack_pending``, ``inactive_threshold`` (seconds), ...
 
+    Priority groups (nats-server 2.11+) are set with ``priority_groups`` (names of 1 to
+    16 characters of ``A-Z a-z 0-9 - _ / =``) and ``priority_policy``:
+    ``"pinned_client"`` (one subscriber at a time gets the messages; another takes
+    over when it stops, or after ``priority_timeout`` seconds without pulling),
+    ``"overflow"`` (subscribers with ``min_pending`` / ``min_ack_pending`` get
+    messages only while the backlog is that large) or ``"prioritized"`` (nats-server
+    2.12+; subscribers with a lower ``priority`` are served first). Subscribers of
+    such a consumer must name a group (``Subscriber(..., priority_group=...)``).
+
     Returns:
-        The consumer's info after the call.
+        The consumer's info after the call (nats-py's ``ConsumerInfo`` does not show
+        the priority settings).
 
     Raises:
-        ValueError: Invalid stream or consumer name, or filter subject.
+        ValueError: Invalid stream or consumer name, or filter subject, or invalid
+            priority settings (unknown policy, groups without a policy or the other
+            way round, invalid group names, a non-positive timeout).
         TypeError: An unknown setting.
         StreamNotFound: The stream does not exist.
         IncompatibleConfig: The existing consumer cannot be changed so (e.g. ack policy).
@@ -273,6 +299,7 @@ async def ensure_consumer(
             validate_pattern(config[key])
     for subject in config.get("filter_subjects") or ():
         validate_pattern(subject)
+    raw = priority_settings(priority_groups, priority_policy, priority_timeout)
     what = f"consumer {name or '(ephemeral)'!r} on stream {stream!r}"
     requests = (
         (
@@ -286,20 +313,22 @@ async def ensure_consumer(
     with ApiCall(js, what, *requests):
         if name is not None:
             try:
-                info: ConsumerInfo = await js.consumer_info(stream, name)
+                current = await consumer_info_raw(js, stream, name)
             except NotFoundError as exc:
                 if exc.err_code == _STREAM_NOT_FOUND:
                     raise StreamNotFound(
                         f"{what}: stream not found", code=exc.code, err_code=exc.err_code
                     ) from exc
             else:
-                if not _differences(info.config, config):
+                info = info_from_raw(current)
+                drift = raw_differences(current.get("config", {}), raw)
+                if not drift and not _differences(info.config, config):
                     return info
             consumer_config = ConsumerConfig(name=name, durable_name=name, **config)
         else:
             consumer_config = ConsumerConfig(**config)
         try:
-            created: ConsumerInfo = await js.add_consumer(stream, consumer_config)
+            created = await add_consumer_raw(js, stream, consumer_config, raw)
         except APIError as exc:
             raise _provisioning_error(exc, what) from exc
         return created

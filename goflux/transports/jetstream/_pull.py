@@ -3,10 +3,16 @@
 It never asks for more than ``max_in_flight`` minus what is outstanding (received,
 not yet settled) minus what open requests may still bring, and asks again once half a
 batch of room is free. It reads the server's status messages (100 heartbeat, 408/409
-request ended, 409 consumer deleted or request refused, 503 no responders), watches
+request ended, 409 consumer deleted or request refused, 400 bad request, 423 pinned to
+another client, 503 no responders), watches
 for silence and reconnects, and starts over on a new inbox when requests may have been
 lost. Each inbox is a generation: requests still open on a retired inbox stop counting
 (the server drops them), and what still arrives there is handed back.
+
+In a consumer's priority group (:mod:`._priority`), each request names the group (and
+the subscription's thresholds, and its pin id once the server pinned it); a 423 says
+another client is pinned now: the pin is forgotten and the requests start over
+without it. A graceful stop gives the pin up, so another client takes over at once.
 
 Taken messages go to ``deliver``; a condition that ends the subscription goes to
 ``fail``. What to do with each delivery and how to recover is the consumer's call
@@ -21,6 +27,7 @@ import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -34,6 +41,7 @@ from goflux.transports.jetstream._acker import hand_back
 from goflux.transports.jetstream._api import api_subjects
 from goflux.transports.jetstream._consumers import Admission, Cause, PulledConsumer, Recovery
 from goflux.transports.jetstream._options import SubscriberOptions
+from goflux.transports.jetstream._priority import Priority, release_pin
 
 __all__ = ("PullEngine", "PullLimits")
 
@@ -78,6 +86,7 @@ class PullEngine:
         max_in_flight: Most messages outstanding plus requested.
         deliver: Takes each admitted message with its arrival (event-loop time).
         fail: Ends the subscription with a failure.
+        priority: Its place in the consumer's priority group, if it pulls in one.
     """
 
     def __init__(
@@ -89,6 +98,7 @@ class PullEngine:
         max_in_flight: int,
         deliver: Callable[[Msg, float], None],
         fail: Callable[[BaseException], Awaitable[None]],
+        priority: Priority | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._js = js
@@ -100,6 +110,7 @@ class PullEngine:
         self._threshold = max(1, limits.batch // 2)
         self._deliver = deliver
         self._fail = fail
+        self._priority = priority
         self._generation = 0
         self._inbox = ""
         self._sub: NatsSubscription | None = None
@@ -143,7 +154,7 @@ class PullEngine:
         Interest goes first: a nak sent while a pull request is still open would be
         redelivered into it, to an inbox nobody reads any more, and come back only
         after ack_wait. Messages already received pass through the callback, which
-        hands them back.
+        hands them back. A pinned subscription then gives its pin up.
         """
         self._stopping = True
         if self._sub is None:
@@ -152,6 +163,9 @@ class PullEngine:
             await asyncio.wait_for(drain(self._sub), timeout=max(timeout, 0.1))
         except (nats.errors.Error, TimeoutError):
             logger.warning("could not drain the pull inbox of %r", self.consumer.name)
+        if self._priority is not None and not self._nc.is_closed:
+            consumer = self.consumer
+            await release_pin(self._js, consumer.stream, consumer.name, self._priority)
 
     async def close(self, *, failed: bool) -> None:
         """Stop for good: end the watchdog, remove the consumer, drop the inbox if failed.
@@ -269,11 +283,13 @@ class PullEngine:
             return
         count = min(credit, self._limits.batch)
         self._requested += count
-        request = {
+        request: dict[str, Any] = {
             "batch": count,
             "expires": int(self._limits.expires * _NS),
             "idle_heartbeat": int(self._limits.heartbeat * _NS),
         }
+        if self._priority is not None:
+            request.update(self._priority.fields())
         try:
             await self._nc.publish(
                 self.consumer.next_subject, json.dumps(request).encode(), reply=self._inbox
@@ -331,6 +347,8 @@ class PullEngine:
             return
         if self._requested > 0:
             self._requested -= 1
+        if self._priority is not None:
+            self._priority.observe(msg.headers)
         if self._stopping:
             if consumer.acknowledges:
                 await hand_back(self._nc, msg.reply)
@@ -364,13 +382,20 @@ class PullEngine:
             self._requested = 0
             await self._recover("deleted", "consumer deleted")
             return
-        if status == "409" and "Exceeded MaxRequest" in description:
-            # The consumer refuses requests this big or long: retrying cannot help.
+        if (status == "409" and "Exceeded MaxRequest" in description) or status == "400":
+            # The consumer refuses requests this big or long, or these requests (no
+            # priority group, or one it does not have): retrying cannot help.
             await self._fail(
                 SubscribeError(
                     f"consumer {self.consumer.name!r} refuses our pull requests: {description}"
                 )
             )
+            return
+        if status == "423" and self._priority is not None:
+            # Another client is pinned now: our pin id is stale, and so are the
+            # requests carrying it. Start over without it (and wait as a standby).
+            self._priority.unpinned()
+            await self._reset(f"another client is pinned ({description})")
             return
         # 503 (no JetStream responder: restarting, or the consumer is gone), 409
         # leadership change and the like: the requests are gone; the watchdog pulls

@@ -40,6 +40,7 @@ from goflux.transports.jetstream._options import (
     EPHEMERAL_INACTIVE_THRESHOLD,
     SubscriberOptions,
 )
+from goflux.transports.jetstream._priority import check_ungrouped
 from goflux.transports.jetstream._pull import PullLimits
 from goflux.transports.jetstream._subscription import (
     Binding,
@@ -90,6 +91,15 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
     ``ack_unconfirmed``), and the subscription goes on. ``msg.ack(confirm=True)``
     confirms one ack without the option.
 
+    A durable ``consumer`` with priority groups (see :func:`ensure_consumer`) needs a
+    ``priority_group`` to pull in. With policy ``"pinned_client"`` one subscription at
+    a time gets the messages (the server pins it; the others wait as standbys); when
+    it stops gracefully it gives up its pin and a standby takes over at once. With
+    ``"overflow"``, ``min_pending`` / ``min_ack_pending`` make a subscription get
+    messages only while the consumer's backlog / unacknowledged count is at least
+    that (one without them gets every message it can take). With ``"prioritized"``,
+    subscriptions with a lower ``priority`` are served first.
+
     Args:
         js: A JetStream context of a connected nats-py client (the caller owns it).
         codec: Decodes the payloads.
@@ -121,10 +131,17 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             ephemeral consumer that is recreated after the last message seen whenever
             a gap, a missed heartbeat or a reconnect is detected (no durable needed;
             concurrency 1; settling is a no-op).
+        priority_group: The priority group of the bound ``consumer`` to pull in.
+        min_pending: Pull only while the consumer has at least this many messages
+            pending (``overflow`` policy).
+        min_ack_pending: Pull only while at least this many messages of the consumer
+            await acknowledgement (``overflow`` policy).
+        priority: 0 (served first) to 9 (``prioritized`` policy).
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
 
     Raises:
-        ValueError: An option is out of range.
+        ValueError: An option is out of range, or priority options without a bound
+            durable ``consumer`` (or thresholds without a ``priority_group``).
     """
 
     def __init__(
@@ -147,6 +164,10 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         dead_letter: DeadLetter | None = None,
         confirm_acks: bool = False,
         confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
+        priority_group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         self._options = SubscriberOptions(
@@ -163,7 +184,16 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             dead_letter=dead_letter,
             confirm_acks=confirm_acks,
             confirm_timeout=confirm_timeout,
+            priority_group=priority_group,
+            min_pending=min_pending,
+            min_ack_pending=min_ack_pending,
+            priority=priority,
         )
+        if priority_group is not None and consumer is None:
+            raise ValueError(
+                "priority_group needs a bound durable consumer (consumer=...) with that "
+                "group; ephemeral and ordered consumers have none"
+            )
         if consumer is not None and (consumer_config or ordered):
             raise ValueError(
                 "consumer_config and ordered apply to consumers the subscriber creates, "
@@ -223,7 +253,8 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
     async def _bind_consumer(self, subject: str, name: str) -> Binding:
         """Check that the durable consumer ``name`` exists and fits ``subject``."""
         js, stream = self._js, self._stream
-        # The raw reply also carries max_batch / max_expires, which nats-py drops.
+        # The raw reply also carries max_batch / max_expires and the priority groups,
+        # which nats-py drops.
         what = f"reading consumer {name!r} on stream {stream!r}"
         try:
             with api_guard(js, what, f"CONSUMER.INFO.{stream}.{name}"):
@@ -273,8 +304,13 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             max_batch=limits_config.get("max_batch") or None,
             max_expires=max_expires / 1e9 if max_expires else None,
         )
+        priority = self._options.priority_of()
+        if priority is None:
+            check_ungrouped(name, limits_config)
+        else:
+            priority.check(name, limits_config)
         consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=False)
-        return Binding(consumer, info.config.ack_wait or 30.0, limits)
+        return Binding(consumer, info.config.ack_wait or 30.0, limits, priority)
 
     async def start(self, subject: str, handler: Handler[T]) -> JetStreamSubscription[T]:
         """Start consuming ``subject``; return once the first pull request is at the server.
@@ -282,7 +318,9 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         Raises:
             InvalidSubject: ``subject`` is not a valid pattern.
             SubscribeError: The subscriber is closed, the stream or consumer does not
-                exist, the consumer does not fit, or the connection failed.
+                exist, the consumer does not fit (its filter, or its priority groups:
+                none named ``priority_group``, or some but no ``priority_group``
+                given), or the connection failed.
         """
         return await self._start(subject, handler, self._options)
 

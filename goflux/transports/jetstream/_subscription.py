@@ -49,6 +49,7 @@ from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._consumers import PulledConsumer
 from goflux.transports.jetstream._options import SubscriberOptions
+from goflux.transports.jetstream._priority import Priority
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
 from goflux.transports.jetstream._system import SYSTEM
 from goflux.transports.jetstream._undecodable import reject
@@ -67,6 +68,7 @@ class Binding(NamedTuple):
     consumer: PulledConsumer
     ack_wait: float  # seconds the server waits for an acknowledgement
     limits: PullLimits
+    priority: Priority | None = None  # its place in the consumer's priority group
 
 
 class _MessageFactory(Protocol):
@@ -146,6 +148,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             max_in_flight=options.max_in_flight,
             deliver=self._enqueue,
             fail=self._finish,
+            priority=binding.priority,
         )
         self._scopes = self._process_scopes(consumer.name)
         base: dict[str, AttributeValue] = {
