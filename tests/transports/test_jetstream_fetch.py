@@ -213,3 +213,34 @@ async def test_a_closed_subscriber_refuses_reads(js: JetStreamContext) -> None:
 
 def test_permission_denied_is_a_subscribe_error() -> None:
     assert issubclass(PermissionDenied, SubscribeError)
+
+
+async def test_fetch_in_a_pinned_priority_group_reads_only_for_the_pinned_client(
+    js: JetStreamContext,
+) -> None:
+    await jetstream.ensure_consumer(
+        js,
+        stream=STREAM,
+        name="pinned",
+        priority_groups=["jobs"],
+        priority_policy="pinned_client",
+        priority_timeout=30,
+    )
+    await publish(js, 6)
+
+    def reader() -> jetstream.Subscriber[Order]:
+        return jetstream.Subscriber(
+            js, CODEC, stream=STREAM, consumer="pinned", priority_group="jobs"
+        )
+
+    a, b = reader(), reader()
+    first = await a.fetch(2)
+    assert [m.payload for m in first] == [order(0), order(1)]
+    assert await b.fetch(2, expires=0.5) == []  # a holds the pin
+    second = await a.fetch(2)
+    assert [m.payload for m in second] == [order(2), order(3)]
+    for message in [*first, *second]:
+        await message.ack()
+    ungrouped = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="pinned")
+    with pytest.raises(SubscribeError, match="priority"):
+        await ungrouped.fetch(1)

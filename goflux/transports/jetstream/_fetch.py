@@ -41,6 +41,7 @@ from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 from goflux.transports.jetstream._api import api_guard
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._options import SubscriberOptions
+from goflux.transports.jetstream._priority import Priority
 from goflux.transports.jetstream._system import SYSTEM
 from goflux.transports.jetstream._undecodable import reject
 
@@ -83,6 +84,7 @@ class Fetcher(Generic[T]):
         next_subject: Where its pull requests go.
         options: The subscriber's options (dead letter, confirmed acks).
         telemetry: Tracing and metrics.
+        priority: The priority group to pull in (its pin is kept between reads).
     """
 
     def __init__(
@@ -95,8 +97,10 @@ class Fetcher(Generic[T]):
         next_subject: str,
         options: SubscriberOptions,
         telemetry: Telemetry,
+        priority: Priority | None = None,
     ) -> None:
         self._js = js
+        self._priority = priority
         self._nc = connection(js)
         self._codec = codec
         self.stream = stream
@@ -133,13 +137,7 @@ class Fetcher(Generic[T]):
         """
         nc = self._nc
         where = f"fetching from consumer {self.consumer!r} on stream {self.stream!r}"
-        request: dict[str, object] = {"batch": max_messages}
-        if no_wait:
-            request["no_wait"] = True
-        else:
-            request["expires"] = int(expires * _NS)
-        if max_bytes is not None:
-            request["max_bytes"] = max_bytes
+        request = self._request(max_messages, expires, no_wait, max_bytes)
         inbox = nc.new_inbox()
         taken: list[Msg] = []
         loop = asyncio.get_running_loop()
@@ -151,20 +149,8 @@ class Fetcher(Generic[T]):
                 refusals(nc).guard("subscribe", inbox, f"{where}: its inbox"),
             ):
                 sub = await nc.subscribe(inbox)
-                await nc.publish(self.next_subject, json.dumps(request).encode(), reply=inbox)
-                while len(taken) < max_messages:
-                    left = deadline - loop.time()
-                    if left <= 0:
-                        logger.info("%s: no end of request within %.1fs", where, expires)
-                        break
-                    try:
-                        msg = await sub.next_msg(timeout=left)
-                    except nats.errors.TimeoutError:
-                        break
-                    if msg.reply:
-                        taken.append(msg)
-                    elif self._ended(msg, where):
-                        break
+                await nc.publish(self.next_subject, request, reply=inbox)
+                await self._receive(sub, taken, max_messages, deadline, where)
         except (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError) as exc:
             await self._hand_back(taken)
             raise SubscribeError(f"{where}: the connection is closed") from exc
@@ -176,6 +162,42 @@ class Fetcher(Generic[T]):
                 with contextlib.suppress(nats.errors.Error):
                     await sub.unsubscribe()
         return await self._messages(taken, loop.time())
+
+    def _request(
+        self, max_messages: int, expires: float, no_wait: bool, max_bytes: int | None
+    ) -> bytes:
+        """The pull request's JSON."""
+        request: dict[str, object] = {"batch": max_messages}
+        if no_wait:
+            request["no_wait"] = True
+        else:
+            request["expires"] = int(expires * _NS)
+        if max_bytes is not None:
+            request["max_bytes"] = max_bytes
+        if self._priority is not None:
+            request.update(self._priority.fields())
+        return json.dumps(request).encode()
+
+    async def _receive(
+        self, sub: Subscription, taken: list[Msg], max_messages: int, deadline: float, where: str
+    ) -> None:
+        """Collect deliveries into ``taken`` until the request ends, fills, or ``deadline``."""
+        loop = asyncio.get_running_loop()
+        while len(taken) < max_messages:
+            left = deadline - loop.time()
+            if left <= 0:
+                logger.info("%s: the server did not end the request in time", where)
+                return
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except nats.errors.TimeoutError:
+                return
+            if msg.reply:
+                taken.append(msg)
+                if self._priority is not None:
+                    self._priority.observe(msg.headers)
+            elif self._ended(msg, where):
+                return
 
     def _ended(self, msg: Msg, where: str) -> bool:
         """Whether the status ``msg`` ends the request (raise if it fails it)."""
@@ -189,9 +211,12 @@ class Fetcher(Generic[T]):
                 f"{where}: nothing answered the pull request (JetStream is unavailable, "
                 "or the consumer is gone)"
             )
-        if status == "409" and description.startswith(_REFUSED):
+        if (status == "409" and description.startswith(_REFUSED)) or status == "400":
             raise SubscribeError(f"{where}: the server refused it: {description}")
-        return True  # 404 no messages, 408 expired, 409 max bytes or leadership change
+        if status == "423" and self._priority is not None:
+            # Another client holds the pin now: the next read asks without ours.
+            self._priority.unpinned()
+        return True  # 404 no messages, 408 expired, 409 max bytes, leadership change
 
     async def _messages(self, taken: list[Msg], arrival: float) -> list[Message[T]]:
         """Decode what arrived; an undecodable one is rejected and left out."""

@@ -444,6 +444,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                     next_subject=binding.consumer.next_subject,
                     options=self._options,
                     telemetry=self._tel,
+                    priority=binding.priority,
                 )
         return self._fetcher
 
