@@ -108,7 +108,11 @@ def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers | None, str | N
     nats_msg_id: str | None = None
     # A client that kept the header lines says whether a name repeats (the dict then
     # holds only its last value); its lines give every value.
-    lines = raw.lines if getattr(raw, "repeated", False) else raw.items()  # type: ignore[attr-defined]
+    lines = (
+        _header_names(raw.lines)  # type: ignore[attr-defined]
+        if getattr(raw, "repeated", False)
+        else raw.items()
+    )
     for name, value in lines:
         lowered = name.lower()
         if lowered.startswith(_PREFIX_LOWER) and len(name) > _PREFIX_LEN:
@@ -119,6 +123,13 @@ def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers | None, str | N
             nats_msg_id = value
     headers = Headers._trusted(pairs) if pairs else None
     return headers, message_id if message_id is not None else nats_msg_id
+
+
+def _header_names(lines: list[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """The lines whose names nats-py keeps (ASCII, no whitespace): others are no headers."""
+    for name, value in lines:
+        if name.isascii() and len(name.split()) == 1:
+            yield name, value
 
 
 def outgoing(

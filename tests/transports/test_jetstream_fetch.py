@@ -244,3 +244,22 @@ async def test_fetch_in_a_pinned_priority_group_reads_only_for_the_pinned_client
     ungrouped = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="pinned")
     with pytest.raises(SubscribeError, match="priority"):
         await ungrouped.fetch(1)
+
+
+async def test_a_max_bytes_below_the_next_message_says_so_instead_of_looking_empty(
+    js: JetStreamContext,
+) -> None:
+    await publish(js, 1)
+    sub = await durable(js)
+    with pytest.raises(SubscribeError, match="larger than max_bytes"):
+        await sub.fetch(5, max_bytes=3, expires=2)
+    assert await pending(js) == (1, 0)  # still there for a fetch that can take it
+
+
+@pytest.mark.parametrize("expires", [1e-10, float("inf"), 1e12])
+async def test_an_expiry_the_server_would_misread_is_refused(
+    js: JetStreamContext, expires: float
+) -> None:
+    sub = await durable(js)
+    with pytest.raises(ValueError, match="expires"):
+        await sub.fetch(1, expires=expires)

@@ -276,3 +276,44 @@ async def test_atomic_batch_messages_carry_ttls(bare_js: JetStreamContext) -> No
     raw = await bare_js.get_msg("BT", receipts[0].sequence)
     assert (raw.headers or {})["Nats-TTL"] == "60"
     assert base64.b64encode(raw.data or b"")  # stored whole
+
+
+async def test_server_headers_in_another_case_are_sent_as_the_server_spells_them(
+    ttl_js: JetStreamContext,
+) -> None:
+    publisher = jetstream.Publisher(ttl_js, CODEC)
+    for n in range(2):
+        await publisher.publish("ttl.state", order(n))
+    with pytest.raises(ExpectationFailed):
+        await publisher.publish(
+            "ttl.state", order(5), server_headers={"nats-expected-last-sequence": "1"}
+        )
+    await publisher.publish("ttl.state", order(9), server_headers={"NATS-ROLLUP": "sub"})
+    assert await messages_in(ttl_js, "TTL") == 1
+
+
+@pytest.mark.parametrize(
+    ("server_headers", "why"),
+    [
+        ({"NATS-Something-New": "1"}, "spell it Nats-"),
+        ({"Nats-Expected-Last-Sequence": "abc"}, "sequence number"),
+        ({"nats-expected-last-subject-sequence": "-1"}, "sequence number"),
+    ],
+)
+async def test_server_headers_the_server_would_misread_are_refused(
+    js: JetStreamContext, server_headers: dict[str, str], why: str
+) -> None:
+    with pytest.raises(InvalidHeader, match=why):
+        await jetstream.Publisher(js, CODEC).publish(
+            "orders.a", order(1), server_headers=server_headers
+        )
+    assert await messages_in(js, "ORDERS") == 0
+
+
+async def test_a_batch_repeating_a_stored_message_id_says_so(atomic_js: JetStreamContext) -> None:
+    publisher = jetstream.Publisher(atomic_js, CODEC)
+    await publisher.publish("batch.0", order(0), message_id="b-1")
+    with pytest.raises(PublishError, match="message ID of the batch repeats") as caught:
+        await publisher.publish_atomic(items(5))  # its second message has ID b-1
+    assert caught.value.permanent
+    assert await messages_in(atomic_js, "BATCH") == 1

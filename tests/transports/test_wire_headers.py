@@ -110,3 +110,19 @@ async def test_a_message_without_headers_has_empty_wire_headers(nats_server: Nat
         assert len(msg.wire_headers) == 0
     finally:
         await nc.close()
+
+
+async def test_lines_nats_py_drops_as_no_headers_stay_out_of_user_headers(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.set_result(msg)
+
+    lines = [("X-Goflux-Bad Name", "x"), ("X-Goflux-Tag", "a"), ("X-Goflux-Tag", "b")]
+    async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
+        await raw_hpub(nats_server, "odd", lines, CODEC.encode(order(5)))
+        msg = await asyncio.wait_for(got, 10)
+    assert msg.headers.multi_items() == [("Tag", "a"), ("Tag", "b")]  # publishable as is
+    assert msg.wire_headers.get_all("X-Goflux-Bad Name") == ["x"]  # as received

@@ -31,6 +31,7 @@ __all__ = ("AtomicBatch", "AtomicReplies", "batch_headers")
 
 _IDS = NUID()
 _NO_RESPONDERS = "503"
+_DUPLICATE_ID = 10201  # "atomic publish batch contains duplicate message id"
 
 
 def batch_headers(batch_id: str, sequence: int, *, commit: bool) -> dict[str, str]:
@@ -70,6 +71,16 @@ class AtomicBatch:
                 subject=subject,
                 stream=cause.stream,
                 setting=cause.setting,
+            )
+        if cause.err_code == _DUPLICATE_ID:
+            # Found at the commit: the message it names is the commit, not the duplicate.
+            return PublishError(
+                f"{where}: a message ID of the batch repeats within it or is already in "
+                "the stream's duplicate window (an earlier attempt of this batch may have "
+                "been stored whole: check the stream before publishing it again)",
+                subject=subject,
+                permanent=True,
+                err_code=cause.err_code,
             )
         if isinstance(cause, ExpectationFailed):
             # The server checks every message's expectations at the commit.

@@ -67,8 +67,8 @@ def check_fetch(max_messages: int, expires: float, max_bytes: int | None) -> Non
     """
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise ValueError(f"max_messages must be an int >= 1, got {max_messages!r}")
-    if not expires > 0:  # also refuses NaN
-        raise ValueError(f"expires must be > 0 seconds, got {expires}")
+    if not 0.001 <= expires < 1e9:  # also refuses NaN and inf; 0 ns would mean "never"
+        raise ValueError(f"expires must be from 0.001 to 1e9 seconds, got {expires}")
     if max_bytes is not None and max_bytes < 1:
         raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
 
@@ -197,6 +197,11 @@ class Fetcher(Generic[T]):
                 if self._priority is not None:
                     self._priority.observe(msg.headers)
             elif self._ended(msg, where):
+                if not taken and _too_big(msg):
+                    raise SubscribeError(
+                        f"{where}: the next message is larger than max_bytes; nothing can "
+                        "be fetched with that limit"
+                    )
                 return
 
     def _ended(self, msg: Msg, where: str) -> bool:
@@ -270,6 +275,12 @@ class Fetcher(Generic[T]):
         """Wait for confirmations still in flight, then stop their inbox."""
         await self._confirmations.settled()
         await self._confirmations.close()
+
+
+def _too_big(msg: Msg) -> bool:
+    """Whether ``msg`` ended the request because the next message exceeds max_bytes."""
+    headers = msg.headers or {}
+    return headers.get("Status") == "409" and "MaxBytes" in str(headers.get("Description", ""))
 
 
 def _nothing() -> None:

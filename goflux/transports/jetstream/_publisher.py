@@ -432,7 +432,15 @@ class Publisher(CloseOnExit, Generic[T]):
         try:
             return await asyncio.wait_for(asyncio.shield(batch.commit), wait)
         except TimeoutError as exc:
-            raise timeout_error(subject, wait, self._nc) from exc
+            if self._nc.is_closed:
+                raise timeout_error(subject, wait, self._nc) from exc
+            raise PublishError(
+                f"atomic batch {batch.id!r}: no PubAck for its commit within {wait}s; it may "
+                "have been stored whole. A retry with the same message IDs is refused, not "
+                "de-duplicated, if it was: check the stream before publishing it again",
+                subject=subject,
+                may_be_stored=True,
+            ) from exc
 
 
 class _InFlight(NamedTuple):

@@ -24,6 +24,32 @@ TTL: TypeAlias = float | timedelta | Literal["never"]
 
 _TTL_HEADER: Final = "Nats-TTL"
 _SERVER_PREFIX: Final = "nats-"
+# The server matches its headers by exact name: a name in another case is ignored
+# without a word (an expectation not enforced, a rollup not done). Known names are
+# sent in the server's spelling; others must be spelled "Nats-..." as given.
+_CANONICAL: Final = {
+    name.lower(): name
+    for name in (
+        "Nats-Expected-Stream",
+        "Nats-Expected-Last-Sequence",
+        "Nats-Expected-Last-Subject-Sequence",
+        "Nats-Expected-Last-Subject-Sequence-Subject",
+        "Nats-Expected-Last-Msg-Id",
+        "Nats-Rollup",
+        "Nats-Marker-Reason",
+        "Nats-Schedule",
+        "Nats-Schedule-Target",
+        "Nats-Schedule-Source",
+        "Nats-Schedule-TTL",
+        "Nats-Schedule-Time-Zone",
+        "Nats-Incr",
+        "Nats-Required-Api-Level",
+    )
+}
+# Values the server reads as sequence numbers: anything else fails in a misleading way.
+_SEQUENCES: Final = frozenset(
+    {"nats-expected-last-sequence", "nats-expected-last-subject-sequence"}
+)
 # Set by goflux from a publish's own options: by hand they could contradict them.
 _OWN: Final = {
     "nats-msg-id": "message_id=",
@@ -94,7 +120,9 @@ def server_headers(
     Raises:
         InvalidHeader: A name does not start with ``Nats-``, is one goflux sets from
             an option (``Nats-Msg-Id``, ``Nats-TTL``, ``Nats-Batch-*``), repeats an
-            expectation given as an option, or a name or value cannot travel.
+            expectation given as an option, an expected sequence is not a number, or a
+            name or value cannot travel. Names the server knows are sent in its own
+            spelling (it ignores others); unknown ones must be spelled ``Nats-...``.
         ValueError: ``ttl`` is out of range.
     """
     if not given and ttl is None and not expected:
@@ -120,7 +148,17 @@ def server_headers(
                     f"server header {name!r} is given twice (as an option and by hand)"
                 )
             taken.add(lowered)
-            out[name] = value
+            canonical = _CANONICAL.get(lowered)
+            if canonical is None and not name.startswith("Nats-"):
+                raise InvalidHeader(
+                    f"server header {name!r}: the server reads its headers by exact name; "
+                    "spell it Nats-..."
+                )
+            if lowered in _SEQUENCES and not (value.isascii() and value.isdigit()):
+                raise InvalidHeader(
+                    f"server header {name!r} must be a sequence number, got {value!r}"
+                )
+            out[canonical or name] = value
     if ttl is not None:
         out[_TTL_HEADER] = ttl_value(ttl)
     return out

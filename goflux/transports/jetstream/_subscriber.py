@@ -409,7 +409,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         fetcher = await self._fetching("next")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while (left := deadline - loop.time()) > 0:
+        while (left := deadline - loop.time()) >= 0.001:
             messages = await fetcher.fetch(1, expires=left, no_wait=False, max_bytes=None)
             if messages:
                 return messages[0]
