@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 import nats
@@ -195,6 +196,26 @@ async def raw_fetch(js: JetStreamContext, count: int) -> int:
     return received
 
 
+async def goflux_fetch(js: JetStreamContext, count: int) -> int:
+    """goflux's one-shot reads: ``Subscriber.fetch(100)`` in a loop, ``ack()`` each."""
+    name = f"bench-fetch-{uuid.uuid4().hex[:8]}"
+    await jetstream.ensure_consumer(js, stream=STREAM, name=name, filter_subject="bench.data")
+    sub = jetstream.Subscriber(js, JsonCodec(Order), stream=STREAM, consumer=name)
+    received = 0
+    while received < count:
+        batch = await sub.fetch(
+            min(FETCH_BATCH, count - received), expires=min(10.0, harness.PATIENCE)
+        )
+        if not batch:
+            break  # nothing more came: the count says so
+        for msg in batch:
+            await msg.ack()
+            received += 1
+    await sub.close()
+    await js.delete_consumer(STREAM, name)  # as every other case leaves none behind
+    return received
+
+
 async def goflux_consume(
     js: JetStreamContext,
     count: int,
@@ -290,6 +311,7 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], float]:
         consume_cases = {
             "raw callback pull + ack": on(lambda: raw_callback_pull(js, n)),
             "raw fetch(100) + ack": on(lambda: raw_fetch(js, n)),
+            "goflux Subscriber.fetch(100) + ack": on(lambda: goflux_fetch(js, n)),
             "goflux Subscriber (auto-ack)": on(lambda: goflux_consume(js, n)),
             "goflux + retry_ack, timeout, message_context": on(
                 lambda: goflux_consume(js, n, middleware=True)

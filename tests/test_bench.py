@@ -43,6 +43,7 @@ TITLES = (
 )
 CASES = (
     "raw fetch(100) + ack",
+    "goflux Subscriber.fetch(100) + ack",
     "goflux, no-op telemetry providers",
     "goflux, SDK telemetry (spans + metrics)",
     "FastStream pull subscriber (batch 100)",
