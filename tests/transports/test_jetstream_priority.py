@@ -183,6 +183,65 @@ async def test_an_overflow_subscriber_gets_messages_only_while_the_backlog_reach
     await b.stop()
 
 
+async def test_a_min_ack_pending_subscriber_gets_messages_only_while_enough_are_unacked(
+    js: JetStreamContext,
+) -> None:
+    await jetstream.ensure_consumer(
+        js,
+        stream=STREAM,
+        name="busy",
+        ack_policy="explicit",
+        priority_groups=[GROUP],
+        priority_policy="overflow",
+    )
+    held: Inbox[Order] = Inbox()
+    gate = asyncio.Event()
+
+    async def hold(msg: Message[Order]) -> None:  # holds its messages until the gate opens
+        await held(msg)
+        await gate.wait()
+
+    tally = Tally()
+    a = await subscriber(js, "busy", concurrency=2).start("orders.>", hold)
+    b = await subscriber(js, "busy", min_ack_pending=3).start("orders.>", tally.handler("b"))
+    await publish(js, range(2))
+    await held.wait_for(2)  # 2 unacked: below b's minimum of 3
+    await publish(js, range(2, 4))
+    await num_pending_is(js, "busy", 2)
+    assert tally.counts == {"b": 0}
+
+    c = await subscriber(js, "busy", max_in_flight=1).start("orders.>", hold)
+    await held.wait_for(3)  # c takes one: 3 unacked, so b may take the last one
+    assert await tally.wait_total(1) == {"b": 1}
+    await num_pending_is(js, "busy", 0)
+    gate.set()
+    for subscription in (a, b, c):
+        await subscription.stop()
+    assert len(held.messages) == 3
+
+
+async def test_prioritized_pulls_are_served_in_priority_order(js: JetStreamContext) -> None:
+    await jetstream.ensure_consumer(
+        js,
+        stream=STREAM,
+        name="ranked",
+        ack_policy="explicit",
+        priority_groups=[GROUP],
+        priority_policy="prioritized",
+    )
+    tally = Tally()
+    first = subscriber(js, "ranked", priority=0, max_in_flight=100)
+    second = subscriber(js, "ranked", priority=1, max_in_flight=100)
+    a = await first.start("orders.>", tally.handler("a"))
+    b = await second.start("orders.>", tally.handler("b"))
+    await publish(js, range(10))
+    assert await tally.wait_total(10) == {"a": 10, "b": 0}
+    await a.stop()
+    await publish(js, range(10, 15))
+    assert await tally.wait_total(15) == {"a": 10, "b": 5}
+    await b.stop()
+
+
 # ----------------------------------------------------------------------- refusals
 
 
