@@ -9,13 +9,16 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    └── DecodeError           bytes could not be decoded into the payload type
      ├── InvalidSubject (also ValueError)    a subject or pattern breaks NATS rules
      ├── InvalidHeader (also ValueError)     a header name or value cannot travel on the wire
+     ├── InvalidKey (also ValueError)        a Key-Value key or object name breaks the rules
      ├── SettlementError                     a message could not be settled
      │    ├── AlreadySettled                 ack/nak/term after the message was settled
      │    └── AckNotConfirmed                a confirmed ack got no confirmation (JetStream)
      ├── PublishError                        a publish failed; ``may_be_stored`` says
      │    │                                  whether the broker may still have stored it
      │    ├── ExpectationFailed              optimistic concurrency: the stream was not
-     │    │                                  in the expected state (JetStream)
+     │    │    │                             in the expected state (JetStream)
+     │    │    ├── KeyExists                 Key-Value create: the key has a value
+     │    │    └── RevisionMismatch          Key-Value update: the key moved on
      │    ├── StreamFeatureDisabled          the stream does not allow what the publish
      │    │                                  asks for (a TTL, an atomic batch, ...)
      │    └── PayloadTooLarge                headers and body exceed the server's limit
@@ -26,10 +29,13 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    ├── JetStreamUnavailable           JetStream is not enabled for the account
      │    └── ProvisioningError              a stream/consumer could not be provisioned
      │         ├── StreamNotFound
+     │         │    └── BucketNotFound       no such Key-Value or Object store bucket
      │         ├── ConsumerNotFound
      │         ├── SubjectOverlap            the subjects belong to another stream
      │         ├── ResourceLimit             the account or server has no room for it
      │         └── IncompatibleConfig        an existing stream/consumer cannot change so
+     ├── ObjectNotFound (also KeyError)      no such object in an Object store bucket
+     ├── DigestMismatch                      an object read back is not what was stored
      ├── RequestError                        a request/reply exchange failed
      │    ├── RequestTimeout (also TimeoutError)   no reply within the timeout
      │    ├── NoResponders                   nobody is listening on the subject
@@ -55,20 +61,25 @@ from typing import TypeVar
 __all__ = (
     "AckNotConfirmed",
     "AlreadySettled",
+    "BucketNotFound",
     "CodecError",
     "ConsumerNotFound",
     "DataLossError",
     "DecodeError",
+    "DigestMismatch",
     "EncodeError",
     "ExpectationFailed",
     "GofluxError",
     "HandlerTimeout",
     "IncompatibleConfig",
     "InvalidHeader",
+    "InvalidKey",
     "InvalidSubject",
     "JetStreamUnavailable",
+    "KeyExists",
     "NoResponders",
     "NonRetryable",
+    "ObjectNotFound",
     "PayloadTooLarge",
     "PermissionDenied",
     "ProvisioningError",
@@ -77,6 +88,7 @@ __all__ = (
     "RequestError",
     "RequestTimeout",
     "ResourceLimit",
+    "RevisionMismatch",
     "SchemaError",
     "ServiceError",
     "SettlementError",
@@ -138,6 +150,10 @@ class InvalidSubject(GofluxError, ValueError):
 
 class InvalidHeader(GofluxError, ValueError):
     """A header name or value cannot travel on the wire (bad characters, CR/LF, empty)."""
+
+
+class InvalidKey(GofluxError, ValueError):
+    """A Key-Value key or an object name cannot be used (empty, bad characters, ...)."""
 
 
 class SettlementError(GofluxError):
@@ -222,6 +238,51 @@ class ExpectationFailed(PublishError):
         self.expectation = expectation
 
 
+class KeyExists(ExpectationFailed):
+    """A Key-Value ``create`` found a value under the key; nothing was written.
+
+    Attributes:
+        bucket: The bucket.
+        key: The key that has a value.
+        revision: The key's current revision, where known.
+    """
+
+    def __init__(
+        self, message: str, *, subject: str, bucket: str, key: str, revision: int | None = None
+    ) -> None:
+        super().__init__(message, subject=subject, expectation="last_subject_sequence")
+        self.bucket = bucket
+        self.key = key
+        self.revision = revision
+
+
+class RevisionMismatch(ExpectationFailed):
+    """A Key-Value ``update`` expected another revision of the key; nothing was written.
+
+    Attributes:
+        bucket: The bucket.
+        key: The key.
+        expected: The revision the update was made against.
+        actual: The key's revision at the server, where known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str,
+        bucket: str,
+        key: str,
+        expected: int,
+        actual: int | None = None,
+    ) -> None:
+        super().__init__(message, subject=subject, expectation="last_subject_sequence")
+        self.bucket = bucket
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+
 class StreamFeatureDisabled(PublishError):
     """The stream does not allow what the publish asks for; nothing was stored.
 
@@ -296,6 +357,18 @@ class StreamNotFound(ProvisioningError):
     """The stream does not exist."""
 
 
+class BucketNotFound(StreamNotFound):
+    """No Key-Value or Object store bucket of that name exists.
+
+    Attributes:
+        bucket: The bucket's name.
+    """
+
+    def __init__(self, message: str, *, bucket: str) -> None:
+        super().__init__(message)
+        self.bucket = bucket
+
+
 class ConsumerNotFound(ProvisioningError):
     """The consumer does not exist on its stream."""
 
@@ -329,6 +402,41 @@ class ResourceLimit(ProvisioningError):
 
 class IncompatibleConfig(ProvisioningError):
     """An existing stream or consumer cannot be changed to the requested config."""
+
+
+class ObjectNotFound(GofluxError, KeyError):
+    """No object of that name is in the Object store bucket (or it was deleted).
+
+    Attributes:
+        bucket: The bucket.
+        name: The object's name.
+    """
+
+    def __init__(self, message: str, *, bucket: str, name: str) -> None:
+        super().__init__(message)
+        self.bucket = bucket
+        self.name = name
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class DigestMismatch(GofluxError):
+    """An object read back does not match the digest stored with it (corrupt or changed).
+
+    Attributes:
+        bucket: The bucket.
+        name: The object's name.
+        expected: The digest stored with the object (``SHA-256=...``).
+        actual: The digest of what was read.
+    """
+
+    def __init__(self, message: str, *, bucket: str, name: str, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.bucket = bucket
+        self.name = name
+        self.expected = expected
+        self.actual = actual
 
 
 class RequestError(GofluxError):
