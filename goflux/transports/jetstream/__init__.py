@@ -29,6 +29,9 @@ from goflux._errors import (
     SubjectOverlap,
 )
 from goflux.transports.jetstream._acker import JetStreamAcker
+from goflux.transports.jetstream._kv import KeyValue, key_value
+from goflux.transports.jetstream._kv_entry import Entry, Operation
+from goflux.transports.jetstream._kv_watch import EntryFeed, KeyWatcher
 from goflux.transports.jetstream._messages import StoredMessage, get_last
 from goflux.transports.jetstream._pause import ConsumerPause, pause_consumer, resume_consumer
 from goflux.transports.jetstream._priority import PRIORITY_POLICIES, unpin_consumer
@@ -43,10 +46,15 @@ __all__ = (
     "SYSTEM",
     "ConsumerNotFound",
     "ConsumerPause",
+    "Entry",
+    "EntryFeed",
     "ExpectationFailed",
     "IncompatibleConfig",
     "JetStreamAcker",
     "JetStreamSubscription",
+    "KeyValue",
+    "KeyWatcher",
+    "Operation",
     "Outgoing",
     "ProvisioningError",
     "Publisher",
@@ -57,6 +65,7 @@ __all__ = (
     "ensure_consumer",
     "ensure_stream",
     "get_last",
+    "key_value",
     "pause_consumer",
     "resume_consumer",
     "unpin_consumer",

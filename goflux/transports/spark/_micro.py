@@ -127,6 +127,9 @@ async def _call_in_thread(
 def _payload_type(subscriber: object, given: Any) -> Any:
     if given is not None:
         return given
+    declared = getattr(subscriber, "payload_type", None)  # a Key-Value watcher's Entry[V]
+    if declared is not None:
+        return declared
     codec = getattr(subscriber, "codec", None)
     if isinstance(codec, JsonCodec):
         return codec.type

@@ -1,0 +1,546 @@
+"""Typed Key-Value buckets on JetStream: ``key_value()`` and ``KeyValue[T]``.
+
+Writes are publishes to ``$KV.<bucket>.<key>`` that wait for the PubAck (its
+sequence is the revision), traced like any goflux publish; conditional writes use
+``Nats-Expected-Last-Subject-Sequence``. Reads use the server's direct get (any
+replica answers) where the bucket allows it, else the stream's message get. Keys and
+history are read with a short-lived consumer (:mod:`._kv_scan`), watches are ordered
+subscribers (:mod:`._kv_watch`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from datetime import timedelta
+from typing import Any, Final, Generic, TypeVar
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import APIError
+
+from goflux._codecs import Codec
+from goflux._errors import (
+    BucketNotFound,
+    ExpectationFailed,
+    KeyExists,
+    RevisionMismatch,
+    StreamNotFound,
+    TransportError,
+)
+from goflux._scopes import PublishScopes
+from goflux._telemetry import Telemetry
+from goflux._wire import check_size
+from goflux.transports._natspy import HeaderLines, api_prefix, api_timeout, connection
+from goflux.transports._refusals import refusals
+from goflux.transports.jetstream._api import ApiCall, api_error, api_guard
+from goflux.transports.jetstream._delivery import delivery_of
+from goflux.transports.jetstream._kv_entry import (
+    OPERATION_HEADER,
+    Entry,
+    check_bucket,
+    check_key,
+    check_key_pattern,
+    entry_of,
+    key_subject,
+    operation_of,
+    stream_of,
+)
+from goflux.transports.jetstream._kv_scan import scan
+from goflux.transports.jetstream._kv_watch import EntryFeed, KeyWatcher
+from goflux.transports.jetstream._provision import ensure_stream
+from goflux.transports.jetstream._raw import api_request, from_rfc3339
+from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
+from goflux.transports.jetstream._system import SYSTEM
+
+__all__ = ("KeyValue", "key_value")
+
+T = TypeVar("T")
+
+MAX_HISTORY: Final = 64  # the most writes per key a bucket keeps (as in every NATS client)
+_EXPECTED: Final = "Nats-Expected-Last-Subject-Sequence"
+_WRONG_SEQUENCE: Final = re.compile(r"wrong last sequence: (\d+)")
+_DELETE: Final = {OPERATION_HEADER: "DEL"}
+_PURGE: Final = {OPERATION_HEADER: "PURGE", "Nats-Rollup": "sub"}
+_NOT_FOUND: Final = "404"
+_NO_MESSAGE: Final = 10037  # "no message found"
+_STREAM_NOT_FOUND: Final = 10059
+# Bucket settings by their Key-Value names, and the stream settings they set.
+_SETTINGS: Final = {
+    "description": "description",
+    "max_value_size": "max_msg_size",
+    "max_bytes": "max_bytes",
+    "storage": "storage",
+    "replicas": "num_replicas",
+    "placement": "placement",
+    "republish": "republish",
+    "mirror": "mirror",
+    "sources": "sources",
+    "compression": "compression",
+    "metadata": "metadata",
+}
+
+
+def _seconds(ttl: float | timedelta | None) -> float:
+    if ttl is None:
+        return 0.0
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
+    if not seconds >= 0:  # also refuses NaN
+        raise ValueError(f"ttl must be >= 0 seconds (0 or None: keep forever), got {ttl!r}")
+    return seconds
+
+
+async def key_value(
+    js: JetStreamContext,
+    bucket: str,
+    codec: Codec[T],
+    *,
+    history: int = 1,
+    ttl: float | timedelta | None = None,
+    telemetry: Telemetry | None = None,
+    timeout: float | None = None,
+    **bucket_config: Any,
+) -> KeyValue[T]:
+    """Create the bucket ``bucket``, or bind to it and bring it to these settings.
+
+    Idempotent like :func:`ensure_stream` (which it calls for the bucket's stream
+    ``KV_<bucket>``): settings not given keep their values, changed ones are applied
+    to a live bucket, and one the server cannot change raises
+    :class:`~goflux.IncompatibleConfig`. The bucket is laid out as every NATS client
+    lays it out, so goflux and other clients share it.
+
+    Args:
+        js: A JetStream context of a connected nats-py client (the caller owns it).
+        bucket: The bucket's name (letters, digits, ``-``, ``_``).
+        codec: Encodes and decodes the values.
+        history: Writes kept per key (1 to 64).
+        ttl: How long a write is kept (seconds or ``timedelta``; None: forever).
+        telemetry: Tracing and metrics; default: OpenTelemetry globals.
+        timeout: Seconds to wait for each write's acknowledgement and each read
+            (default: the JetStream context's timeout).
+        **bucket_config: ``description``, ``max_value_size``, ``max_bytes``,
+            ``storage`` (``"file"``, ``"memory"``), ``replicas``, ``placement``,
+            ``republish``, ``mirror``, ``sources``, ``compression``, ``metadata``.
+
+    Raises:
+        InvalidKey: Invalid bucket name.
+        ValueError: ``history`` or ``ttl`` out of range.
+        TypeError: An unknown setting.
+        IncompatibleConfig: The existing bucket cannot be changed so.
+        ProvisioningError: Any other refusal by the server.
+    """
+    check_bucket(bucket)
+    if isinstance(history, bool) or not isinstance(history, int) or not 1 <= history <= MAX_HISTORY:
+        raise ValueError(f"history must be 1 to {MAX_HISTORY}, got {history!r}")
+    unknown = sorted(set(bucket_config) - set(_SETTINGS))
+    if unknown:
+        raise TypeError(
+            f"unknown bucket setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_SETTINGS))}"
+        )
+    max_age = _seconds(ttl)
+    config: dict[str, Any] = {_SETTINGS[k]: v for k, v in bucket_config.items()}
+    mirrored = "mirror" in config
+    config.update(
+        max_msgs_per_subject=history,
+        max_age=max_age,
+        duplicate_window=min(max_age, 120.0) if max_age else 120.0,
+        discard="new",
+        allow_rollup_hdrs=True,
+        deny_delete=True,
+        allow_direct=True,
+    )
+    subjects = None if mirrored else [key_subject(bucket, ">")]
+    try:
+        info = await ensure_stream(js, name=stream_of(bucket), subjects=subjects, **config)
+    except StreamNotFound as exc:  # a mirror's origin is missing, or the like
+        raise BucketNotFound(f"bucket {bucket!r}: {exc}", bucket=bucket) from exc
+    return KeyValue(
+        js,
+        bucket,
+        codec,
+        direct=bool(info.config.allow_direct),
+        telemetry=telemetry,
+        timeout=timeout,
+    )
+
+
+class KeyValue(Generic[T]):
+    """A typed Key-Value bucket: values of type ``T`` under keys, with revisions.
+
+    Made by :func:`key_value`. Every write returns the key's new revision; reads
+    return :class:`Entry` objects (value, revision, creation time, operation).
+
+    Args:
+        js: The JetStream context.
+        bucket: The bucket's name.
+        codec: Encodes and decodes the values.
+        direct: Read with the server's direct get (the bucket allows it).
+        telemetry: Tracing and metrics.
+        timeout: Seconds per write or read (default: the context's).
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        bucket: str,
+        codec: Codec[T],
+        *,
+        direct: bool = True,
+        telemetry: Telemetry | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._js = js
+        self._nc = connection(js)
+        self._refusals = refusals(self._nc)
+        self.bucket = bucket
+        self.stream = stream_of(bucket)
+        self._codec = codec
+        self._direct = direct
+        self._tel = Telemetry.or_default(telemetry)
+        self._scopes = PublishScopes(self._tel, SYSTEM)
+        self._timeout = api_timeout(js) if timeout is None else timeout
+        self._prefix = api_prefix(js)
+
+    @property
+    def codec(self) -> Codec[T]:
+        """The codec of the values."""
+        return self._codec
+
+    # ------------------------------------------------------------------ writes
+
+    async def put(self, key: str, value: T) -> int:
+        """Set ``key`` to ``value``; return the new revision.
+
+        Raises:
+            InvalidKey: ``key`` is not a valid key.
+            EncodeError: ``value`` cannot be encoded.
+            BucketNotFound: The bucket does not exist.
+            PublishError: The server refused the write (too large, ...), the connection
+                is closed, or no acknowledgement came in time (``may_be_stored``).
+        """
+        return await self._write(key, self._codec.encode(value), None, None)
+
+    async def create(self, key: str, value: T) -> int:
+        """Set ``key`` to ``value`` only if it has no value; return the revision.
+
+        A deleted or purged key counts as having none.
+
+        Raises:
+            KeyExists: ``key`` has a value (the error names its revision).
+            InvalidKey, EncodeError, BucketNotFound, PublishError: As for :meth:`put`.
+        """
+        data = self._codec.encode(value)
+        try:
+            return await self._write(key, data, None, 0)
+        except RevisionMismatch as exc:
+            latest = await self._latest(key)
+            if latest is not None and latest.operation != "put":
+                with contextlib.suppress(RevisionMismatch):  # another write came between
+                    return await self._write(key, data, None, latest.revision)
+            raise KeyExists(
+                f"bucket {self.bucket!r}: key {key!r} has a value (revision "
+                f"{exc.actual}); nothing written",
+                subject=exc.subject,
+                bucket=self.bucket,
+                key=key,
+                revision=exc.actual,
+            ) from exc
+
+    async def update(self, key: str, value: T, *, revision: int) -> int:
+        """Set ``key`` to ``value`` only if its latest revision is ``revision``.
+
+        Returns:
+            The new revision.
+
+        Raises:
+            RevisionMismatch: The key's latest revision is another one (the error
+                names both); nothing written.
+            ValueError: ``revision`` is negative.
+            InvalidKey, EncodeError, BucketNotFound, PublishError: As for :meth:`put`.
+        """
+        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+            raise ValueError(f"revision must be an int >= 0, got {revision!r}")
+        return await self._write(key, self._codec.encode(value), None, revision)
+
+    async def delete(self, key: str) -> int:
+        """Delete ``key``'s value (its history stays, ending with a delete marker).
+
+        Returns:
+            The revision of the delete marker.
+
+        Raises:
+            InvalidKey, BucketNotFound, PublishError: As for :meth:`put`.
+        """
+        return await self._write(key, b"", _DELETE, None)
+
+    async def purge(self, key: str) -> int:
+        """Delete ``key`` and its whole history (a purge marker is all that stays).
+
+        Returns:
+            The revision of the purge marker.
+
+        Raises:
+            InvalidKey, BucketNotFound, PublishError: As for :meth:`put`.
+        """
+        return await self._write(key, b"", _PURGE, None)
+
+    async def _write(
+        self, key: str, data: bytes, headers: Mapping[str, str] | None, expected: int | None
+    ) -> int:
+        subject = key_subject(self.bucket, check_key(key))
+        wire: dict[str, str] = dict(headers) if headers else {}
+        if expected is not None:
+            wire[_EXPECTED] = str(expected)
+        with self._scopes.open(subject, wire) as scope:
+            scope.set_body_size(len(data))
+            check_size(subject, wire, data, self._nc.max_payload)
+            try:
+                with self._refusals.guard(
+                    "publish", subject, f"writing {key!r} to bucket {self.bucket!r}", request=True
+                ):
+                    reply = await self._nc.request(
+                        subject, data, timeout=self._timeout, headers=wire or None
+                    )
+            except nats.errors.NoRespondersError as exc:
+                raise self._missing() from exc
+            except nats.errors.TimeoutError as exc:
+                raise timeout_error(subject, self._timeout, self._nc) from exc
+            except nats.errors.Error as exc:
+                raise send_error(subject, exc, self._nc) from exc
+            try:
+                return receipt(reply.data, subject).sequence
+            except ExpectationFailed as exc:
+                if expected is None:
+                    raise
+                found = _WRONG_SEQUENCE.search(str(exc))
+                actual = int(found.group(1)) if found else None
+                raise RevisionMismatch(
+                    f"bucket {self.bucket!r}: key {key!r} is at revision {actual}, not "
+                    f"{expected} as the update expected; nothing written",
+                    subject=subject,
+                    bucket=self.bucket,
+                    key=key,
+                    expected=expected,
+                    actual=actual,
+                ) from exc
+
+    def _missing(self) -> BucketNotFound:
+        return BucketNotFound(f"bucket {self.bucket!r} does not exist", bucket=self.bucket)
+
+    # ------------------------------------------------------------------- reads
+
+    async def get(self, key: str, *, revision: int | None = None) -> Entry[T] | None:
+        """The latest entry of ``key``, or the entry at ``revision``; None if none.
+
+        Without ``revision``, a key that was never written, deleted or purged gives
+        None. With one, the write at that revision (a delete marker too), or None if
+        that revision is not a write of ``key`` (or no longer kept).
+
+        Raises:
+            InvalidKey: ``key`` is not a valid key.
+            DecodeError: The value does not decode (naming bucket, key and revision).
+            BucketNotFound: The bucket does not exist.
+            TransportError: No answer in time, or the connection failed.
+        """
+        check_key(key)
+        entry = await self._read(key, revision)
+        if entry is None or (revision is None and entry.operation != "put"):
+            return None
+        return entry
+
+    async def _latest(self, key: str) -> Entry[T] | None:
+        """The latest write of ``key``, delete markers included."""
+        return await self._read(key, None)
+
+    async def _read(self, key: str, revision: int | None) -> Entry[T] | None:
+        subject = key_subject(self.bucket, key)
+        if self._direct:
+            stored = await self._direct_get(subject, revision)
+        else:
+            stored = await self._message_get(subject, revision)
+        if stored is None:
+            return None
+        stored_subject, data, headers, sequence, created = stored
+        if stored_subject != subject:
+            return None  # the revision is a write of another key
+        return entry_of(
+            self.bucket, self._codec, subject, data, headers, revision=sequence, created=created
+        )
+
+    async def _direct_get(
+        self, subject: str, revision: int | None
+    ) -> tuple[str, bytes, Mapping[str, str], int, Any] | None:
+        if revision is None:
+            request, body = f"{self._prefix}.DIRECT.GET.{self.stream}.{subject}", b""
+        else:
+            request = f"{self._prefix}.DIRECT.GET.{self.stream}"
+            body = json.dumps({"seq": revision}).encode()
+        what = f"reading {subject!r} of bucket {self.bucket!r}"
+        try:
+            with api_guard(self._js, what, request[len(self._prefix) + 1 :]):
+                reply = await self._nc.request(request, body, timeout=self._timeout)
+        except nats.errors.NoRespondersError as exc:
+            raise self._missing() from exc
+        except nats.errors.TimeoutError as exc:
+            raise TransportError(f"{what}: no answer within {self._timeout}s") from exc
+        except nats.errors.Error as exc:
+            raise TransportError(f"{what}: {exc}") from exc
+        headers = reply.headers or {}
+        status = headers.get("Status")
+        if status == _NOT_FOUND:
+            return None
+        if status is not None:
+            description = headers.get("Description", "")
+            raise TransportError(f"{what}: the server answered {status} {description}")
+        created = from_rfc3339(headers.get("Nats-Time-Stamp"))
+        return (
+            headers.get("Nats-Subject", subject),
+            reply.data,
+            headers,
+            int(headers.get("Nats-Sequence", "0")),
+            created,
+        )
+
+    async def _message_get(
+        self, subject: str, revision: int | None
+    ) -> tuple[str, bytes, Mapping[str, str], int, Any] | None:
+        what = f"reading {subject!r} of bucket {self.bucket!r}"
+        tail = f"STREAM.MSG.GET.{self.stream}"
+        body = {"last_by_subj": subject} if revision is None else {"seq": revision}
+        with ApiCall(self._js, what, tail):
+            try:
+                reply = await api_request(self._js, tail, body)
+            except APIError as exc:
+                if exc.err_code == _NO_MESSAGE:
+                    return None
+                if exc.err_code == _STREAM_NOT_FOUND:
+                    raise self._missing() from exc
+                raise
+        stored = reply["message"]
+        block = base64.b64decode(stored.get("hdrs") or "")
+        headers: Mapping[str, str] = {}
+        if block:
+            lines = HeaderLines(block)
+            lines.update(lines.lines)
+            headers = lines
+        return (
+            stored["subject"],
+            base64.b64decode(stored.get("data") or ""),
+            headers,
+            int(stored["seq"]),
+            from_rfc3339(stored.get("time")),
+        )
+
+    async def keys(self, pattern: str = ">") -> AsyncIterator[str]:
+        """The keys with a value (not deleted or purged) matching ``pattern``.
+
+        Raises:
+            InvalidKey: ``pattern`` is not a valid key pattern.
+            BucketNotFound: The bucket does not exist.
+        """
+        check_key_pattern(pattern)
+        async for msg in self._scan(pattern, "last_per_subject", headers_only=True):
+            if operation_of(msg.headers) == "put":
+                yield msg.subject[len(self.bucket) + 5 :]
+
+    async def history(self, key: str) -> list[Entry[T]]:
+        """Every write of ``key`` the bucket keeps, oldest first (delete markers too).
+
+        Raises:
+            InvalidKey: ``key`` is not a valid key.
+            DecodeError: A value does not decode.
+            BucketNotFound: The bucket does not exist.
+        """
+        check_key(key)
+        return [self._entry(msg) async for msg in self._scan(key, "all")]
+
+    def _entry(self, msg: Msg) -> Entry[T]:
+        delivery = delivery_of(msg.reply)
+        return entry_of(
+            self.bucket,
+            self._codec,
+            msg.subject,
+            msg.data,
+            msg.headers,
+            revision=delivery.stream_sequence,
+            created=delivery.timestamp,
+            delta=delivery.num_pending,
+        )
+
+    async def _scan(
+        self, pattern: str, deliver: Any, *, headers_only: bool = False
+    ) -> AsyncIterator[Msg]:
+        what = f"reading bucket {self.bucket!r}"
+        try:
+            async for msg in scan(
+                self._js,
+                self.stream,
+                key_subject(self.bucket, pattern),
+                deliver=deliver,
+                headers_only=headers_only,
+            ):
+                yield msg
+        except APIError as exc:
+            if exc.err_code == _STREAM_NOT_FOUND:
+                raise self._missing() from exc
+            raise api_error(exc, what, self._js) from exc
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise api_error(exc, what, self._js) from exc
+
+    # ----------------------------------------------------------------- watches
+
+    def watcher(
+        self,
+        *,
+        include_history: bool = False,
+        ignore_deletes: bool = False,
+        updates_only: bool = False,
+    ) -> KeyWatcher[T]:
+        """A :class:`goflux.Subscriber` of this bucket's writes (``Message[Entry[T]]``).
+
+        ``start(pattern, handler)`` on it watches the keys matching ``pattern``; see
+        :class:`KeyWatcher`.
+
+        Raises:
+            ValueError: ``include_history`` and ``updates_only`` together.
+        """
+        return KeyWatcher(
+            self._js,
+            self.bucket,
+            self._codec,
+            include_history=include_history,
+            ignore_deletes=ignore_deletes,
+            updates_only=updates_only,
+            telemetry=self._tel,
+        )
+
+    def watch(
+        self,
+        pattern: str = ">",
+        *,
+        include_history: bool = False,
+        ignore_deletes: bool = False,
+        updates_only: bool = False,
+        buffer: int = 256,
+    ) -> EntryFeed[T]:
+        """The writes of keys matching ``pattern`` as an async iterator of :class:`Entry`.
+
+        Use it in ``async with``: the watch starts on entering (first the latest write
+        of each key, or every kept write with ``include_history``, or nothing old with
+        ``updates_only``; then each change in order) and stops on leaving.
+
+        Raises:
+            InvalidKey: ``pattern`` is not a valid key pattern.
+            ValueError: ``include_history`` and ``updates_only`` together.
+        """
+        check_key_pattern(pattern)
+        watcher = self.watcher(
+            include_history=include_history,
+            ignore_deletes=ignore_deletes,
+            updates_only=updates_only,
+        )
+        return EntryFeed(watcher, pattern, buffer)
