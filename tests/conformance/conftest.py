@@ -31,3 +31,23 @@ async def multi_header_harness(request: pytest.FixtureRequest) -> AsyncIterator[
 async def ack_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     async with HARNESSES[request.param]() as h:
         yield h
+
+
+@pytest.fixture(params=sorted(n for n, caps in CAPABILITIES.items() if "headers" in caps))
+async def header_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h
+
+
+@pytest.fixture(params=sorted(n for n, caps in CAPABILITIES.items() if "message_ids" in caps))
+async def id_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h
+
+
+@pytest.fixture(
+    params=sorted(n for n, caps in CAPABILITIES.items() if "spans_named_by_subject" in caps)
+)
+async def span_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h

@@ -10,12 +10,26 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import nats
 from nats.js import JetStreamContext
 
-from goflux import Codec, Handler, Publisher, Subscriber, Telemetry
+from goflux import (
+    BytesCodec,
+    Codec,
+    Handler,
+    HeadersLike,
+    Message,
+    Publisher,
+    PublishError,
+    PublishReceipt,
+    Subscriber,
+    Subscription,
+    Telemetry,
+)
+from goflux._message import received
+from goflux._wire import outgoing
 from goflux.testing import NatsServer
 from goflux.transports import channel, jetstream
 from goflux.transports import nats as gnats
@@ -24,6 +38,10 @@ T = TypeVar("T")
 
 STREAM = "CONFORMANCE"
 STREAM_SUBJECTS = ["orders.>", "invoices.>"]
+BUCKET = "CONFORMANCE"
+# What a message publisher carries beyond the value: user headers, a message ID, and
+# send/process spans named after the subject. A Key-Value bucket's writes have none.
+MESSAGE_FEATURES = frozenset({"headers", "message_ids", "spans_named_by_subject"})
 
 
 class Harness(Protocol):
@@ -45,7 +63,9 @@ class Harness(Protocol):
 @dataclass
 class ChannelHarness:
     name: str = "channel"
-    capabilities: frozenset[str] = frozenset({"queue_groups", "multi_value_headers"})
+    capabilities: frozenset[str] = frozenset(
+        {"queue_groups", "multi_value_headers", *MESSAGE_FEATURES}
+    )
     buses: dict[int, channel.Bus[Any]] = field(default_factory=dict)
 
     def _bus(self, codec: Codec[Any]) -> channel.Bus[Any]:
@@ -81,7 +101,7 @@ class DurableGroupSubscriber(jetstream.Subscriber[T]):
 class JetStreamHarness:
     js: JetStreamContext
     name: str = "jetstream"
-    capabilities: frozenset[str] = frozenset({"queue_groups", "acks"})
+    capabilities: frozenset[str] = frozenset({"queue_groups", "acks", *MESSAGE_FEATURES})
 
     def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
         return jetstream.Publisher(self.js, codec, telemetry=telemetry)
@@ -107,7 +127,7 @@ class JetStreamHarness:
 class NatsHarness:
     nc: nats.aio.client.Client
     name: str = "nats"
-    capabilities: frozenset[str] = frozenset({"queue_groups"})
+    capabilities: frozenset[str] = frozenset({"queue_groups", *MESSAGE_FEATURES})
 
     def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
         return gnats.Publisher(self.nc, codec, telemetry=telemetry)
@@ -121,6 +141,98 @@ class NatsHarness:
         manual_ack: bool = False,
     ) -> Subscriber[T]:
         return gnats.Subscriber(self.nc, codec, queue=queue, telemetry=telemetry)
+
+
+class KeyValuePublisher(Generic[T]):
+    """Puts each published value under the key named like the subject."""
+
+    def __init__(self, kv: jetstream.KeyValue[T]) -> None:
+        self._kv = kv
+        self._closed = False
+
+    async def publish(
+        self,
+        subject: str,
+        value: T,
+        /,
+        *,
+        headers: HeadersLike | None = None,
+        message_id: str | None = None,
+    ) -> PublishReceipt:
+        outgoing(subject, headers, message_id, jetstream=True)  # the same input checks
+        if self._closed:
+            raise PublishError(f"cannot put {subject!r}: publisher is closed", subject=subject)
+        revision = await self._kv.put(subject, value)
+        return PublishReceipt(stream=self._kv.stream, sequence=revision)
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> KeyValuePublisher[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class EntryValues(Generic[T]):
+    """A Key-Value watcher whose messages carry the entry's value, as a message would.
+
+    Deletes and purges are left out by the watcher itself (``ignore_deletes``).
+    """
+
+    def __init__(self, watcher: jetstream.KeyWatcher[T]) -> None:
+        self._watcher = watcher
+
+    async def start(self, subject: str, handler: Handler[T]) -> Subscription:
+        async def on_entry(msg: Message[jetstream.Entry[T]]) -> None:
+            entry = msg.payload
+            assert entry.value is not None
+            await handler(received(msg.subject, entry.value, None, msg.id, msg.data, None))
+
+        return await self._watcher.start(subject, on_entry)
+
+    async def subscribe(self, subject: str, handler: Handler[T]) -> None:
+        subscription = await self.start(subject, handler)
+        try:
+            await subscription.wait()
+        finally:
+            await subscription.stop()
+
+    async def close(self) -> None:
+        await self._watcher.close()
+
+    async def __aenter__(self) -> EntryValues[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+@dataclass
+class KeyValueHarness:
+    """A Key-Value watcher (updates only) as the subscriber, puts as the publishes."""
+
+    js: JetStreamContext
+    name: str = "key_value"
+    capabilities: frozenset[str] = frozenset()
+
+    def _bucket(self, codec: Codec[T], telemetry: Telemetry | None) -> jetstream.KeyValue[T]:
+        return jetstream.KeyValue(self.js, BUCKET, codec, telemetry=telemetry)
+
+    def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
+        return KeyValuePublisher(self._bucket(codec, telemetry))
+
+    def subscriber(
+        self,
+        codec: Codec[T],
+        *,
+        telemetry: Telemetry | None = None,
+        queue: str | None = None,
+        manual_ack: bool = False,
+    ) -> Subscriber[T]:
+        watcher = self._bucket(codec, telemetry).watcher(updates_only=True, ignore_deletes=True)
+        return EntryValues(watcher)
 
 
 @asynccontextmanager
@@ -150,13 +262,27 @@ async def jetstream_harness() -> AsyncIterator[Harness]:
             await nc.close()
 
 
+@asynccontextmanager
+async def key_value_harness() -> AsyncIterator[Harness]:
+    async with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await jetstream.key_value(js, BUCKET, BytesCodec(), history=1)
+            yield KeyValueHarness(js)
+        finally:
+            await nc.close()
+
+
 HARNESSES: dict[str, Callable[[], AbstractAsyncContextManager[Harness]]] = {
     "channel": channel_harness,
     "jetstream": jetstream_harness,
+    "key_value": key_value_harness,
     "nats": nats_harness,
 }
 CAPABILITIES: dict[str, frozenset[str]] = {
     "channel": ChannelHarness.capabilities,
     "jetstream": JetStreamHarness.capabilities,
+    "key_value": KeyValueHarness.capabilities,
     "nats": NatsHarness.capabilities,
 }

@@ -52,7 +52,8 @@ async def test_handler_started_with_start_receives_a_message_published_right_aft
     assert msg.payload == order(7)
 
 
-async def test_user_headers_arrive_case_insensitive(harness: Harness) -> None:
+async def test_user_headers_arrive_case_insensitive(header_harness: Harness) -> None:
+    harness = header_harness
     inbox: Inbox[Order] = Inbox()
     async with harness.subscriber(CODEC) as sub, harness.publisher(CODEC) as pub:
         await sub.start("orders.h", inbox)
@@ -73,7 +74,8 @@ async def test_multi_valued_headers_arrive_in_order(multi_header_harness: Harnes
     assert msg.headers.get_all("TAG") == ["a", "b"]
 
 
-async def test_message_id_is_carried(harness: Harness) -> None:
+async def test_message_id_is_carried(id_harness: Harness) -> None:
+    harness = id_harness
     inbox: Inbox[Order] = Inbox()
     async with harness.subscriber(CODEC) as sub, harness.publisher(CODEC) as pub:
         await sub.start("orders.id", inbox)
@@ -245,8 +247,9 @@ async def test_subscribe_runs_until_cancelled(harness: Harness) -> None:
 
 
 async def test_producer_and_consumer_spans_are_linked_not_parented(
-    harness: Harness, otel: Otel
+    span_harness: Harness, otel: Otel
 ) -> None:
+    harness = span_harness
     seen_in_handler: list[trace.SpanContext] = []
     handled = asyncio.Event()
 

@@ -23,6 +23,7 @@ from goflux._errors import DecodeError, InvalidSubject, SubscribeError
 from goflux._interfaces import Handler
 from goflux._message import Message
 from goflux._streams import MessageStream, Streaming
+from goflux._subjects import validate_pattern
 from goflux._telemetry import Telemetry
 from goflux.transports.jetstream._kv_entry import (
     Entry,
@@ -103,6 +104,7 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
             SubscribeError: The bucket does not exist, the watcher is closed, or the
                 connection failed.
         """
+        validate_pattern(subject)  # the same rules, and words, as any subscription
         try:
             check_key_pattern(subject)
         except ValueError as exc:
