@@ -164,3 +164,34 @@ async def test_message_key_is_stable_across_redeliveries(
     )
     rows = sorted(recorder.batches[0][1], key=lambda row: row["seq"])
     assert [row["message_key"] for row in rows] == [f"{STREAM}:{n}" for n in (1, 2, 3)]
+
+
+async def test_a_key_value_watcher_gives_batches_of_typed_entries(
+    spark: SparkSession, bare_js: JetStreamContext
+) -> None:
+    kv = await jetstream.key_value(bare_js, "sales", JsonCodec(Sale), history=5)
+    for n in range(3):
+        await kv.put(f"store.{n}", sale(n))
+    await kv.delete("store.1")
+    recorder = Recorder()
+    stats = await gspark.run_micro_batches(
+        spark,
+        kv.watcher(include_history=True),
+        ">",
+        recorder,
+        max_messages=10,
+        max_wait=0.5,
+        max_batches=1,
+    )
+    assert stats.messages == 4
+    rows = recorder.batches[0][1]
+    assert [(r["key"], r["operation"], r["revision"]) for r in rows] == [
+        ("store.0", "put", 1),
+        ("store.1", "put", 2),
+        ("store.2", "put", 3),
+        ("store.1", "delete", 4),
+    ]
+    assert rows[0]["value"]["id"] == "s-0"
+    assert rows[0]["value"]["lines"] == [{"sku": "k-0", "quantity": 1, "tags": []}]
+    assert rows[3]["value"] is None
+    assert [r["subject"] for r in rows] == ["store.0", "store.1", "store.2", "store.1"]
