@@ -6,6 +6,7 @@
     goflux demo [--orders 500] [--master local[*]]   the end-to-end pipeline
     goflux streams [--url URL]                  streams with message counts
     goflux consumers [--url URL] [STREAM]       consumers with their lag
+    goflux kv ls|get|put|watch BUCKET [KEY]     Key-Value buckets (see goflux._cli_kv)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from goflux._cli_kv import add_kv_commands
 from goflux._errors import GofluxError
 from goflux._urls import redact_url
 
@@ -233,6 +235,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "consumers":
             sub.add_argument("stream", nargs="?", help="only this stream's consumers")
         sub.set_defaults(run=_inspect)
+    add_kv_commands(commands, connect=_connect, default_url=DEFAULT_URL)
     return parser
 
 

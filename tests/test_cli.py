@@ -13,6 +13,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from goflux import BytesCodec
 from goflux.cli import main
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
@@ -150,3 +151,73 @@ def test_demo_with_an_unreachable_server_says_so_at_once() -> None:
     assert result.returncode == 2
     assert "cannot connect to NATS at nats://127.0.0.1:1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_kv_put_get_ls_and_clear_errors(nats_server: NatsServer) -> None:
+    async def make() -> None:
+        nc = await nats.connect(nats_server.url)
+        await jetstream.key_value(nc.jetstream(), "config", jetstream_bytes(), history=3)
+        await nc.close()
+
+    asyncio.run(make())
+    url = ["--url", nats_server.url]
+    put = goflux("kv", *url, "put", "config", "feature.dark", "on")
+    assert (put.returncode, put.stdout.strip()) == (0, "1")
+    assert goflux("kv", *url, "put", "config", "feature.beta", "off").returncode == 0
+    got = goflux("kv", *url, "get", "config", "feature.dark")
+    assert (got.returncode, got.stdout) == (0, "on\n")
+    assert got.stderr.startswith("revision 1, ")
+    listed = goflux("kv", *url, "ls", "config")
+    assert sorted(listed.stdout.split()) == ["feature.beta", "feature.dark"]
+    buckets = goflux("kv", *url, "ls")
+    assert buckets.stdout.split() == ["config", "keys=2", "writes=2"]
+    missing_key = goflux("kv", *url, "get", "config", "nope")
+    assert missing_key.returncode == 1
+    assert missing_key.stderr.strip() == "goflux kv: key 'nope' not found in bucket 'config'"
+    missing_bucket = goflux("kv", *url, "get", "nobucket", "k")
+    assert missing_bucket.returncode == 2
+    assert missing_bucket.stderr.strip() == (
+        "goflux kv: BucketNotFound: bucket 'nobucket' not found"
+    )
+    bad_key = goflux("kv", *url, "put", "config", "a..b", "x")
+    assert bad_key.returncode == 2
+    assert "InvalidKey" in bad_key.stderr
+    unreachable = goflux("kv", "--url", "nats://127.0.0.1:1", "ls")
+    assert unreachable.returncode == 2
+    assert "cannot reach a NATS server at nats://127.0.0.1:1" in unreachable.stderr
+
+
+def test_kv_watch_prints_changes_until_interrupted(nats_server: NatsServer) -> None:
+    async def make() -> None:
+        nc = await nats.connect(nats_server.url)
+        kv = await jetstream.key_value(nc.jetstream(), "flags", jetstream_bytes())
+        await kv.put("a", b"1")
+        await nc.close()
+
+    asyncio.run(make())
+    with subprocess.Popen(
+        [sys.executable, "-m", "goflux", "kv", "--url", nats_server.url, "watch", "flags"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as watcher:
+        assert watcher.stdout is not None
+        assert watcher.stdout.readline().split() == ["1", "a", "put", "1"]  # the latest
+
+        async def change() -> None:
+            nc = await nats.connect(nats_server.url)
+            kv = jetstream.KeyValue(nc.jetstream(), "flags", jetstream_bytes())
+            await kv.put("b", b"2")
+            await kv.delete("a")
+            await nc.close()
+
+        asyncio.run(change())
+        assert watcher.stdout.readline().split() == ["2", "b", "put", "2"]
+        assert watcher.stdout.readline().split() == ["3", "a", "delete", "-"]
+        watcher.send_signal(signal.SIGINT)
+        watcher.wait(timeout=30)
+    assert watcher.returncode == 130
+
+
+def jetstream_bytes() -> BytesCodec:
+    return BytesCodec()
