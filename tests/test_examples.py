@@ -34,6 +34,7 @@ def test_every_example_is_covered_here() -> None:
         "channel_orders.py",
         "composition.py",
         "embedded_server.py",
+        "feature_flags.py",
         "jetstream_orders.py",
         "orders_pipeline.py",
         "retry_dead_letter.py",
@@ -60,6 +61,19 @@ def test_embedded_server_uses_nats_url(nats_server: NatsServer) -> None:
     assert f"using the NATS server at {nats_server.url}" in out
     assert "embedded" not in out
     assert "smoke.ping 'hello' id=ping-1" in out
+
+
+def test_feature_flags_reconfigure_a_running_consumer() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    out = run("feature_flags.py", env)
+    assert out.splitlines() == [
+        "config rev 1: 0% off",
+        "o-1: 100.00 at 0% (config rev 1)",
+        "config rev 2: 10% off",
+        "o-2: 90.00 at 10% (config rev 2)",
+        "refused: expected rev 1, the key is at rev 2",
+        "history: [(1, 0.0), (2, 10.0)]",
+    ]
 
 
 def test_jetstream_orders() -> None:
