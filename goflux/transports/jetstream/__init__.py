@@ -30,6 +30,8 @@ from goflux._errors import (
 )
 from goflux.transports.jetstream._acker import JetStreamAcker
 from goflux.transports.jetstream._messages import StoredMessage, get_last
+from goflux.transports.jetstream._objectinfo import ObjectInfo
+from goflux.transports.jetstream._objects import ObjectStore, object_store
 from goflux.transports.jetstream._pause import ConsumerPause, pause_consumer, resume_consumer
 from goflux.transports.jetstream._priority import PRIORITY_POLICIES, unpin_consumer
 from goflux.transports.jetstream._provision import ensure_consumer, ensure_stream
@@ -47,6 +49,8 @@ __all__ = (
     "IncompatibleConfig",
     "JetStreamAcker",
     "JetStreamSubscription",
+    "ObjectInfo",
+    "ObjectStore",
     "Outgoing",
     "ProvisioningError",
     "Publisher",
@@ -57,6 +61,7 @@ __all__ = (
     "ensure_consumer",
     "ensure_stream",
     "get_last",
+    "object_store",
     "pause_consumer",
     "resume_consumer",
     "unpin_consumer",
