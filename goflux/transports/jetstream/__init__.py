@@ -33,6 +33,10 @@ from goflux.transports.jetstream._kv import KeyValue, key_value
 from goflux.transports.jetstream._kv_entry import Entry, Operation
 from goflux.transports.jetstream._kv_watch import EntryFeed, KeyWatcher
 from goflux.transports.jetstream._messages import StoredMessage, get_last
+from goflux.transports.jetstream._objectinfo import ObjectInfo
+from goflux.transports.jetstream._objectread import ObjectReader
+from goflux.transports.jetstream._objects import ObjectStore, object_store
+from goflux.transports.jetstream._objectwatch import ObjectWatch
 from goflux.transports.jetstream._pause import ConsumerPause, pause_consumer, resume_consumer
 from goflux.transports.jetstream._priority import PRIORITY_POLICIES, unpin_consumer
 from goflux.transports.jetstream._provision import ensure_consumer, ensure_stream
@@ -54,6 +58,10 @@ __all__ = (
     "JetStreamSubscription",
     "KeyValue",
     "KeyWatcher",
+    "ObjectInfo",
+    "ObjectReader",
+    "ObjectStore",
+    "ObjectWatch",
     "Operation",
     "Outgoing",
     "ProvisioningError",
@@ -66,6 +74,7 @@ __all__ = (
     "ensure_stream",
     "get_last",
     "key_value",
+    "object_store",
     "pause_consumer",
     "resume_consumer",
     "unpin_consumer",
