@@ -7,6 +7,7 @@
     goflux streams [--url URL]                  streams with message counts
     goflux consumers [--url URL] [STREAM]       consumers with their lag
     goflux kv ls|get|put|watch BUCKET [KEY]     Key-Value buckets (see goflux._cli_kv)
+    goflux obj ls|put|get BUCKET [NAME]         Object store buckets (see goflux._cli_obj)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from goflux._cli_kv import add_kv_commands
+from goflux._cli_obj import add_obj_commands
 from goflux._errors import GofluxError
 from goflux._urls import redact_url
 
@@ -236,6 +238,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("stream", nargs="?", help="only this stream's consumers")
         sub.set_defaults(run=_inspect)
     add_kv_commands(commands, connect=_connect, default_url=DEFAULT_URL)
+    add_obj_commands(commands, connect=_connect, default_url=DEFAULT_URL)
     return parser
 
 

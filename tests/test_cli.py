@@ -221,3 +221,32 @@ def test_kv_watch_prints_changes_until_interrupted(nats_server: NatsServer) -> N
 
 def jetstream_bytes() -> BytesCodec:
     return BytesCodec()
+
+
+def test_obj_put_ls_get_and_clear_errors(nats_server: NatsServer, tmp_path: Path) -> None:
+    async def make() -> None:
+        nc = await nats.connect(nats_server.url)
+        await jetstream.object_store(nc.jetstream(), "files")
+        await nc.close()
+
+    asyncio.run(make())
+    source = tmp_path / "report.bin"
+    source.write_bytes(bytes(range(256)) * 2000)  # 512,000 bytes: 4 chunks
+    url = ["--url", nats_server.url]
+    put = goflux("obj", *url, "put", "files", str(source))
+    assert put.returncode == 0, put.stderr
+    assert put.stdout.split()[:5] == ["report.bin", "512000", "bytes", "in", "4"]
+    listed = goflux("obj", *url, "ls", "files")
+    assert listed.stdout.split()[:2] == ["report.bin", "512000"]
+    out = tmp_path / "copy.bin"
+    got = goflux("obj", *url, "get", "files", "report.bin", "--out", str(out))
+    assert got.returncode == 0, got.stderr
+    assert out.read_bytes() == source.read_bytes()
+    missing = goflux("obj", *url, "get", "files", "nope", "--out", str(tmp_path / "x"))
+    assert missing.returncode == 2
+    assert "ObjectNotFound" in missing.stderr
+    assert "'nope'" in missing.stderr
+    assert not (tmp_path / "x").exists()
+    no_bucket = goflux("obj", *url, "ls", "nobucket")
+    assert no_bucket.returncode == 2
+    assert "BucketNotFound" in no_bucket.stderr
