@@ -3,7 +3,7 @@
 ::
 
     goflux kv ls [BUCKET]                 buckets (with their key counts), or a bucket's keys
-    goflux kv get BUCKET KEY              the key's value on stdout (revision on stderr)
+    goflux kv get BUCKET KEY              the value's bytes on stdout (revision on stderr)
     goflux kv put BUCKET KEY [VALUE]      set it (VALUE, else stdin); prints the revision
     goflux kv watch BUCKET [PATTERN]      print changes until interrupted (--history)
 
@@ -42,7 +42,9 @@ async def _bucket(nc: Any, name: str) -> Any:
     from nats.js.errors import NotFoundError  # noqa: PLC0415 - needs the nats extra
 
     from goflux.transports import jetstream  # noqa: PLC0415
+    from goflux.transports.jetstream._kv_entry import check_bucket  # noqa: PLC0415
 
+    check_bucket(name)
     js = nc.jetstream()
     try:
         info = await js.stream_info(_PREFIX + name)
@@ -55,14 +57,21 @@ async def _ls(nc: Any, args: argparse.Namespace) -> int:
     if args.bucket is None:
         from goflux.transports.jetstream._raw import api_request  # noqa: PLC0415
 
-        listed = await api_request(nc.jetstream(), "STREAM.LIST", {"subject": "$KV.*.>"})
+        streams: list[dict[str, Any]] = []
+        while True:  # the server answers a page at a time
+            page = await api_request(
+                nc.jetstream(), "STREAM.LIST", {"subject": "$KV.*.>", "offset": len(streams)}
+            )
+            streams.extend(page.get("streams") or [])
+            if not page.get("streams") or len(streams) >= page.get("total", 0):
+                break
         buckets = sorted(
             (
                 stream["config"]["name"][len(_PREFIX) :],
                 stream["state"].get("num_subjects", 0),
                 stream["state"].get("messages", 0),
             )
-            for stream in listed.get("streams") or []
+            for stream in streams
             if stream["config"]["name"].startswith(_PREFIX)
         )
         for name, keys, writes in buckets:
@@ -87,7 +96,8 @@ async def _get(nc: Any, args: argparse.Namespace) -> int:
         return 1
     print(f"revision {entry.revision}, {entry.created.isoformat()}", file=sys.stderr)
     sys.stdout.buffer.write(entry.value or b"")
-    sys.stdout.buffer.write(b"\n")
+    if sys.stdout.isatty():  # a newline for the prompt; piped, the bytes as stored
+        sys.stdout.buffer.write(b"\n")
     sys.stdout.flush()
     return 0
 

@@ -165,7 +165,7 @@ def test_kv_put_get_ls_and_clear_errors(nats_server: NatsServer) -> None:
     assert (put.returncode, put.stdout.strip()) == (0, "1")
     assert goflux("kv", *url, "put", "config", "feature.beta", "off").returncode == 0
     got = goflux("kv", *url, "get", "config", "feature.dark")
-    assert (got.returncode, got.stdout) == (0, "on\n")
+    assert (got.returncode, got.stdout) == (0, "on")  # piped: the bytes as stored
     assert got.stderr.startswith("revision 1, ")
     listed = goflux("kv", *url, "ls", "config")
     assert sorted(listed.stdout.split()) == ["feature.beta", "feature.dark"]
@@ -179,6 +179,9 @@ def test_kv_put_get_ls_and_clear_errors(nats_server: NatsServer) -> None:
     assert missing_bucket.stderr.strip() == (
         "goflux kv: BucketNotFound: bucket 'nobucket' not found"
     )
+    bad_bucket = goflux("kv", *url, "get", "a.b", "k")
+    assert bad_bucket.returncode == 2
+    assert "InvalidKey: invalid bucket name 'a.b'" in bad_bucket.stderr
     bad_key = goflux("kv", *url, "put", "config", "a..b", "x")
     assert bad_key.returncode == 2
     assert "InvalidKey" in bad_key.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -78,6 +79,37 @@ async def test_an_ordered_consumer_replaces_itself_after_the_last_message_taken(
     assert consumer.admit(delivery(js, consumer.name, 4, 1)) is Admission.TAKE
     await consumer.remove()
     assert await js.consumers_info(STREAM) == []
+
+
+@pytest.mark.parametrize("policy", ["new", "last_per_subject"])
+async def test_an_ordered_consumer_replaced_before_taking_anything_misses_nothing_written(
+    js: JetStreamContext, policy: str
+) -> None:
+    options = SubscriberOptions(
+        manual_ack=False,
+        max_in_flight=10,
+        concurrency=1,
+        batch=None,
+        expires=30.0,
+        idle_heartbeat=None,
+        keep_alive=True,
+        drain_timeout=1.0,
+        consumer_config={"deliver_policy": policy},
+        ordered=True,
+    )
+    info = await js.add_consumer(STREAM, ordered_consumer_config("orders.>", options, None))
+    consumer = OrderedConsumer(js, STREAM, info, subject="orders.>", options=options)
+    await jetstream.Publisher(js, CODEC).publish_many(  # written while it was lost
+        jetstream.Outgoing("orders.a", order(n)) for n in range(4)
+    )
+    assert await consumer.recover("lost", "test") is Recovery.PULL
+    replaced = await js.consumer_info(STREAM, consumer.name)
+    assert (replaced.config.deliver_policy, replaced.config.opt_start_seq) == (
+        "by_start_sequence",
+        1,
+    )
+    assert replaced.num_pending == 4
+    await consumer.remove()
 
 
 async def test_an_acknowledged_consumer_fails_only_when_it_is_gone(js: JetStreamContext) -> None:

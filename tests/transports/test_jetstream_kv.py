@@ -11,13 +11,16 @@ from nats.js import JetStreamContext
 
 from goflux import (
     BucketNotFound,
+    BytesCodec,
     DecodeError,
     InvalidKey,
     InvalidSubject,
     JsonCodec,
     KeyExists,
     Message,
+    PublishError,
     RevisionMismatch,
+    TransportError,
 )
 from goflux.transports import jetstream
 from goflux.transports.jetstream import Entry
@@ -293,3 +296,69 @@ async def test_a_watcher_on_a_missing_bucket_fails_to_start(bare_js: JetStreamCo
         await kv.watcher().start(">", ignore)
     with pytest.raises(InvalidSubject):
         await kv.watcher().start("a..b", ignore)
+
+
+async def test_binding_keeps_an_existing_buckets_history_and_ttl(bare_js: JetStreamContext) -> None:
+    theirs = await bare_js.create_key_value(bucket="cfg", history=10, ttl=3600)
+    for n in range(5):
+        await theirs.put("k", CODEC.encode(order(n)))
+    kv = await bucket(bare_js, "cfg")  # no settings given: nothing changes
+    assert [e.revision for e in await kv.history("k")] == [1, 2, 3, 4, 5]
+    config = (await bare_js.stream_info("KV_cfg")).config
+    assert (config.max_msgs_per_subject, config.max_age) == (10, 3600)
+    fresh = await bucket(bare_js, "fresh")
+    fresh_config = (await bare_js.stream_info("KV_fresh")).config
+    assert (fresh_config.max_msgs_per_subject, fresh_config.max_age) == (1, 0)
+    await fresh.put("k", order(1))
+
+
+@pytest.mark.parametrize("ttl", [0.01, -1, "5", float("nan")])
+async def test_a_ttl_the_server_would_refuse_is_a_value_error(
+    bare_js: JetStreamContext, ttl: object
+) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        await jetstream.key_value(bare_js, "t", CODEC, ttl=ttl)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("revision", [0, -1, True, "1"])
+async def test_a_revision_that_cannot_be_is_a_value_error(
+    bare_js: JetStreamContext, revision: object
+) -> None:
+    kv = await bucket(bare_js)
+    with pytest.raises(ValueError, match="revision"):
+        await kv.get("k", revision=revision)  # type: ignore[arg-type]
+
+
+async def test_a_value_of_the_buckets_max_size_fits_with_tracing_on(
+    bare_js: JetStreamContext, otel: Otel
+) -> None:
+    kv = await jetstream.key_value(
+        bare_js, "small", BytesCodec(), max_value_size=100, telemetry=otel.telemetry
+    )
+    await kv.put("k", b"x" * 100)  # the trace context is left off to fit
+    got = await kv.get("k")
+    assert got is not None
+    assert got.value == b"x" * 100
+    assert otel.span("send $KV.small.k")  # the write is still traced
+    with pytest.raises(PublishError, match="size"):
+        await kv.put("k", b"x" * 101)
+
+
+async def test_a_keys_read_whose_consumer_vanishes_fails_instead_of_spinning(
+    bare_js: JetStreamContext,
+) -> None:
+    kv = await jetstream.key_value(bare_js, "many", BytesCodec())
+    await jetstream.Publisher(bare_js, BytesCodec()).publish_many(
+        jetstream.Outgoing(f"$KV.many.k{n}", b"v") for n in range(1500)
+    )
+    keys = kv.keys(">")
+    await anext(keys)
+    (scanner,) = await bare_js.consumers_info("KV_many")
+    await bare_js.delete_consumer("KV_many", scanner.name)
+
+    async def drain() -> None:
+        async for _ in keys:
+            pass
+
+    with pytest.raises(TransportError, match="to go"):
+        await asyncio.wait_for(drain(), 10)

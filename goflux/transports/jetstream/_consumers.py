@@ -312,9 +312,10 @@ class OrderedConsumer:
             with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
                 await self._js.delete_consumer(self.stream, old)
             seen = self._stream_sequence or self._start_floor
-            config = ordered_consumer_config(
-                self._subject, self._options, seen + 1 if seen else None
-            )
+            # Resume right after what was taken, or after where the first consumer
+            # stood (1 on an empty stream): its deliver policy again would skip or
+            # collapse what was written meanwhile.
+            config = ordered_consumer_config(self._subject, self._options, seen + 1)
             try:
                 info = await create_consumer(self._js, self.stream, config)
             except PermissionDenied as exc:

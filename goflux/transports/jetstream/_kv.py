@@ -21,7 +21,7 @@ from typing import Any, Final, Generic, TypeVar
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NotFoundError
 
 from goflux._codecs import Codec
 from goflux._errors import (
@@ -29,7 +29,6 @@ from goflux._errors import (
     ExpectationFailed,
     KeyExists,
     RevisionMismatch,
-    StreamNotFound,
     TransportError,
 )
 from goflux._scopes import PublishScopes
@@ -78,20 +77,59 @@ _SETTINGS: Final = {
     "replicas": "num_replicas",
     "placement": "placement",
     "republish": "republish",
-    "mirror": "mirror",
-    "sources": "sources",
     "compression": "compression",
     "metadata": "metadata",
 }
 
 
-def _seconds(ttl: float | timedelta | None) -> float:
+class _Keep:
+    """The default of a setting: what an existing bucket has, else the usual value."""
+
+    def __repr__(self) -> str:
+        return "<keep>"
+
+
+KEEP: Final = _Keep()
+_MIN_TTL: Final = 0.1  # the server's shortest max_age
+
+
+_PROPAGATION: Final = ("traceparent", "tracestate", "baggage")
+
+
+def _fit(wire: dict[str, str], data: bytes, limit: int) -> None:
+    """Leave the trace context off a write that would exceed ``limit`` only with it."""
+    if len(data) > limit or not any(name in wire for name in _PROPAGATION):
+        return
+    size = len(data) + 12 + sum(len(k) + len(v.encode()) + 4 for k, v in wire.items())
+    if size > limit:
+        for name in _PROPAGATION:
+            wire.pop(name, None)
+
+
+def _seconds(ttl: object) -> float:
     if ttl is None:
         return 0.0
-    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
-    if not seconds >= 0:  # also refuses NaN
-        raise ValueError(f"ttl must be >= 0 seconds (0 or None: keep forever), got {ttl!r}")
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, int | float) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise ValueError(f"ttl must be seconds or a timedelta, got {ttl!r}")
+    if not (seconds == 0 or _MIN_TTL <= seconds < 1e9):  # also refuses NaN
+        raise ValueError(
+            f"ttl must be 0 or None (keep forever), or from {_MIN_TTL} seconds, got {ttl!r}"
+        )
     return seconds
+
+
+async def _current(js: JetStreamContext, bucket: str) -> dict[str, Any] | None:
+    """The existing bucket's stream config (the server's JSON), or None."""
+    try:
+        reply = await api_request(js, f"STREAM.INFO.{stream_of(bucket)}")
+    except NotFoundError:
+        return None
+    config: dict[str, Any] = reply["config"]
+    return config
 
 
 async def key_value(
@@ -99,8 +137,8 @@ async def key_value(
     bucket: str,
     codec: Codec[T],
     *,
-    history: int = 1,
-    ttl: float | timedelta | None = None,
+    history: int | _Keep = KEEP,
+    ttl: float | timedelta | _Keep | None = KEEP,
     telemetry: Telemetry | None = None,
     timeout: float | None = None,
     **bucket_config: Any,
@@ -117,14 +155,17 @@ async def key_value(
         js: A JetStream context of a connected nats-py client (the caller owns it).
         bucket: The bucket's name (letters, digits, ``-``, ``_``).
         codec: Encodes and decodes the values.
-        history: Writes kept per key (1 to 64).
-        ttl: How long a write is kept (seconds or ``timedelta``; None: forever).
+        history: Writes kept per key (1 to 64). Not given: what an existing bucket
+            keeps (nothing is cut from it), else 1.
+        ttl: How long a write is kept (seconds or ``timedelta``; None or 0: forever).
+            Not given: what an existing bucket has, else forever.
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
         timeout: Seconds to wait for each write's acknowledgement and each read
             (default: the JetStream context's timeout).
         **bucket_config: ``description``, ``max_value_size``, ``max_bytes``,
             ``storage`` (``"file"``, ``"memory"``), ``replicas``, ``placement``,
-            ``republish``, ``mirror``, ``sources``, ``compression``, ``metadata``.
+            ``republish``, ``compression``, ``metadata``. (Mirrored and sourced
+            buckets are not supported yet.)
 
     Raises:
         InvalidKey: Invalid bucket name.
@@ -134,6 +175,14 @@ async def key_value(
         ProvisioningError: Any other refusal by the server.
     """
     check_bucket(bucket)
+    if isinstance(history, _Keep) or isinstance(ttl, _Keep):
+        with ApiCall(js, f"bucket {bucket!r}", f"STREAM.INFO.{stream_of(bucket)}"):
+            current = await _current(js, bucket)
+        if isinstance(history, _Keep):
+            kept = int(current.get("max_msgs_per_subject") or 1) if current else 1
+            history = max(1, min(kept, MAX_HISTORY))
+        if isinstance(ttl, _Keep):
+            ttl = (current.get("max_age") or 0) / 1e9 if current else None
     if isinstance(history, bool) or not isinstance(history, int) or not 1 <= history <= MAX_HISTORY:
         raise ValueError(f"history must be 1 to {MAX_HISTORY}, got {history!r}")
     unknown = sorted(set(bucket_config) - set(_SETTINGS))
@@ -143,7 +192,6 @@ async def key_value(
         )
     max_age = _seconds(ttl)
     config: dict[str, Any] = {_SETTINGS[k]: v for k, v in bucket_config.items()}
-    mirrored = "mirror" in config
     config.update(
         max_msgs_per_subject=history,
         max_age=max_age,
@@ -153,11 +201,9 @@ async def key_value(
         deny_delete=True,
         allow_direct=True,
     )
-    subjects = None if mirrored else [key_subject(bucket, ">")]
-    try:
-        info = await ensure_stream(js, name=stream_of(bucket), subjects=subjects, **config)
-    except StreamNotFound as exc:  # a mirror's origin is missing, or the like
-        raise BucketNotFound(f"bucket {bucket!r}: {exc}", bucket=bucket) from exc
+    info = await ensure_stream(
+        js, name=stream_of(bucket), subjects=[key_subject(bucket, ">")], **config
+    )
     return KeyValue(
         js,
         bucket,
@@ -165,6 +211,7 @@ async def key_value(
         direct=bool(info.config.allow_direct),
         telemetry=telemetry,
         timeout=timeout,
+        max_value_size=info.config.max_msg_size,
     )
 
 
@@ -181,6 +228,9 @@ class KeyValue(Generic[T]):
         direct: Read with the server's direct get (the bucket allows it).
         telemetry: Tracing and metrics.
         timeout: Seconds per write or read (default: the context's).
+        max_value_size: The bucket's ``max_value_size``, if it has one: a value
+            that fits is not refused because of the trace context travelling with it
+            (the server counts headers in), which is then left off.
     """
 
     def __init__(
@@ -192,8 +242,10 @@ class KeyValue(Generic[T]):
         direct: bool = True,
         telemetry: Telemetry | None = None,
         timeout: float | None = None,
+        max_value_size: int | None = None,
     ) -> None:
         self._js = js
+        self._max_value_size = max_value_size if max_value_size and max_value_size > 0 else None
         self._nc = connection(js)
         self._refusals = refusals(self._nc)
         self.bucket = bucket
@@ -297,6 +349,8 @@ class KeyValue(Generic[T]):
             wire[_EXPECTED] = str(expected)
         with self._scopes.open(subject, wire) as scope:
             scope.set_body_size(len(data))
+            if self._max_value_size is not None:
+                _fit(wire, data, self._max_value_size)
             check_size(subject, wire, data, self._nc.max_payload)
             try:
                 with self._refusals.guard(
@@ -342,11 +396,16 @@ class KeyValue(Generic[T]):
 
         Raises:
             InvalidKey: ``key`` is not a valid key.
+            ValueError: ``revision`` is not an int >= 1.
             DecodeError: The value does not decode (naming bucket, key and revision).
             BucketNotFound: The bucket does not exist.
             TransportError: No answer in time, or the connection failed.
         """
         check_key(key)
+        if revision is not None and (
+            isinstance(revision, bool) or not isinstance(revision, int) or revision < 1
+        ):
+            raise ValueError(f"revision must be an int >= 1, got {revision!r}")
         entry = await self._read(key, revision)
         if entry is None or (revision is None and entry.operation != "put"):
             return None

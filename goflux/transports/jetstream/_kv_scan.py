@@ -81,8 +81,18 @@ async def scan(
                     f"reading {subject!r} of stream {stream!r}: the server stopped "
                     f"delivering with {remaining} messages to go"
                 ) from exc
-            if not msg.reply:  # a status: the request ended (408) or the like
-                asked = 0
+            if not msg.reply:  # a status
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                description = str(headers.get("Description", ""))
+                if status == "100":  # a heartbeat: the request is still open
+                    continue
+                if status not in ("408", "409") or "Deleted" in description:
+                    raise TransportError(  # 404, 503, consumer deleted: it is gone
+                        f"reading {subject!r} of stream {stream!r}: the server answered "
+                        f"{status} {description} with {remaining} messages to go"
+                    )
+                asked = 0  # the request ended: ask again
                 continue
             asked -= 1
             yield msg
