@@ -15,15 +15,16 @@ import sys
 import time
 from pathlib import Path
 
-from bench import chart, codecs, goals, latency, machine, memory
+from bench import chart, codecs, goals, kv, latency, machine, memory
 from bench.harness import Table
 from bench.sizes import FULL, SMOKE
 
-SUITES = ("codecs", "channel", "jetstream", "latency", "memory", "spark")
+SUITES = ("codecs", "channel", "jetstream", "kv", "latency", "memory", "spark")
 DEFAULT_OUT = Path(__file__).parent / "results" / "latest"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], int]:
+    """The options, the suites selected and the rounds; exits on a bad option."""
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--rounds", type=int, default=None, help="default 5 (smoke: 1)")
     parser.add_argument("--only", default=",".join(SUITES), help="comma-separated suites")
@@ -37,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.smoke else 5)
     if rounds < 1:
         parser.error("--rounds must be >= 1")
+    return args, selected, rounds
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, selected, rounds = parse(argv)
     sizes = SMOKE if args.smoke else FULL
 
     started = time.monotonic()
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
 
         js_tables, hooks_ns = jetstream.run(rounds, sizes)
         add(js_tables)
+    if "kv" in selected:
+        add(kv.run(rounds, sizes))
     if "latency" in selected:
         latencies = latency.run(rounds, sizes)
         sections.append(latency.markdown(latencies, sizes))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bench import faststream_cases, latency
+from bench import faststream_cases, kv, latency
 from bench.harness import Table
 
 GOFLUX_CONSUME = "goflux Subscriber (auto-ack)"
@@ -130,6 +130,9 @@ def check(
         )
     ratio_goal("publish", "goflux Publisher.publish", 0.90, "publish vs raw js.publish")
     ratio_goal("pipelined", "goflux publish_many", 0.85, "pipelined publish vs raw publish_async")
+    ratio_goal("kv_put", kv.GOFLUX_PUT, 0.90, "typed Key-Value put vs raw kv.put")
+    ratio_goal("kv_get", kv.GOFLUX_GET, 0.90, "typed Key-Value get vs raw kv.get + decode")
+    ratio_goal("kv_watch", kv.GOFLUX_WATCH, 0.80, "Key-Value watch vs raw kv.watch + decode")
     if latencies is not None:
         raw, ours = latencies[latency.RAW], latencies[latency.GOFLUX]
         extra = ours.percentile(0.5) - raw.percentile(0.5)

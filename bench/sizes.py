@@ -22,6 +22,9 @@ class Sizes:
     spark_sink_rows: int = 50_000
     spark_window: int = 1_000
     spark_batches: int = 20
+    kv_puts: int = 5_000
+    kv_gets: int = 10_000
+    kv_watched: int = 50_000
 
 
 FULL = Sizes()
@@ -38,4 +41,7 @@ SMOKE = Sizes(
     spark_sink_rows=1_000,
     spark_window=100,
     spark_batches=2,
+    kv_puts=30,
+    kv_gets=30,
+    kv_watched=300,
 )

@@ -98,6 +98,9 @@ class StreamFeed(Generic[T]):
         self._closing: asyncio.Task[None] | None = None
         self._stopper: asyncio.Task[None] | None = None
         self._consumers: weakref.WeakSet[asyncio.Task[object]] = weakref.WeakSet()
+        # The consumer registered last: a stream read in a loop registers its task once
+        # (WeakSet.add makes a weak reference with a callback on every call).
+        self._last_consumer: weakref.ref[asyncio.Task[object]] | None = None
         self._waiting: set[StreamEntry[T]] = set()  # entries whose handler awaits settlement
         self._stop_requested = False
         self._closed = False
@@ -322,8 +325,10 @@ class StreamFeed(Generic[T]):
         if self._subscription is None and not self._closed:
             await self.start()
         consumer = asyncio.current_task()
-        if consumer is not None:
+        last = self._last_consumer
+        if consumer is not None and (last is None or last() is not consumer):
             self._consumers.add(consumer)
+            self._last_consumer = weakref.ref(consumer)
         queue = self._queue
         while True:
             if queue:

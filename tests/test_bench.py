@@ -19,6 +19,7 @@ import pytest
 
 from bench import faststream_cases, goals, harness, machine
 from bench import jetstream as js_bench
+from bench import kv as kv_bench
 from bench.harness import CountError, Result, Table, interleave
 from bench.payload import ORDER, Order
 from bench.sizes import SMOKE
@@ -35,6 +36,9 @@ TITLES = (
     "JetStream pipelined publish",
     "JetStream consume with ack, typed handler",
     "JetStream consume, plain vs confirmed acks",
+    "Key-Value put, waiting for each acknowledgement",
+    "Key-Value get, decoded",
+    "Key-Value watch, replaying a bucket",
     "End-to-end latency at 1,000 msg/s",
     "Memory: a consumer holding",
     "Spark source: typed rows/s",
@@ -54,6 +58,12 @@ CASES = (
     "raw callback pull + ack_sync()",
     "goflux Subscriber, plain acks",
     "goflux Subscriber, confirm_acks=True",
+    kv_bench.RAW_PUT,
+    kv_bench.GOFLUX_PUT,
+    kv_bench.RAW_GET,
+    kv_bench.GOFLUX_GET,
+    kv_bench.RAW_WATCH,
+    kv_bench.GOFLUX_WATCH,
 )
 # Each results table's title, and the operations each of its cases must report per round.
 COUNTS = {
@@ -63,6 +73,9 @@ COUNTS = {
     "JetStream publish, waiting for each PubAck": SMOKE.sequential,
     "JetStream pipelined publish": SMOKE.pipelined,
     "JetStream consume with ack, typed handler": SMOKE.consumed,
+    "Key-Value put, waiting for each acknowledgement": SMOKE.kv_puts,
+    "Key-Value get, decoded": SMOKE.kv_gets,
+    "Key-Value watch, replaying a bucket": SMOKE.kv_watched,
     "End-to-end latency at 1,000 msg/s": SMOKE.latency_msgs,
     "Memory: a consumer holding": SMOKE.in_flight,
     "Spark source: typed rows/s": SMOKE.spark_source_rows,
@@ -75,6 +88,9 @@ GOALS = (
     "cost of no-op telemetry per consumed message",
     "publish vs raw js.publish",
     "pipelined publish vs raw publish_async",
+    "typed Key-Value put vs raw kv.put",
+    "typed Key-Value get vs raw kv.get + decode",
+    "Key-Value watch vs raw kv.watch + decode",
     "latency p50 at 1,000 msg/s over raw",
     "Spark source vs raw read",
     "Spark sink vs raw publish",
@@ -256,5 +272,33 @@ async def test_cases_return_what_arrived_not_what_was_asked(
             if faststream_cases.AVAILABLE:
                 rivals = faststream_cases.Rivals(server.url, js_bench.STREAM)
                 assert await rivals.consume("bench.data", 25, pull=True) == 20
+        finally:
+            await nc.close()
+
+
+@pytest.mark.timeout(60)
+async def test_key_value_cases_return_what_happened(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness, "PATIENCE", 1.0)  # how long a watch waits for more
+    with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            raw, typed = await kv_bench.buckets(js, kv_bench.BUCKET)
+            # Gets of keys never written count nothing: the case reports it short.
+            assert await kv_bench.raw_get(raw, 3) == 0
+            assert await kv_bench.goflux_get(typed, 3) == 0
+            # Puts count the writes the server sequenced.
+            written = kv_bench.sequenced_by(js, kv_bench.BUCKET, kv_bench.raw_put(raw, 4))
+            assert await written == 4
+            written = kv_bench.sequenced_by(js, kv_bench.BUCKET, kv_bench.goflux_put(typed, 5))
+            assert await written == 5
+            assert await kv_bench.raw_get(raw, 4) == 4
+            assert await kv_bench.goflux_get(typed, 4) == 4
+            # Watches asked for 12 of the 9 entries there are: they report 9.
+            raw_watched, typed_watched = await kv_bench.buckets(js, kv_bench.WATCHED)
+            await kv_bench.fill(js, kv_bench.WATCHED, 9, 4)
+            assert await kv_bench.raw_watch(raw_watched, 12) == 9
+            assert await kv_bench.goflux_watch(typed_watched, 12) == 9
+            assert await kv_bench.goflux_watch(typed_watched, 9) == 9
         finally:
             await nc.close()

@@ -114,13 +114,16 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
         async def on_write(msg: Message[bytes]) -> None:
             delivery = msg.delivery
             assert delivery is not None  # a JetStream delivery
+            # The headers as the subscription made them (None where none came): not
+            # msg.headers or msg.wire_headers, which would make empty ones per write.
+            headers, wire = msg._headers, msg._wire
             try:
                 entry = entry_of(
                     bucket,
                     codec,
                     msg.subject,
                     msg.data or b"",
-                    msg.wire_headers,
+                    wire,
                     revision=delivery.stream_sequence,
                     created=delivery.timestamp,
                     delta=delivery.num_pending,
@@ -135,11 +138,11 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
                 Message(
                     entry.key,
                     entry,
-                    headers=msg.headers,
+                    headers=headers,
                     id=msg.id,
                     delivery=delivery,
                     data=msg.data,
-                    wire_headers=msg.wire_headers,
+                    wire_headers=wire,
                 )
             )
 
@@ -189,6 +192,7 @@ class EntryFeed(Generic[T]):
     def __init__(self, watcher: KeyWatcher[T], pattern: str, buffer: int) -> None:
         self._watcher = watcher
         self._messages: MessageStream[Entry[T]] = watcher.stream(pattern, buffer=buffer)
+        self._feed = self._messages._feed  # read directly: one coroutine less per entry
 
     async def __aenter__(self) -> Self:
         await self._messages.__aenter__()
@@ -212,8 +216,9 @@ class EntryFeed(Generic[T]):
             StopAsyncIteration: The watch was stopped.
             SubscribeError: The watch failed.
         """
-        message = await self._messages.__anext__()
-        return message.payload
+        entry = await self._feed.next_entry()
+        assert entry is not None  # no deadline given
+        return entry.message.payload
 
     async def aclose(self) -> None:
         """Stop the watch."""
