@@ -130,7 +130,7 @@ class Message(Generic[T_co]):
         self._payload = payload
         self._headers: Headers | None = headers
         self._id = id
-        self._delivery = delivery
+        self._delivery: Delivery | Callable[[], Delivery] | None = delivery
         self._data = data
         self._acker = acker
         self._settled: Outcome | None = None
@@ -185,8 +185,11 @@ class Message(Generic[T_co]):
     def delivery(self) -> Delivery | None:
         """Broker delivery facts (JetStream), else None."""
         delivery = self._delivery
-        if delivery is None and self._acker is not None:
-            delivery = self._delivery = self._acker.delivery
+        if delivery is None:
+            if self._acker is not None:
+                delivery = self._delivery = self._acker.delivery
+        elif not isinstance(delivery, Delivery):  # facts a transport builds on demand
+            delivery = self._delivery = delivery()
         return delivery
 
     @property

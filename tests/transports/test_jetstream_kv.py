@@ -20,6 +20,7 @@ from goflux import (
     Message,
     PublishError,
     RevisionMismatch,
+    SubscribeError,
     TransportError,
 )
 from goflux.transports import jetstream
@@ -362,3 +363,26 @@ async def test_a_keys_read_whose_consumer_vanishes_fails_instead_of_spinning(
 
     with pytest.raises(TransportError, match="to go"):
         await asyncio.wait_for(drain(), 10)
+
+
+async def test_a_slow_reader_holds_the_watch_back_and_misses_nothing(
+    bare_js: JetStreamContext,
+) -> None:
+    kv = await bucket(bare_js)
+    for n in range(60):
+        await kv.put(f"k.{n}", order(n))
+    async with kv.watch(include_history=True, buffer=2) as entries:
+        got = [await anext(entries) for _ in range(60)]
+    assert [e.revision for e in got] == list(range(1, 61))
+
+
+async def test_a_watch_whose_bucket_is_deleted_ends_with_the_error(
+    bare_js: JetStreamContext,
+) -> None:
+    kv = await bucket(bare_js)
+    await kv.put("a", order(1))
+    async with kv.watch() as entries:
+        assert (await anext(entries)).key == "a"
+        await bare_js.delete_stream("KV_orders")
+        with pytest.raises(SubscribeError):
+            await asyncio.wait_for(anext(entries), 20)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from goflux._message import Delivery
 
-__all__ = ("ack_tokens", "delivery_of")
+__all__ = ("LazyDelivery", "ack_tokens", "delivery_of", "write_facts")
 
 
 def ack_tokens(reply: str) -> tuple[list[str], int]:
@@ -45,3 +45,40 @@ def delivery_of(reply: str) -> Delivery:
         num_pending=int(tokens[offset + 6]),
         timestamp=datetime.fromtimestamp(int(tokens[offset + 5]) / 1e9, UTC),
     )
+
+
+def write_facts(reply: str) -> tuple[int, datetime, int]:
+    """The stream sequence, store time and pending count of the delivery ``reply`` acks.
+
+    What a Key-Value entry needs of a delivery, without building a :class:`Delivery`.
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens, offset = ack_tokens(reply)
+    return (
+        int(tokens[offset + 3]),
+        datetime.fromtimestamp(int(tokens[offset + 5]) / 1e9, UTC),
+        int(tokens[offset + 6]),
+    )
+
+
+class LazyDelivery:
+    """The delivery facts of a message, read from its reply subject when first asked for.
+
+    A message of a consumer without acknowledgement (ordered mode) carries this in
+    place of its :class:`~goflux.Delivery`; calling it builds the facts.
+    """
+
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    def __call__(self) -> Delivery:
+        """The delivery facts.
+
+        Raises:
+            ValueError: The reply is not a JetStream ack subject.
+        """
+        return delivery_of(self.reply)

@@ -152,6 +152,7 @@ def entry_of(
     revision: int,
     created: datetime,
     delta: int = 0,
+    key: str | None = None,
 ) -> Entry[T]:
     """The entry of the write stored on ``subject`` (``$KV.<bucket>.<key>``).
 
@@ -159,7 +160,8 @@ def entry_of(
         DecodeError: A put's value does not decode (the message names bucket, key and
             revision).
     """
-    key = subject[len(bucket) + 5 :]  # after "$KV.<bucket>."
+    if key is None:
+        key = subject[len(bucket) + 5 :]  # after "$KV.<bucket>."
     operation = operation_of(headers)
     value: T | None = None
     if operation == "put":

@@ -11,20 +11,23 @@ span of each entry links to the span of the put that wrote it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from nats.js import JetStreamContext
 
 from goflux._codecs import BytesCodec, Codec, JsonCodec
-from goflux._errors import DecodeError, InvalidSubject, SubscribeError
+from goflux._errors import DecodeError, GofluxError, InvalidSubject, SubscribeError
 from goflux._interfaces import Handler
 from goflux._message import Message
-from goflux._streams import MessageStream, Streaming
+from goflux._streams import Streaming
 from goflux._subjects import validate_pattern
 from goflux._telemetry import Telemetry
+from goflux.transports.jetstream._delivery import LazyDelivery, write_facts
 from goflux.transports.jetstream._kv_entry import (
     Entry,
     check_key_pattern,
@@ -104,29 +107,54 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
             SubscribeError: The bucket does not exist, the watcher is closed, or the
                 connection failed.
         """
+
+        async def hand_on(entry: Entry[T], msg: Message[bytes]) -> None:
+            await handler(
+                Message(
+                    entry.key,
+                    entry,
+                    headers=msg._headers,  # as received: not msg.headers, which makes
+                    id=msg.id,  # empty ones where none came
+                    delivery=msg.delivery,
+                    data=msg.data,
+                    wire_headers=msg._wire,
+                )
+            )
+
+        return await self._start_entries(subject, hand_on)
+
+    async def _start_entries(
+        self, subject: str, take: Callable[[Entry[T], Message[bytes]], Awaitable[None]]
+    ) -> JetStreamSubscription[bytes]:
+        """Watch ``subject``; hand each write's entry (with its message) to ``take``."""
         validate_pattern(subject)  # the same rules, and words, as any subscription
         try:
             check_key_pattern(subject)
         except ValueError as exc:
             raise InvalidSubject(str(exc), subject=subject) from exc
         bucket, codec, ignore_deletes = self._bucket, self._codec, self._ignore_deletes
+        prefix = len(bucket) + 5  # "$KV.<bucket>."
 
         async def on_write(msg: Message[bytes]) -> None:
-            delivery = msg.delivery
-            assert delivery is not None  # a JetStream delivery
-            # The headers as the subscription made them (None where none came): not
-            # msg.headers or msg.wire_headers, which would make empty ones per write.
-            headers, wire = msg._headers, msg._wire
+            lazy = msg._delivery
+            if isinstance(lazy, LazyDelivery):  # read the facts without a Delivery
+                revision, created, delta = write_facts(lazy.reply)
+            else:
+                delivery = msg.delivery
+                assert delivery is not None  # a JetStream delivery
+                revision, created = delivery.stream_sequence, delivery.timestamp
+                delta = delivery.num_pending
             try:
                 entry = entry_of(
                     bucket,
                     codec,
                     msg.subject,
                     msg.data or b"",
-                    wire,
-                    revision=delivery.stream_sequence,
-                    created=delivery.timestamp,
-                    delta=delivery.num_pending,
+                    msg._wire,
+                    revision=revision,
+                    created=created,
+                    delta=delta,
+                    key=msg.subject[prefix:],
                 )
             except DecodeError as exc:
                 self.undecodable += 1
@@ -134,17 +162,7 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
                 return
             if ignore_deletes and entry.operation != "put":
                 return
-            await handler(
-                Message(
-                    entry.key,
-                    entry,
-                    headers=headers,
-                    id=msg.id,
-                    delivery=delivery,
-                    data=msg.data,
-                    wire_headers=wire,
-                )
-            )
+            await take(entry, msg)
 
         try:
             return await self._inner.start(key_subject(bucket, subject), on_write)
@@ -185,18 +203,66 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
 class EntryFeed(Generic[T]):
     """A bucket's writes as an async iterator of :class:`Entry`; use in ``async with``.
 
-    Made by :meth:`KeyValue.watch`. Leaving the ``async with`` block (or ``aclose``)
-    stops the watch.
+    Made by :meth:`KeyValue.watch`. The watch starts on entering (or on the first
+    step) and stops on leaving (or ``aclose``). Entries wait in a buffer of
+    ``buffer``; when it is full the watch takes no more from the server until the
+    reader catches up.
     """
 
     def __init__(self, watcher: KeyWatcher[T], pattern: str, buffer: int) -> None:
+        if buffer < 1:
+            raise ValueError(f"buffer must be >= 1, got {buffer}")
         self._watcher = watcher
-        self._messages: MessageStream[Entry[T]] = watcher.stream(pattern, buffer=buffer)
-        self._feed = self._messages._feed  # read directly: one coroutine less per entry
+        self._pattern = pattern
+        self._buffer = buffer
+        self._entries: deque[Entry[T]] = deque()
+        self._reader: asyncio.Future[None] | None = None  # the reader waiting for an entry
+        self._writer: asyncio.Future[None] | None = None  # the watch waiting for room
+        self._subscription: JetStreamSubscription[bytes] | None = None
+        self._monitor: asyncio.Task[None] | None = None
+        self._ended = False
+        self._failure: BaseException | None = None
+
+    async def start(self) -> Self:
+        """Start watching (once); return when the watch is live.
+
+        Raises:
+            SubscribeError: The bucket does not exist, or the connection failed.
+        """
+        if self._subscription is None and not self._ended:
+            self._subscription = await self._watcher._start_entries(self._pattern, self._take)
+            self._monitor = asyncio.get_running_loop().create_task(
+                self._watch_end(self._subscription)
+            )
+        return self
+
+    async def _take(self, entry: Entry[T], msg: Message[bytes]) -> None:
+        entries = self._entries
+        while len(entries) >= self._buffer and not self._ended:
+            self._writer = asyncio.get_running_loop().create_future()
+            await self._writer
+        if self._ended:
+            return
+        entries.append(entry)
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
+
+    async def _watch_end(self, subscription: JetStreamSubscription[bytes]) -> None:
+        try:
+            await subscription.wait()
+        except GofluxError as exc:  # the failure the reader gets after the buffered entries
+            self._failure = exc
+        self._end()
+
+    def _end(self) -> None:
+        self._ended = True
+        for waiter in (self._reader, self._writer):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     async def __aenter__(self) -> Self:
-        await self._messages.__aenter__()
-        return self
+        return await self.start()
 
     async def __aexit__(
         self,
@@ -214,15 +280,33 @@ class EntryFeed(Generic[T]):
 
         Raises:
             StopAsyncIteration: The watch was stopped.
-            SubscribeError: The watch failed.
+            SubscribeError: The watch failed (after the entries received before).
         """
-        entry = await self._feed.next_entry()
-        assert entry is not None  # no deadline given
-        return entry.message.payload
+        if self._subscription is None and not self._ended:
+            await self.start()
+        entries = self._entries
+        while True:
+            if entries:
+                entry = entries.popleft()
+                writer = self._writer
+                if writer is not None and not writer.done():
+                    writer.set_result(None)
+                return entry
+            if self._ended:
+                if self._failure is not None:
+                    raise self._failure
+                raise StopAsyncIteration
+            self._reader = asyncio.get_running_loop().create_future()
+            await self._reader
 
     async def aclose(self) -> None:
-        """Stop the watch."""
+        """Stop the watch; entries not read yet are dropped."""
+        self._end()
+        self._entries.clear()
         try:
-            await self._messages.close()
+            if self._subscription is not None:
+                await self._subscription.stop()
         finally:
             await self._watcher.close()
+            if self._monitor is not None:
+                self._monitor.cancel()

@@ -48,6 +48,7 @@ from goflux.transports._refusals import closed_reason
 from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._consumers import PulledConsumer
+from goflux.transports.jetstream._delivery import LazyDelivery
 from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._priority import Priority
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
@@ -96,16 +97,13 @@ def _unacknowledged(
     acker: JetStreamAcker,
     wire: Mapping[str, str] | None,
 ) -> Message[P]:
-    """A message of a consumer without acknowledgement (ordered mode): settling is a no-op."""
-    return Message(
-        subject,
-        payload,
-        headers=headers,
-        id=message_id,
-        delivery=acker.delivery,
-        data=data,
-        wire_headers=wire,
-    )
+    """A message of a consumer without acknowledgement (ordered mode): settling is a no-op.
+
+    Its delivery facts are read from the reply subject when first asked for.
+    """
+    message = received(subject, payload, headers, message_id, data, None, wire)
+    message._delivery = LazyDelivery(acker.subject)
+    return message
 
 
 class JetStreamSubscription(StopOnExit, Generic[T]):
