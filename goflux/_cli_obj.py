@@ -33,7 +33,13 @@ async def _store(nc: Any, bucket: str) -> Any:
 
 async def _ls(nc: Any, args: argparse.Namespace) -> int:
     if args.bucket is None:
-        infos = await nc.jetstream().streams_info()
+        js = nc.jetstream()
+        infos: list[Any] = []
+        while True:  # the server answers a page at a time
+            page = await js.streams_info(offset=len(infos))
+            if not page:
+                break
+            infos += page
         buckets = sorted(
             (i.config.name[len(_PREFIX) :], i.state.bytes)
             for i in infos

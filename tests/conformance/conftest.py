@@ -51,3 +51,9 @@ async def id_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
 async def span_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     async with HARNESSES[request.param]() as h:
         yield h
+
+
+@pytest.fixture(params=sorted(n for n, caps in CAPABILITIES.items() if "every_message" in caps))
+async def every_message_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h

@@ -42,6 +42,10 @@ BUCKET = "CONFORMANCE"
 # What a message publisher carries beyond the value: user headers, a message ID, and
 # send/process spans named after the subject. A Key-Value bucket's writes have none.
 MESSAGE_FEATURES = frozenset({"headers", "message_ids", "spans_named_by_subject"})
+# Every message published reaches a subscriber that falls behind. A bucket keeps a
+# key's last writes only (its history): a watcher that falls further behind sees the
+# latest ones, in order, and not those the server already dropped.
+EVERY_MESSAGE = "every_message"
 
 
 class Harness(Protocol):
@@ -64,7 +68,7 @@ class Harness(Protocol):
 class ChannelHarness:
     name: str = "channel"
     capabilities: frozenset[str] = frozenset(
-        {"queue_groups", "multi_value_headers", *MESSAGE_FEATURES}
+        {"queue_groups", "multi_value_headers", EVERY_MESSAGE, *MESSAGE_FEATURES}
     )
     buses: dict[int, channel.Bus[Any]] = field(default_factory=dict)
 
@@ -101,7 +105,9 @@ class DurableGroupSubscriber(jetstream.Subscriber[T]):
 class JetStreamHarness:
     js: JetStreamContext
     name: str = "jetstream"
-    capabilities: frozenset[str] = frozenset({"queue_groups", "acks", *MESSAGE_FEATURES})
+    capabilities: frozenset[str] = frozenset(
+        {"queue_groups", "acks", EVERY_MESSAGE, *MESSAGE_FEATURES}
+    )
 
     def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
         return jetstream.Publisher(self.js, codec, telemetry=telemetry)
@@ -127,7 +133,7 @@ class JetStreamHarness:
 class NatsHarness:
     nc: nats.aio.client.Client
     name: str = "nats"
-    capabilities: frozenset[str] = frozenset({"queue_groups", *MESSAGE_FEATURES})
+    capabilities: frozenset[str] = frozenset({"queue_groups", EVERY_MESSAGE, *MESSAGE_FEATURES})
 
     def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
         return gnats.Publisher(self.nc, codec, telemetry=telemetry)
@@ -268,7 +274,7 @@ async def key_value_harness() -> AsyncIterator[Harness]:
         nc = await nats.connect(server.url)
         try:
             js = nc.jetstream()
-            await jetstream.key_value(js, BUCKET, BytesCodec(), history=1)
+            await jetstream.key_value(js, BUCKET, BytesCodec(), history=64)
             yield KeyValueHarness(js)
         finally:
             await nc.close()

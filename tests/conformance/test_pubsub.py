@@ -102,7 +102,10 @@ async def test_wildcards_expose_the_concrete_subject(harness: Harness) -> None:
     assert [m.subject for m in tail.messages[:2]] == ["orders.eu", "orders.eu.de"]
 
 
-async def test_each_subscriber_sees_messages_in_publish_order(harness: Harness) -> None:
+async def test_each_subscriber_sees_messages_in_publish_order(
+    every_message_harness: Harness,
+) -> None:
+    harness = every_message_harness
     inbox: Inbox[Order] = Inbox()
     async with harness.subscriber(CODEC) as sub, harness.publisher(CODEC) as pub:
         await sub.start("orders.seq", inbox)

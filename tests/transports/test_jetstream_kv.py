@@ -386,3 +386,23 @@ async def test_a_watch_whose_bucket_is_deleted_ends_with_the_error(
         await bare_js.delete_stream("KV_orders")
         with pytest.raises(SubscribeError):
             await asyncio.wait_for(anext(entries), 20)
+
+
+async def test_a_watcher_sees_a_keys_writes_in_order_and_at_least_the_latest(
+    bare_js: JetStreamContext,
+) -> None:
+    kv = await bucket(bare_js, history=1)
+    got: list[int] = []
+    done = asyncio.Event()
+
+    async def handle(msg: Message[Entry[Order]]) -> None:
+        got.append(msg.payload.revision)
+        if msg.payload.value == order(299):
+            done.set()
+
+    async with kv.watcher(updates_only=True) as watcher, await watcher.start("k", handle):
+        for n in range(300):
+            await kv.put("k", order(n))
+        await asyncio.wait_for(done.wait(), 20)
+    assert got == sorted(set(got))  # in order, none twice
+    assert got[-1] == 300  # the latest write always arrives

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import hashlib
 import io
 import json
@@ -477,3 +478,65 @@ async def test_a_200_mib_object_streams_in_bounded_memory(
 
 def sha_of_hex(hexdigest: str) -> str:
     return "SHA-256=" + base64.urlsafe_b64encode(bytes.fromhex(hexdigest)).decode()
+
+
+async def test_a_name_too_long_for_a_subject_is_refused_before_anything_is_sent(
+    nc: Client, bare_js: JetStreamContext
+) -> None:
+    store = await jetstream.object_store(bare_js, "files")
+    with pytest.raises(InvalidKey, match="too long"):
+        await store.put("x" * 3500, b"data")
+    assert nc.is_connected  # the server would have closed it over the subject
+    assert await stream_messages(bare_js, "files") == 0
+    await store.put("x" * 1500, b"data")  # long, but fits
+    assert await store.get("x" * 1500) == b"data"
+
+
+async def test_concurrent_puts_of_one_name_leave_no_chunks_behind(
+    bare_js: JetStreamContext,
+) -> None:
+    store = await jetstream.object_store(bare_js, "files")
+    data = os.urandom(100_000)
+    await store.put("same", data, chunk_size=25_000)
+    await asyncio.gather(*(store.put("same", data, chunk_size=25_000) for _ in range(5)))
+    info = await store.info("same")
+    assert await stream_messages(bare_js, "files") == info.chunks + 1  # its chunks, one meta
+    assert await store.get("same") == data
+    await asyncio.gather(store.delete("same"), store.put("same", data, chunk_size=25_000))
+    live = await store.list()
+    expected = sum(i.chunks for i in live) + 1
+    assert await stream_messages(bare_js, "files") == expected
+
+
+async def test_a_reader_dropped_unclosed_leaves_no_subscription(
+    nc: Client, bare_js: JetStreamContext
+) -> None:
+    store = await jetstream.object_store(bare_js, "files")
+    await store.put("big", os.urandom(1_000_000), chunk_size=50_000)
+    before = len(nc._subs)
+
+    async def first_chunk() -> bytes:
+        reader = store.open("big", window_bytes=100_000)
+        return await anext(reader)  # dropped here, never closed
+
+    assert len(await first_chunk()) == 50_000
+    gc.collect()
+    async with asyncio.timeout(10):
+        while len(nc._subs) > before:
+            await nc.flush()
+
+
+async def test_an_object_replaced_while_being_read_says_so(bare_js: JetStreamContext) -> None:
+    store = await jetstream.object_store(bare_js, "files")
+    await store.put("doc", os.urandom(2_000_000), chunk_size=50_000)
+    async with store.open("doc", window_bytes=100_000) as reader:
+        await anext(reader)
+        await store.put("doc", b"new version")  # the old chunks are purged
+
+        async def rest() -> None:
+            async for _ in reader:
+                pass
+
+        with pytest.raises(ObjectNotFound, match="replaced while being read"):
+            await rest()
+    assert await store.get("doc") == b"new version"

@@ -30,6 +30,9 @@ __all__ = (
 )
 
 DIGEST_PREFIX: Final = "SHA-256="
+# The meta subject carries the name in base64: a subject over the server's 4 KiB
+# control line limit makes it close the connection, so names are bounded well below.
+MAX_META_SUBJECT: Final = 2048
 _BUCKET: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -56,6 +59,12 @@ def check_name(name: object) -> str:
         name.encode()
     except UnicodeEncodeError as exc:
         raise InvalidKey(f"invalid object name {name!r}: it is not valid UTF-8") from exc
+    size = len(name.encode())
+    if (size + 2) // 3 * 4 > MAX_META_SUBJECT:
+        raise InvalidKey(
+            f"invalid object name {name[:40]!r}...: {size} bytes is too long (its encoded "
+            f"form, in a subject, would exceed {MAX_META_SUBJECT} bytes)"
+        )
     return name
 
 

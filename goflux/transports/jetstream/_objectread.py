@@ -12,9 +12,11 @@ in: a mismatch raises :class:`~goflux.DigestMismatch`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -25,7 +27,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from goflux._errors import BucketNotFound, DigestMismatch, TransportError
+from goflux._errors import BucketNotFound, DigestMismatch, ObjectNotFound, TransportError
 from goflux.transports._natspy import api_prefix, api_timeout, connection
 from goflux.transports._refusals import Guard
 from goflux.transports.jetstream._api import api_error, api_guard
@@ -81,14 +83,17 @@ class ChunkReader:
     """
 
     __slots__ = (
+        "__weakref__",
         "_batch",
         "_closed",
         "_done",
+        "_finalizer",
         "_inbox",
         "_info",
         "_js",
         "_next_seq",
         "_ready",
+        "_reload",
         "_sha",
         "_size",
         "_sub",
@@ -96,8 +101,17 @@ class ChunkReader:
         "_what",
     )
 
-    def __init__(self, js: JetStreamContext, info: ObjectInfo, *, window_bytes: int) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        info: ObjectInfo,
+        *,
+        window_bytes: int,
+        reload: Callable[[], Awaitable[ObjectInfo]] | None = None,
+    ) -> None:
         self._js = js
+        self._reload = reload
+        self._finalizer: weakref.finalize[[Subscription], ChunkReader] | None = None
         self._info = info
         self._batch = max(1, window_bytes // max(1, info.chunk_size or 128 * 1024))
         self._sub: Subscription | None = None
@@ -125,6 +139,8 @@ class ChunkReader:
             try:
                 self._inbox = nc.new_inbox()
                 self._sub = await nc.subscribe(self._inbox)
+                # A reader dropped without close() must not keep its subscription.
+                self._finalizer = weakref.finalize(self, _drop_subscription, self._sub)
                 await self._request()
             except nats.errors.Error as exc:
                 raise api_error(exc, self._what, self._js) from exc
@@ -158,6 +174,8 @@ class ChunkReader:
             if self._done:
                 if not self._verified:
                     self._verified = True
+                    if self._size < self._info.size:
+                        await self._check_current()
                     check_digest(self._info, self._size, self._sha.digest())
                 return None
             await self.open()
@@ -167,6 +185,31 @@ class ChunkReader:
                 except nats.errors.Error as exc:
                     raise api_error(exc, self._what, self._js) from exc
         return self._ready.popleft()
+
+    async def _check_current(self) -> None:
+        """A read that came up short: say so if the object was replaced or deleted.
+
+        Raises:
+            ObjectNotFound: The object is deleted, or another version replaced it
+                (and its chunks are gone): read it again.
+        """
+        if self._reload is None:
+            return
+        info = self._info
+        try:
+            latest = await self._reload()
+        except ObjectNotFound as exc:
+            raise ObjectNotFound(
+                f"{self._what}: it was deleted (or expired) while being read",
+                bucket=info.bucket,
+                name=info.name,
+            ) from exc
+        if latest.nuid != info.nuid:
+            raise ObjectNotFound(
+                f"{self._what}: it was replaced while being read; read it again",
+                bucket=info.bucket,
+                name=info.name,
+            )
 
     async def _receive_batch(self) -> None:
         """Take one batch's replies; ask for the next batch at once if there is more."""
@@ -204,6 +247,8 @@ class ChunkReader:
         """Remove the reply subscription (safe to call again)."""
         sub, self._sub = self._sub, None
         self._closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()  # closed: nothing left for the garbage collector
         self._ready.clear()
         if sub is not None and not connection(self._js).is_closed:
             with contextlib.suppress(nats.errors.Error):
@@ -220,6 +265,25 @@ class ChunkReader:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+_DROPPING: set[asyncio.Task[None]] = set()  # unsubscribes of dropped readers, until done
+
+
+def _drop_subscription(sub: Subscription) -> None:
+    """Unsubscribe the inbox of a reader that was dropped unclosed."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop any more: its client is gone too
+        return
+    task = loop.create_task(_unsubscribe(sub))
+    _DROPPING.add(task)
+    task.add_done_callback(_DROPPING.discard)
+
+
+async def _unsubscribe(sub: Subscription) -> None:
+    with contextlib.suppress(nats.errors.Error):
+        await sub.unsubscribe()
 
 
 class ObjectReader:
@@ -276,7 +340,9 @@ class ObjectReader:
     async def _start(self) -> ChunkReader:
         if self._reader is None:
             self._info = await self._load()
-            self._reader = ChunkReader(self._js, self._info, window_bytes=self._window)
+            self._reader = ChunkReader(
+                self._js, self._info, window_bytes=self._window, reload=self._load
+            )
         await self._reader.open()
         return self._reader
 

@@ -24,6 +24,7 @@ from goflux._codecs import Codec
 from goflux._errors import (
     BucketNotFound,
     DecodeError,
+    ExpectationFailed,
     GofluxError,
     ObjectNotFound,
     PublishError,
@@ -61,6 +62,8 @@ DEFAULT_WINDOW: Final = 32
 _NO_MESSAGE: Final = 10037
 _STREAM_NOT_FOUND: Final = 10059
 _ROLLUP: Final = {"Nats-Rollup": "sub"}
+_EXPECTED: Final = "Nats-Expected-Last-Subject-Sequence"
+_RACES: Final = 10  # tries of a write that other writers of the same name keep beating
 
 
 def _not_found(bucket: str, what: str, cause: BaseException | None = None) -> BucketNotFound:
@@ -182,6 +185,10 @@ class ObjectStore:
 
     async def _lookup(self, name: str) -> ObjectInfo | None:
         """The latest info of ``name`` (deleted too), or None if it never existed."""
+        return (await self._versioned(name))[0]
+
+    async def _versioned(self, name: str) -> tuple[ObjectInfo | None, int]:
+        """The latest info of ``name`` and the stream sequence of its meta (0: none)."""
         what = f"object {name!r} in bucket {self._bucket!r}"
         tail = f"STREAM.MSG.GET.{self._stream}"
         with ApiCall(self._js, what, tail):
@@ -191,14 +198,14 @@ class ObjectStore:
                 )
             except APIError as exc:
                 if exc.err_code == _NO_MESSAGE:
-                    return None
+                    return None, 0
                 if exc.err_code == _STREAM_NOT_FOUND:
                     raise _not_found(self._bucket, what, exc) from exc
                 raise
         stored = reply["message"]
         data = base64.b64decode(stored.get("data") or "")
         mtime = from_rfc3339(stored.get("time")) or datetime.now(UTC)
-        return info_from_json(data, bucket=self._bucket, mtime=mtime)
+        return info_from_json(data, bucket=self._bucket, mtime=mtime), int(stored["seq"])
 
     async def info(self, name: str, *, deleted: bool = False) -> ObjectInfo:
         """The info of object ``name``: size, chunks, digest, time, metadata.
@@ -223,14 +230,19 @@ class ObjectStore:
             )
         return info
 
-    async def _publish_meta(self, info: ObjectInfo, what: str) -> None:
-        """Write ``info`` as the object's meta message, rolling up the earlier ones."""
+    async def _publish_meta(self, info: ObjectInfo, what: str, replaces: int) -> None:
+        """Write ``info`` as the object's meta message, rolling up the earlier ones.
+
+        Only if the meta message ``replaces`` (its sequence; 0: none) is still the
+        latest: :class:`~goflux.ExpectationFailed` otherwise.
+        """
         subject = meta_subject(self._bucket, info.name)
         nc = connection(self._js)
         timeout = api_timeout(self._js)
+        headers = {**_ROLLUP, _EXPECTED: str(replaces)}
         with refusals(nc).guard("publish", subject, what, request=True):
             try:
-                msg = await nc.request(subject, meta_json(info), timeout=timeout, headers=_ROLLUP)
+                msg = await nc.request(subject, meta_json(info), timeout=timeout, headers=headers)
             except nats.errors.NoRespondersError as exc:
                 raise _not_found(self._bucket, what, exc) from exc
             except nats.errors.TimeoutError:
@@ -304,7 +316,7 @@ class ObjectStore:
             raise ValueError(f"window must be >= 1, got {window}")
         chunks = chunks_of(data, chunk_size)  # a wrong type raises before anything is sent
         what = f"put of object {name!r} in bucket {self._bucket!r}"
-        existing = await self._lookup(name)
+        await self._lookup(name)  # a missing bucket fails here, before any chunk is sent
         nuid = self._nuid.next().decode()
         subject = chunk_subject(self._bucket, nuid)
         prefix = f"$O.{self._bucket}.C"
@@ -331,14 +343,36 @@ class ObjectStore:
                     chunk_size=chunk_size,
                 )
                 meta_sent = True
-                await self._publish_meta(info, what)
+                replaced = await self._replace_meta(info, what)
         except BaseException as exc:
             if not (meta_sent and isinstance(exc, PublishError) and exc.may_be_stored):
                 await self._purge_quietly(subject, what)
             raise
-        if existing is not None and not existing.deleted and existing.nuid:
-            await self._purge(chunk_subject(self._bucket, existing.nuid), what)
+        if replaced is not None and not replaced.deleted and replaced.nuid:
+            await self._purge(chunk_subject(self._bucket, replaced.nuid), what)
         return info
+
+    async def _replace_meta(self, info: ObjectInfo, what: str) -> ObjectInfo | None:
+        """Write ``info`` over the latest version of its object; return that version.
+
+        A writer that got there between the look and the write makes the write fail
+        its expectation: the look is made again, so whoever replaces a version
+        purges its chunks, and no version is left behind unreferenced.
+
+        Raises:
+            PublishError: The name kept changing under the write.
+        """
+        for _ in range(_RACES):
+            current, sequence = await self._versioned(info.name)
+            try:
+                await self._publish_meta(info, what, sequence)
+            except ExpectationFailed:
+                continue  # another writer came between: replace its version
+            return current
+        raise PublishError(
+            f"{what}: the object kept changing under the write ({_RACES} tries)",
+            subject=meta_subject(self._bucket, info.name),
+        )
 
     async def _purge_quietly(self, subject: str, what: str) -> None:
         with contextlib.suppress(GofluxError):
@@ -445,8 +479,25 @@ class ObjectStore:
             PermissionDenied: The server refused a publish or a request.
             TransportError: No answer in time, or the connection failed.
         """
-        info = await self.info(name)
+        check_name(name)
         what = f"delete of object {name!r} in bucket {self._bucket!r}"
+        for _ in range(_RACES):
+            info, sequence = await self._versioned(name)
+            if info is None or info.deleted:
+                raise ObjectNotFound(
+                    f"no object {name!r} in bucket {self._bucket!r}", bucket=self._bucket, name=name
+                )
+            try:
+                return await self._mark_deleted(info, what, sequence)
+            except ExpectationFailed:
+                continue  # written meanwhile: delete the newer version
+        raise PublishError(
+            f"{what}: the object kept changing under the delete ({_RACES} tries)",
+            subject=meta_subject(self._bucket, name),
+        )
+
+    async def _mark_deleted(self, info: ObjectInfo, what: str, sequence: int) -> ObjectInfo:
+        """Write the delete marker over version ``sequence`` of ``info``; purge its chunks."""
         gone = ObjectInfo(
             bucket=self._bucket,
             name=info.name,
@@ -461,11 +512,9 @@ class ObjectStore:
             meta=info.meta,
             chunk_size=info.chunk_size,
         )
-        try:
-            await self._publish_meta(gone, what)
-        finally:
-            if info.nuid:
-                await self._purge(chunk_subject(self._bucket, info.nuid), what)
+        await self._publish_meta(gone, what, sequence)
+        if info.nuid:
+            await self._purge(chunk_subject(self._bucket, info.nuid), what)
         return gone
 
     async def list(self, *, deleted: bool = False) -> list[ObjectInfo]:
