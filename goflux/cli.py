@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -249,6 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (``goflux obj get ... | head``): quietly
+        with contextlib.suppress(OSError):  # no flush of the dead pipe at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         if isinstance(exc, GofluxError | OSError | TimeoutError) or type(exc).__module__.startswith(
             "nats"

@@ -253,3 +253,24 @@ def test_obj_put_ls_get_and_clear_errors(nats_server: NatsServer, tmp_path: Path
     no_bucket = goflux("obj", *url, "ls", "nobucket")
     assert no_bucket.returncode == 2
     assert "BucketNotFound" in no_bucket.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async def make() -> None:
+        nc = await nats.connect(nats_server.url)
+        store = await jetstream.object_store(nc.jetstream(), "files")
+        await store.put("big", bytes(5_000_000))
+        await nc.close()
+
+    asyncio.run(make())
+    command = (
+        f"{sys.executable} -m goflux obj --url {nats_server.url} get files big | head -c 10"
+        " > /dev/null; echo ${PIPESTATUS[0]}"
+    )
+    done = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "0"
+    assert done.stderr == ""

@@ -406,3 +406,26 @@ async def test_a_watcher_sees_a_keys_writes_in_order_and_at_least_the_latest(
         await asyncio.wait_for(done.wait(), 20)
     assert got == sorted(set(got))  # in order, none twice
     assert got[-1] == 300  # the latest write always arrives
+
+
+async def test_a_watch_says_when_it_has_caught_up_with_the_old_writes(
+    bare_js: JetStreamContext,
+) -> None:
+    kv = await bucket(bare_js)
+    for key in ("a", "b", "c"):
+        await kv.put(key, order(1))
+    async with kv.watch() as entries:
+        seen = []
+        for _ in range(3):
+            assert not entries.caught_up
+            seen.append((await anext(entries)).key)
+        assert entries.caught_up  # a, b and c were what the bucket held
+        await kv.put("d", order(2))
+        assert (await anext(entries)).key == "d"
+        assert entries.caught_up
+    assert seen == ["a", "b", "c"]
+    empty = await bucket(bare_js, "empty")
+    async with empty.watch() as nothing_old:
+        assert nothing_old.caught_up
+    async with kv.watch(updates_only=True) as updates:
+        assert updates.caught_up

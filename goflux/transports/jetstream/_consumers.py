@@ -248,6 +248,7 @@ class OrderedConsumer:
         "_subject",
         "name",
         "next_subject",
+        "pending_at_start",
         "stream",
     )
 
@@ -273,6 +274,7 @@ class OrderedConsumer:
         self._consumer_sequence = 0
         self._stream_sequence = 0
         self._start_floor = info.delivered.stream_seq if info.delivered is not None else 0
+        self.pending_at_start = info.num_pending or 0  # what the first consumer had to deliver
         self._recreating = False
 
     def admit(self, msg: Msg) -> Admission:

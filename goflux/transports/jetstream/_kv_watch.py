@@ -108,7 +108,9 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
                 connection failed.
         """
 
-        async def hand_on(entry: Entry[T], msg: Message[bytes]) -> None:
+        async def hand_on(entry: Entry[T] | None, msg: Message[bytes], last: bool) -> None:
+            if entry is None:
+                return  # an entry left out (a delete, an undecodable value)
             await handler(
                 Message(
                     entry.key,
@@ -124,9 +126,18 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
         return await self._start_entries(subject, hand_on)
 
     async def _start_entries(
-        self, subject: str, take: Callable[[Entry[T], Message[bytes]], Awaitable[None]]
+        self,
+        subject: str,
+        take: Callable[[Entry[T] | None, Message[bytes], bool], Awaitable[None]],
     ) -> JetStreamSubscription[bytes]:
-        """Watch ``subject``; hand each write's entry (with its message) to ``take``."""
+        """Watch ``subject``; hand each write's entry (with its message) to ``take``.
+
+        ``take`` also learns whether the write was the last one pending (delta 0).
+
+        A write left out (a delete with ``ignore_deletes``, an undecodable value) is
+        handed on as None when it was the last one pending (delta 0), so a reader
+        still learns that it has caught up.
+        """
         validate_pattern(subject)  # the same rules, and words, as any subscription
         try:
             check_key_pattern(subject)
@@ -159,10 +170,14 @@ class KeyWatcher(Streaming[Entry[T]], Generic[T]):
             except DecodeError as exc:
                 self.undecodable += 1
                 logger.error("watching bucket %r: skipped an undecodable value: %s", bucket, exc)
+                if delta == 0:
+                    await take(None, msg, True)
                 return
             if ignore_deletes and entry.operation != "put":
+                if delta == 0:
+                    await take(None, msg, True)
                 return
-            await take(entry, msg)
+            await take(entry, msg, delta == 0)
 
         try:
             return await self._inner.start(key_subject(bucket, subject), on_write)
@@ -215,7 +230,8 @@ class EntryFeed(Generic[T]):
         self._watcher = watcher
         self._pattern = pattern
         self._buffer = buffer
-        self._entries: deque[Entry[T]] = deque()
+        self._entries: deque[tuple[Entry[T] | None, bool]] = deque()  # (entry, caught up)
+        self._caught_up = False
         self._reader: asyncio.Future[None] | None = None  # the reader waiting for an entry
         self._writer: asyncio.Future[None] | None = None  # the watch waiting for room
         self._subscription: JetStreamSubscription[bytes] | None = None
@@ -231,19 +247,35 @@ class EntryFeed(Generic[T]):
         """
         if self._subscription is None and not self._ended:
             self._subscription = await self._watcher._start_entries(self._pattern, self._take)
+            if self._subscription.pending_at_start == 0:
+                self._caught_up = True  # nothing old to deliver (empty, or updates only)
             self._monitor = asyncio.get_running_loop().create_task(
                 self._watch_end(self._subscription)
             )
         return self
 
-    async def _take(self, entry: Entry[T], msg: Message[bytes]) -> None:
+    @property
+    def caught_up(self) -> bool:
+        """Whether every write the watch started with has been returned.
+
+        True at once when there were none (an empty bucket, or ``updates_only``);
+        else once the last of them has come out of :meth:`__anext__` (what is
+        returned after that is a change). Check it after each entry to learn that a
+        state loaded from the watch is complete. With ``ignore_deletes``, when the
+        last old write is a delete (or an undecodable value), it turns True with the
+        entry before it if the watch has received the delete by then, else with the
+        next entry.
+        """
+        return self._caught_up
+
+    async def _take(self, entry: Entry[T] | None, msg: Message[bytes], last: bool) -> None:
         entries = self._entries
         while len(entries) >= self._buffer and not self._ended:
             self._writer = asyncio.get_running_loop().create_future()
             await self._writer
         if self._ended:
             return
-        entries.append(entry)
+        entries.append((entry, last))
         reader = self._reader
         if reader is not None and not reader.done():
             reader.set_result(None)
@@ -287,10 +319,17 @@ class EntryFeed(Generic[T]):
         entries = self._entries
         while True:
             if entries:
-                entry = entries.popleft()
+                entry, last = entries.popleft()
                 writer = self._writer
                 if writer is not None and not writer.done():
                     writer.set_result(None)
+                if last:
+                    self._caught_up = True
+                if entry is None:
+                    continue  # the last old write was left out: caught up all the same
+                if entries and entries[0] == (None, True):
+                    entries.popleft()  # the last old write came right after, left out
+                    self._caught_up = True
                 return entry
             if self._ended:
                 if self._failure is not None:

@@ -198,6 +198,12 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         return self._engine.consumer.name
 
     @property
+    def pending_at_start(self) -> int | None:
+        """Messages the consumer had to deliver when ordered mode created it, else None."""
+        pending = getattr(self._engine.consumer, "pending_at_start", None)
+        return pending if isinstance(pending, int) else None
+
+    @property
     def stream(self) -> str:
         """The stream consumed."""
         return self._engine.consumer.stream
