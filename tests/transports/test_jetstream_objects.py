@@ -540,3 +540,14 @@ async def test_an_object_replaced_while_being_read_says_so(bare_js: JetStreamCon
         with pytest.raises(ObjectNotFound, match="replaced while being read"):
             await rest()
     assert await store.get("doc") == b"new version"
+
+
+async def test_listing_leaves_no_consumer_behind(bare_js: JetStreamContext) -> None:
+    store = await jetstream.object_store(bare_js, "files")
+    for n in range(3):
+        await store.put(f"f{n}", b"x")
+    await store.delete("f1")
+    for _ in range(5):
+        assert [i.name for i in await store.list()] == ["f0", "f2"]
+    assert [i.name for i in await store.list(deleted=True)] == ["f0", "f1", "f2"]
+    assert await bare_js.consumers_info("OBJ_files") == []

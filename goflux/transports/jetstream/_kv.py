@@ -4,7 +4,7 @@ Writes are publishes to ``$KV.<bucket>.<key>`` that wait for the PubAck (its
 sequence is the revision), traced like any goflux publish; conditional writes use
 ``Nats-Expected-Last-Subject-Sequence``. Reads use the server's direct get (any
 replica answers) where the bucket allows it, else the stream's message get. Keys and
-history are read with a short-lived consumer (:mod:`._kv_scan`), watches are ordered
+history are read with a short-lived consumer (:mod:`._scan`), watches are ordered
 subscribers (:mod:`._kv_watch`).
 """
 
@@ -49,11 +49,11 @@ from goflux.transports.jetstream._kv_entry import (
     operation_of,
     stream_of,
 )
-from goflux.transports.jetstream._kv_scan import scan
 from goflux.transports.jetstream._kv_watch import EntryFeed, KeyWatcher
 from goflux.transports.jetstream._provision import ensure_stream
 from goflux.transports.jetstream._raw import api_request, from_rfc3339
 from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
+from goflux.transports.jetstream._scan import scan
 from goflux.transports.jetstream._system import SYSTEM
 
 __all__ = ("KeyValue", "key_value")

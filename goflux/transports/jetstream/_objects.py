@@ -32,6 +32,7 @@ from goflux._errors import (
 from goflux.transports._natspy import api_timeout, connection
 from goflux.transports._refusals import refusals
 from goflux.transports.jetstream._api import ApiCall
+from goflux.transports.jetstream._delivery import delivery_of
 from goflux.transports.jetstream._objectinfo import ObjectInfo, info_from_json, meta_json
 from goflux.transports.jetstream._objectnames import (
     all_chunks,
@@ -49,6 +50,7 @@ from goflux.transports.jetstream._objectwrite import ObjectData, chunks_of, writ
 from goflux.transports.jetstream._provision import ensure_stream
 from goflux.transports.jetstream._raw import api_request, from_rfc3339
 from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
+from goflux.transports.jetstream._scan import scan
 
 __all__ = ("DEFAULT_CHUNK_SIZE", "DEFAULT_WINDOW", "ObjectStore", "object_store")
 
@@ -541,12 +543,18 @@ class ObjectStore:
                     raise _not_found(self._bucket, what, exc) from exc
                 raise
         found: dict[str, ObjectInfo] = {}
-        async with ObjectWatch(self._js, self._bucket) as watch:
-            while True:
-                info, pending = await watch.next_with_pending()
-                found[info.name] = info
-                if pending == 0:
-                    break
+        with ApiCall(self._js, what, f"CONSUMER.CREATE.{self._stream}"):
+            try:
+                async for msg in scan(
+                    self._js, self._stream, all_meta(self._bucket), deliver="last_per_subject"
+                ):
+                    mtime = delivery_of(msg.reply).timestamp
+                    info = info_from_json(msg.data, bucket=self._bucket, mtime=mtime)
+                    found[info.name] = info
+            except APIError as exc:
+                if exc.err_code == _STREAM_NOT_FOUND:
+                    raise _not_found(self._bucket, what, exc) from exc
+                raise
         return [found[name] for name in sorted(found) if deleted or not found[name].deleted]
 
     def watch(

@@ -2,8 +2,9 @@
 
 A short-lived consumer without acks (in memory, one replica) delivers what the
 subjects hold; the read ends at the delivery whose pending count is 0, the last one
-there was when it got to it. Used for a bucket's keys (last write per key, headers
-only) and a key's history (every write).
+there was when it got to it. Used for a Key-Value bucket's keys (last write per key,
+headers only) and a key's history (every write), and an Object store's list (the last
+meta message of each object).
 """
 
 from __future__ import annotations
