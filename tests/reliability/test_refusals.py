@@ -58,6 +58,7 @@ USERS = {
     "queues": 'subscribe: { allow: ["jobs", "jobs good", "_INBOX.>"] }',
     "cased": 'publish: { deny: ["OK.>"] }, subscribe: { deny: ["Foo"] }',
     "noinbox": 'subscribe: { deny: ["_INBOX.>"] }',
+    "nochunks": 'publish: { deny: ["$O.FILES.C.>"] }',
 }
 
 
@@ -610,3 +611,16 @@ accounts {{ APP {{ jetstream: enabled, users: [
         assert took < AT_ONCE
         await nc.close()
         await admin.close()
+
+
+async def test_a_refused_object_chunk_fails_the_put_at_once(server: Server) -> None:
+    admin = await server.connect("admin")
+    await jetstream.object_store(admin.jetstream(), "FILES")
+    nc = await server.connect("nochunks")
+    store = await jetstream.object_store(nc.jetstream(), "FILES", create=False)
+    error, took = await timed(lambda: store.put("report", bytes(1_000_000)))
+    assert isinstance(error, PermissionDenied)
+    assert "$O.FILES.C." in str(error)
+    assert took < AT_ONCE
+    assert await jetstream.object_store(admin.jetstream(), "FILES", create=False)
+    assert (await admin.jetstream().stream_info("OBJ_FILES")).state.messages == 0

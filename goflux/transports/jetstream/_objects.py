@@ -272,7 +272,7 @@ class ObjectStore:
         meta: Mapping[str, str] | None = None,
         headers: Mapping[str, str | Sequence[str]] | None = None,
         description: str | None = None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_size: int | None = None,
         window: int = DEFAULT_WINDOW,
     ) -> ObjectInfo:
         """Store ``data`` as object ``name``, replacing any object of that name.
@@ -293,7 +293,8 @@ class ObjectStore:
             meta: Metadata, names to values (nats.go's ``Metadata``).
             headers: Headers, each name with a value or a list of values.
             description: The object's description.
-            chunk_size: Bytes per chunk (at most the server's ``max_payload``).
+            chunk_size: Bytes per chunk (at most the server's ``max_payload``; default
+                128 KiB, or the server's ``max_payload`` if that is smaller).
             window: Chunks awaiting their PubAck at a time.
 
         Returns:
@@ -312,6 +313,10 @@ class ObjectStore:
         """
         check_name(name)
         max_payload = connection(self._js).max_payload
+        if chunk_size is None:
+            chunk_size = (
+                min(DEFAULT_CHUNK_SIZE, max_payload) if max_payload > 0 else DEFAULT_CHUNK_SIZE
+            )
         if not 1 <= chunk_size <= max_payload:
             raise ValueError(f"chunk_size must be 1 to {max_payload} bytes, got {chunk_size}")
         if window < 1:

@@ -24,6 +24,7 @@ from nats.js import JetStreamContext
 
 from goflux._receipt import PublishReceipt
 from goflux.transports._natspy import connection
+from goflux.transports._refusals import Refusal, refusals
 from goflux.transports.jetstream._pubacks import PubAcks
 from goflux.transports.jetstream._replies import send_error, timeout_error
 
@@ -113,6 +114,13 @@ async def write_chunks(
     sha = hashlib.sha256()
     size = count = 0
     pending: deque[tuple[asyncio.Future[PublishReceipt], str]] = deque()
+
+    def refused(refusal: Refusal) -> None:
+        # A refused chunk gets no PubAck: fail those awaited, so nothing waits them out.
+        for _, reply in pending:
+            acks.fail(reply, refusal.error(f"publish to {subject!r}"))
+
+    unlisten = refusals(nc).listen("publish", subject, refused)
     try:
         await acks.open()
         async for chunk in chunks:
@@ -132,6 +140,7 @@ async def write_chunks(
     except nats.errors.Error as exc:  # the inbox could not be opened
         raise send_error(subject, exc, nc) from exc
     finally:
+        unlisten()
         await _drain(nc, pending, timeout)  # what was sent is stored or not before we return
         await acks.close()
     return Written(size=size, chunks=count, sha256=sha.digest())
