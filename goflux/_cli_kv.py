@@ -13,18 +13,15 @@ Values are bytes as stored; nothing is created: a missing bucket is an error.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+from goflux._cli_actions import Action, Connect, runner
 from goflux._codecs import BytesCodec
 from goflux._errors import BucketNotFound
 
 __all__ = ("add_kv_commands",)
 
-Connect = Callable[[str], Awaitable[Any]]
 _PREFIX = "KV_"
 
 
@@ -120,7 +117,7 @@ async def _watch(nc: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
+_COMMANDS: dict[str, Action] = {
     "ls": _ls,
     "get": _get,
     "put": _put,
@@ -148,16 +145,4 @@ def add_kv_commands(commands: Any, *, connect: Connect, default_url: str) -> Non
     watch.add_argument("pattern", nargs="?", default=">", help="key pattern (default: all)")
     watch.add_argument("--history", action="store_true", help="start with every kept write")
 
-    def run(args: argparse.Namespace) -> int:
-        url = args.url or os.environ.get("NATS_URL") or default_url
-
-        async def go() -> int:
-            nc = await connect(url)
-            try:
-                return await _COMMANDS[args.action](nc, args)
-            finally:
-                await nc.close()
-
-        return asyncio.run(go())
-
-    kv.set_defaults(run=run)
+    kv.set_defaults(run=runner(_COMMANDS, connect=connect, default_url=default_url))

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from goflux._cli_actions import Action, Connect, runner
+
 __all__ = ("add_obj_commands",)
 
-Connect = Callable[[str], Awaitable[Any]]
 _PREFIX = "OBJ_"
 
 
@@ -93,7 +92,7 @@ async def _get(nc: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
+_COMMANDS: dict[str, Action] = {
     "ls": _ls,
     "put": _put,
     "get": _get,
@@ -116,16 +115,4 @@ def add_obj_commands(commands: Any, *, connect: Connect, default_url: str) -> No
     get.add_argument("name")
     get.add_argument("--out", help="write to this file (default: stdout)")
 
-    def run(args: argparse.Namespace) -> int:
-        url = args.url or os.environ.get("NATS_URL") or default_url
-
-        async def go() -> int:
-            nc = await connect(url)
-            try:
-                return await _COMMANDS[args.action](nc, args)
-            finally:
-                await nc.close()
-
-        return asyncio.run(go())
-
-    obj.set_defaults(run=run)
+    obj.set_defaults(run=runner(_COMMANDS, connect=connect, default_url=default_url))

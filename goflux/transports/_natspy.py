@@ -211,6 +211,15 @@ class HeaderLines(dict[str, str]):
         """Every ``(name, value)`` header line, in the order received."""
         return _header_lines(self._raw)
 
+    @classmethod
+    def parsed(cls, block: bytes) -> HeaderLines:
+        """The headers of a ``NATS/1.0`` block read from elsewhere (a stored message)."""
+        headers = cls(block)
+        lines = headers.lines
+        headers.update(lines)
+        headers.repeated = len(lines) > len(headers)
+        return headers
+
 
 def _header_lines(raw: bytes) -> list[tuple[str, str]]:
     lines: list[tuple[str, str]] = []

@@ -9,7 +9,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from goflux import BytesCodec, JsonCodec, PermissionDenied, RequestTimeout, SubscribeError
+from goflux import BytesCodec, JsonCodec, RequestTimeout, SubscribeError
 from goflux.middleware import DeadLetter
 from goflux.transports import jetstream
 from tests.conftest import STREAM, Otel
@@ -209,10 +209,6 @@ async def test_a_closed_subscriber_refuses_reads(js: JetStreamContext) -> None:
     await sub.close()
     with pytest.raises(SubscribeError, match="closed"):
         await sub.fetch(1)
-
-
-def test_permission_denied_is_a_subscribe_error() -> None:
-    assert issubclass(PermissionDenied, SubscribeError)
 
 
 async def test_fetch_in_a_pinned_priority_group_reads_only_for_the_pinned_client(

@@ -10,12 +10,11 @@ subscribers (:mod:`._kv_watch`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 
 import nats.errors
@@ -34,7 +33,7 @@ from goflux._errors import (
 from goflux._scopes import PublishScopes
 from goflux._telemetry import Telemetry
 from goflux._wire import check_size
-from goflux.transports._natspy import HeaderLines, api_prefix, api_timeout, connection
+from goflux.transports._natspy import api_prefix, api_timeout, connection
 from goflux.transports._refusals import refusals
 from goflux.transports.jetstream._api import ApiCall, api_error, api_guard
 from goflux.transports.jetstream._delivery import delivery_of
@@ -51,7 +50,7 @@ from goflux.transports.jetstream._kv_entry import (
 )
 from goflux.transports.jetstream._kv_watch import EntryFeed, KeyWatcher
 from goflux.transports.jetstream._provision import ensure_stream
-from goflux.transports.jetstream._raw import api_request, from_rfc3339
+from goflux.transports.jetstream._raw import Stored, api_request, from_rfc3339, message_get
 from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
 from goflux.transports.jetstream._scan import scan
 from goflux.transports.jetstream._system import SYSTEM
@@ -66,7 +65,6 @@ _WRONG_SEQUENCE: Final = re.compile(r"wrong last sequence: (\d+)")
 _DELETE: Final = {OPERATION_HEADER: "DEL"}
 _PURGE: Final = {OPERATION_HEADER: "PURGE", "Nats-Rollup": "sub"}
 _NOT_FOUND: Final = "404"
-_NO_MESSAGE: Final = 10037  # "no message found"
 _STREAM_NOT_FOUND: Final = 10059
 # Bucket settings by their Key-Value names, and the stream settings they set.
 _SETTINGS: Final = {
@@ -421,18 +419,20 @@ class KeyValue(Generic[T]):
             stored = await self._direct_get(subject, revision)
         else:
             stored = await self._message_get(subject, revision)
-        if stored is None:
-            return None
-        stored_subject, data, headers, sequence, created = stored
-        if stored_subject != subject:
-            return None  # the revision is a write of another key
+        if stored is None or stored.subject != subject:
+            return None  # none, or the revision is a write of another key
         return entry_of(
-            self.bucket, self._codec, subject, data, headers, revision=sequence, created=created
+            self.bucket,
+            self._codec,
+            subject,
+            stored.data,
+            stored.headers,
+            revision=stored.sequence,
+            created=stored.time or datetime.now(UTC),
         )
 
-    async def _direct_get(
-        self, subject: str, revision: int | None
-    ) -> tuple[str, bytes, Mapping[str, str], int, Any] | None:
+    async def _direct_get(self, subject: str, revision: int | None) -> Stored | None:
+        """The write of ``subject`` (the latest, or at ``revision``) by direct get."""
         if revision is None:
             request, body = f"{self._prefix}.DIRECT.GET.{self.stream}.{subject}", b""
         else:
@@ -455,44 +455,25 @@ class KeyValue(Generic[T]):
         if status is not None:
             description = headers.get("Description", "")
             raise TransportError(f"{what}: the server answered {status} {description}")
-        created = from_rfc3339(headers.get("Nats-Time-Stamp"))
-        return (
-            headers.get("Nats-Subject", subject),
-            reply.data,
-            headers,
-            int(headers.get("Nats-Sequence", "0")),
-            created,
+        return Stored(
+            subject=headers.get("Nats-Subject", subject),
+            sequence=int(headers.get("Nats-Sequence", "0")),
+            time=from_rfc3339(headers.get("Nats-Time-Stamp")),
+            data=reply.data,
+            headers=headers,
         )
 
-    async def _message_get(
-        self, subject: str, revision: int | None
-    ) -> tuple[str, bytes, Mapping[str, str], int, Any] | None:
+    async def _message_get(self, subject: str, revision: int | None) -> Stored | None:
+        """The write of ``subject`` (the latest, or at ``revision``) by message get."""
         what = f"reading {subject!r} of bucket {self.bucket!r}"
-        tail = f"STREAM.MSG.GET.{self.stream}"
-        body = {"last_by_subj": subject} if revision is None else {"seq": revision}
-        with ApiCall(self._js, what, tail):
+        request = {"last_by_subj": subject} if revision is None else {"seq": revision}
+        with ApiCall(self._js, what, f"STREAM.MSG.GET.{self.stream}"):
             try:
-                reply = await api_request(self._js, tail, body)
+                return await message_get(self._js, self.stream, request)
             except APIError as exc:
-                if exc.err_code == _NO_MESSAGE:
-                    return None
                 if exc.err_code == _STREAM_NOT_FOUND:
                     raise self._missing() from exc
                 raise
-        stored = reply["message"]
-        block = base64.b64decode(stored.get("hdrs") or "")
-        headers: Mapping[str, str] = {}
-        if block:
-            lines = HeaderLines(block)
-            lines.update(lines.lines)
-            headers = lines
-        return (
-            stored["subject"],
-            base64.b64decode(stored.get("data") or ""),
-            headers,
-            int(stored["seq"]),
-            from_rfc3339(stored.get("time")),
-        )
 
     async def keys(self, pattern: str = ">") -> AsyncIterator[str]:
         """The keys with a value (not deleted or purged) matching ``pattern``.

@@ -8,10 +8,9 @@ direct get or not.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import TypeVar
 
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
@@ -22,17 +21,14 @@ from goflux._headers import Headers
 from goflux._message import Delivery, Message
 from goflux._subjects import validate_pattern
 from goflux._wire import read_headers
-from goflux.transports._natspy import HeaderLines
 from goflux.transports.jetstream._api import ApiCall
 from goflux.transports.jetstream._provision import _check_name, _provisioning_error
-from goflux.transports.jetstream._raw import api_request, from_rfc3339
+from goflux.transports.jetstream._raw import Stored, message_get
 
 __all__ = ("StoredMessage", "get_last")
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-
-_NO_MESSAGE: Final = 10037  # "no message found"
 
 
 class StoredMessage(Message[T_co]):
@@ -100,43 +96,30 @@ class StoredMessage(Message[T_co]):
         )
 
 
-def _header_lines(block: bytes) -> HeaderLines:
-    """The header lines of a stored ``NATS/1.0`` block, as a client would hand them."""
-    headers = HeaderLines(block)
-    lines = headers.lines
-    headers.update(lines)
-    headers.repeated = len(lines) > len(headers)
-    return headers
-
-
-def _stored(stream: str, codec: Codec[T], stored: dict[str, Any]) -> StoredMessage[T]:
-    subject: str = stored["subject"]
-    sequence = int(stored["seq"])
-    data = base64.b64decode(stored.get("data") or "")
-    block = base64.b64decode(stored.get("hdrs") or "")
-    raw = _header_lines(block) if block else None
+def _stored(stream: str, codec: Codec[T], stored: Stored) -> StoredMessage[T]:
+    subject, sequence, raw = stored.subject, stored.sequence, stored.headers
     headers, message_id = read_headers(raw)
+    lines = getattr(raw, "lines", None) if raw is not None else None
     try:
-        payload = codec.decode(data)
+        payload = codec.decode(stored.data)
     except DecodeError as exc:
         raise DecodeError(
             f"stream {stream!r}, subject {subject!r}, sequence {sequence}: {exc}",
             type_name=exc.type_name,
             size=exc.size,
         ) from exc
-    time = from_rfc3339(stored.get("time"))
-    if time is None:
+    if stored.time is None:
         raise ValueError(f"stream {stream!r}, sequence {sequence}: the server gave no time")
     return StoredMessage(
         subject,
         payload,
         stream=stream,
         sequence=sequence,
-        time=time,
+        time=stored.time,
         headers=headers,
         id=message_id,
-        data=data,
-        wire_headers=Headers._trusted(raw.lines) if raw is not None else None,
+        data=stored.data,
+        wire_headers=Headers._trusted(lines) if lines is not None else None,
     )
 
 
@@ -162,12 +145,9 @@ async def get_last(
     _check_name("stream", stream)
     validate_pattern(subject)
     what = f"last message on {subject!r} in stream {stream!r}"
-    tail = f"STREAM.MSG.GET.{stream}"
-    with ApiCall(js, what, tail):
+    with ApiCall(js, what, f"STREAM.MSG.GET.{stream}"):
         try:
-            reply = await api_request(js, tail, {"last_by_subj": subject})
+            stored = await message_get(js, stream, {"last_by_subj": subject})
         except APIError as exc:
-            if exc.err_code == _NO_MESSAGE:
-                return None
             raise _provisioning_error(exc, what) from exc
-    return _stored(stream, codec, reply["message"])
+    return None if stored is None else _stored(stream, codec, stored)

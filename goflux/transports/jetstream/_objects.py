@@ -9,7 +9,6 @@ direct gets), and every read is checked against the stored SHA-256.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -48,7 +47,7 @@ from goflux.transports.jetstream._objectread import DEFAULT_READ_WINDOW, ObjectR
 from goflux.transports.jetstream._objectwatch import ObjectWatch
 from goflux.transports.jetstream._objectwrite import ObjectData, chunks_of, write_chunks
 from goflux.transports.jetstream._provision import ensure_stream
-from goflux.transports.jetstream._raw import api_request, from_rfc3339
+from goflux.transports.jetstream._raw import api_request, message_get
 from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
 from goflux.transports.jetstream._scan import scan
 
@@ -61,7 +60,6 @@ DEFAULT_CHUNK_SIZE: Final = 128 * 1024
 DEFAULT_WINDOW: Final = 32
 """Chunks awaiting their PubAck at a time while an object is written."""
 
-_NO_MESSAGE: Final = 10037
 _STREAM_NOT_FOUND: Final = 10059
 _ROLLUP: Final = {"Nats-Rollup": "sub"}
 _EXPECTED: Final = "Nats-Expected-Last-Subject-Sequence"
@@ -192,22 +190,18 @@ class ObjectStore:
     async def _versioned(self, name: str) -> tuple[ObjectInfo | None, int]:
         """The latest info of ``name`` and the stream sequence of its meta (0: none)."""
         what = f"object {name!r} in bucket {self._bucket!r}"
-        tail = f"STREAM.MSG.GET.{self._stream}"
-        with ApiCall(self._js, what, tail):
+        request = {"last_by_subj": meta_subject(self._bucket, name)}
+        with ApiCall(self._js, what, f"STREAM.MSG.GET.{self._stream}"):
             try:
-                reply = await api_request(
-                    self._js, tail, {"last_by_subj": meta_subject(self._bucket, name)}
-                )
+                stored = await message_get(self._js, self._stream, request)
             except APIError as exc:
-                if exc.err_code == _NO_MESSAGE:
-                    return None, 0
                 if exc.err_code == _STREAM_NOT_FOUND:
                     raise _not_found(self._bucket, what, exc) from exc
                 raise
-        stored = reply["message"]
-        data = base64.b64decode(stored.get("data") or "")
-        mtime = from_rfc3339(stored.get("time")) or datetime.now(UTC)
-        return info_from_json(data, bucket=self._bucket, mtime=mtime), int(stored["seq"])
+        if stored is None:
+            return None, 0
+        mtime = stored.time or datetime.now(UTC)
+        return info_from_json(stored.data, bucket=self._bucket, mtime=mtime), stored.sequence
 
     async def info(self, name: str, *, deleted: bool = False) -> ObjectInfo:
         """The info of object ``name``: size, chunks, digest, time, metadata.
@@ -537,16 +531,6 @@ class ObjectStore:
             TransportError: No answer in time, or the connection failed.
         """
         what = f"listing bucket {self._bucket!r}"
-        tail = f"STREAM.MSG.GET.{self._stream}"
-        with ApiCall(self._js, what, tail):
-            try:
-                await api_request(self._js, tail, {"last_by_subj": all_meta(self._bucket)})
-            except APIError as exc:
-                if exc.err_code == _NO_MESSAGE:
-                    return []
-                if exc.err_code == _STREAM_NOT_FOUND:
-                    raise _not_found(self._bucket, what, exc) from exc
-                raise
         found: dict[str, ObjectInfo] = {}
         with ApiCall(self._js, what, f"CONSUMER.CREATE.{self._stream}"):
             try:

@@ -8,8 +8,10 @@ knows. Errors stay nats-py's (``APIError`` and its subclasses), for
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -17,10 +19,11 @@ import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from goflux.transports._natspy import api_prefix, api_timeout, connection
+from goflux.transports._natspy import HeaderLines, api_prefix, api_timeout, connection
 
-__all__ = ("api_request", "from_rfc3339", "to_rfc3339")
+__all__ = ("Stored", "api_request", "from_rfc3339", "message_get", "to_rfc3339")
 
+_NO_MESSAGE: Final = 10037  # "no message found"
 _GO_ZERO_YEAR: Final = 1  # Go's zero time.Time, "0001-01-01T00:00:00Z": no time
 
 
@@ -77,3 +80,52 @@ def from_rfc3339(text: str | None) -> datetime | None:
     if moment.year == _GO_ZERO_YEAR:
         return None
     return moment.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A message as the stream stores it, read back with ``STREAM.MSG.GET``.
+
+    Attributes:
+        subject: Its subject.
+        sequence: Its sequence in the stream.
+        time: When the stream stored it (UTC), if the server said.
+        data: Its body.
+        headers: Its headers (:class:`HeaderLines` where read from a stored block:
+            repeated names kept), or None without headers.
+    """
+
+    subject: str
+    sequence: int
+    time: datetime | None
+    data: bytes
+    headers: Mapping[str, str] | None
+
+
+async def message_get(
+    js: JetStreamContext, stream: str, request: Mapping[str, Any]
+) -> Stored | None:
+    """The stored message ``request`` names, or None if ``stream`` has no such message.
+
+    ``request`` is ``{"seq": n}`` or ``{"last_by_subj": subject}``.
+
+    Raises:
+        NotFoundError: The stream does not exist (``err_code`` 10059).
+        APIError: Another refusal.
+        nats.errors.Error: The request failed (timeout, closed connection).
+    """
+    try:
+        reply = await api_request(js, f"STREAM.MSG.GET.{stream}", request)
+    except APIError as exc:
+        if exc.err_code == _NO_MESSAGE:
+            return None
+        raise
+    stored = reply["message"]
+    block = base64.b64decode(stored.get("hdrs") or "")
+    return Stored(
+        subject=stored["subject"],
+        sequence=int(stored["seq"]),
+        time=from_rfc3339(stored.get("time")),
+        data=base64.b64decode(stored.get("data") or ""),
+        headers=HeaderLines.parsed(block) if block else None,
+    )
