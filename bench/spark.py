@@ -8,6 +8,9 @@
   partitions) against raw ``publish_async`` of the same JSON bodies from one process
   (same window), without and with message IDs (goflux always sets one: it is what
   makes a replayed batch idempotent, and the server's de-duplication costs time).
+- Spark Connect: the same source and sink cases from a Connect client (its own
+  process, see bench.spark_connect) against a Connect server on this machine
+  (``local[2]``), in the same rounds as the classic session's.
 - Micro-batch overhead: a streaming query over small micro-batches (100 messages)
   into a ``noop`` sink; the median ``triggerExecution`` time of a batch.
 
@@ -31,14 +34,14 @@ from typing import Any
 import nats
 from nats.aio.msg import Msg
 from pydantic import TypeAdapter
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F  # noqa: N812 - Spark's usual name
+from pyspark.sql import SparkSession
 
 from bench.harness import Table, check_count, interleave, wait_for
 from bench.payload import ORDER, Order
 from bench.sizes import Sizes
+from bench.spark_connect import ConnectClient, rows_written
 from goflux import JsonCodec
-from goflux.testing import NatsServer
+from goflux.testing import NatsServer, SparkConnectServer
 from goflux.transports import jetstream
 from goflux.transports import spark as gspark
 
@@ -162,15 +165,6 @@ def micro_batch_overhead(spark: SparkSession, url: str, batches: int) -> list[fl
     return [p["durationMs"]["triggerExecution"] / 1000 for p in measured]
 
 
-def rows_written(df: DataFrame) -> int:
-    """Write ``df`` to the ``noop`` sink; return how many rows went through (observed)."""
-    observation = Observation()
-    df.observe(observation, F.count(F.lit(1)).alias("rows")).write.format("noop").mode(
-        "overwrite"
-    ).save()
-    return int(observation.get["rows"])
-
-
 def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
     source_rows, sink_rows, window = (
         sizes.spark_source_rows,
@@ -178,11 +172,14 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
         sizes.spark_window,
     )
     server = NatsServer().start()
+    connect_server = SparkConnectServer("local[2]").start()
     spark = gspark.local_session("local[2]", app_name="goflux-bench")
     spark.sparkContext.setLogLevel("ERROR")
+    connect: ConnectClient | None = None
     try:
         url = server.url
         _publish(url, source_rows, window)
+        connect = client = ConnectClient(connect_server, url, sink_rows, window)
         source = gspark.read(spark, Order, servers=url, stream=STREAM)
         source.write.format("noop").mode("overwrite").save()  # warm the workers
         rows = gspark.read(
@@ -224,6 +221,7 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
             {
                 "raw nats-py read (1 process)": lambda: asyncio.run(raw_read(url, source_rows)),
                 "goflux source (local[2])": goflux_source,
+                "goflux source (Spark Connect, local[2] server)": client.source,
             },
             rounds,
             expected=source_rows,
@@ -240,6 +238,9 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
                     ),
                 ),
                 "goflux foreach_batch_publisher (local[2])": stored("sparkout.goflux", goflux_sink),
+                "goflux foreach_batch_publisher (Spark Connect)": stored(
+                    "sparkout.connect", lambda: client.sink(f"connect-{next(round_ids)}")
+                ),
             },
             rounds,
             expected=sink_rows,
@@ -251,7 +252,8 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
                 source_results,
                 "raw nats-py read (1 process)",
                 note="The CPU column counts this process only; Spark works in its JVM "
-                "and Python workers.",
+                "and Python workers. The Spark Connect rows run from a client process "
+                "of their own against a Connect server on this machine (local[2]).",
             ),
             Table(
                 "spark_sink",
@@ -263,7 +265,10 @@ def run(rounds: int, sizes: Sizes) -> tuple[list[Table], list[float]]:
         ]
         return tables, micro_batch_overhead(spark, url, sizes.spark_batches)
     finally:
+        if connect is not None:
+            connect.close()
         spark.stop()
+        connect_server.stop()
         server.stop()
 
 

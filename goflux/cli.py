@@ -3,7 +3,7 @@
 ::
 
     goflux server [--port 4222] [--store DIR]   run a JetStream server in the foreground
-    goflux demo [--orders 500] [--master local[*]]   the end-to-end pipeline
+    goflux demo [--orders 500] [--master local[*] | --remote sc://H:P]   the end-to-end pipeline
     goflux streams [--url URL]                  streams with message counts
     goflux consumers [--url URL] [STREAM]       consumers with their lag
     goflux kv ls|get|put|watch BUCKET [KEY]     Key-Value buckets (see goflux._cli_kv)
@@ -68,6 +68,8 @@ def _demo(args: argparse.Namespace) -> int:
         orders=args.orders,
         url=url,
         master=args.master,
+        remote=args.remote,
+        spark_logs=args.spark_logs,
         batches=args.batches,
         checkpoint=args.checkpoint,
         traces=args.traces,
@@ -217,7 +219,14 @@ def _parser() -> argparse.ArgumentParser:
     server.set_defaults(run=_server)
     demo = commands.add_parser("demo", help="run the end-to-end pipeline")
     demo.add_argument("--orders", type=_orders, default=500, help="orders to publish (at least 13)")
-    demo.add_argument("--master", default="local[*]", help="Spark master URL")
+    where = demo.add_mutually_exclusive_group()
+    where.add_argument("--master", default="local[*]", help="Spark master URL")
+    where.add_argument(
+        "--remote", help="run the Spark step on a Spark Connect server (sc://HOST:PORT)"
+    )
+    demo.add_argument(
+        "--spark-logs", action="store_true", help="show Spark's own log lines (hidden by default)"
+    )
     demo.add_argument("--batches", type=int, default=3, help="about how many Spark batches")
     demo.add_argument("--url", help="NATS server (default: $NATS_URL, else an embedded one)")
     demo.add_argument("--summary-json", help="also write the summary to this file")

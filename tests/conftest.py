@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from goflux import Telemetry
-from goflux.testing import NatsServer
+from goflux.testing import NatsServer, SparkConnectServer
 from goflux.transports import jetstream
 
 STREAM = "ORDERS"
@@ -51,6 +51,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             markers.add("spark")
         for name in sorted(m for m in markers if m is not None):
             item.add_marker(name)
+
+
+@pytest.fixture(scope="session")
+def connect_server() -> Iterator[SparkConnectServer]:
+    """A real Spark Connect server (local[2]) for the whole run, from pyspark's own jars."""
+    with SparkConnectServer("local[2]", driver_memory="1g") as server:
+        yield server
 
 
 @dataclass

@@ -58,6 +58,8 @@ CASES = (
     "raw callback pull + ack_sync()",
     "goflux Subscriber, plain acks",
     "goflux Subscriber, confirm_acks=True",
+    "goflux source (Spark Connect, local[2] server)",
+    "goflux foreach_batch_publisher (Spark Connect)",
     kv_bench.RAW_PUT,
     kv_bench.GOFLUX_PUT,
     kv_bench.RAW_GET,
@@ -98,15 +100,15 @@ GOALS = (
 )
 
 
-@pytest.mark.spark  # the smoke run includes the Spark suite
-@pytest.mark.timeout(300)
+@pytest.mark.spark  # the smoke run includes the Spark suite (classic and Connect)
+@pytest.mark.timeout(420)
 def test_smoke_run_reports_every_table_goal_and_chart(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=400,
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from goflux.testing import NatsServer
+from goflux.testing import NatsServer, SparkConnectServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+# A log4j line ("26/11/24 07:19:14 WARN Utils: ...") or the JVM's own start-up notes.
+SPARK_LOG_LINE = re.compile(
+    r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:WARN|INFO|ERROR)|log4j|Using incubator modules",
+    re.MULTILINE,
+)
 
 
 def run(name: str, env: dict[str, str] | None = None, *args: str, timeout: float = 60) -> str:
@@ -178,3 +185,23 @@ def test_the_readme_demo_command_runs_the_main_job() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"orders published\s+20\n", result.stdout)
     assert result.stdout.count("[ok]") == 9
+    # Spark's own log lines (log4j, the JVM) stay out of the demo's output.
+    assert not SPARK_LOG_LINE.search(result.stdout + result.stderr), result.stderr[-3000:]
+
+
+@pytest.mark.spark
+def test_the_demo_runs_its_spark_step_on_spark_connect(
+    connect_server: SparkConnectServer,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    argv = [sys.executable, "-m", "goflux", "demo", "--orders", "20", "--remote"]
+    result = subprocess.run(
+        [*argv, connect_server.url], capture_output=True, text=True, timeout=240, env=env,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"3. Spark on Spark Connect at {connect_server.url}:" in result.stdout
+    assert re.search(r"Spark micro-batches\s+[1-9]", result.stdout)
+    assert re.search(r"results published back / received\s+19 / 19\n", result.stdout)
+    assert result.stdout.count("[ok]") == 9
+    assert not SPARK_LOG_LINE.search(result.stdout + result.stderr), result.stderr[-3000:]

@@ -35,14 +35,16 @@ def revenue_job(
     checkpoint: str,
     *,
     max_messages_per_trigger: int,
-    on_batch: Callable[[int, gspark.SinkStats], None],
+    on_progress: Callable[[list[gspark.SinkStats]], None],
 ) -> gspark.BatchPublisher[CustomerRevenue]:
     """Run the job over every accepted order stored now (``Trigger.AvailableNow``).
 
     Each micro-batch publishes the windows it changed (update mode) on
-    ``revenue.by_customer``; the ``batch`` column tells versions apart. Message IDs
-    are positional (query, batch, partition, row), so a batch Spark replays after a
-    crash is de-duplicated by the server.
+    ``revenue.by_customer``; the ``batch`` column tells versions apart. A row's
+    message ID is its customer, window and batch, the same when Spark replays the
+    batch after a crash, so the server de-duplicates the replay. (Keys, not
+    positional IDs: on Spark Connect the foreachBatch function cannot see its query.)
+    ``on_progress`` gets the sink's history about once a second while the job runs.
     """
     orders = gspark.read_stream(
         spark,
@@ -53,13 +55,18 @@ def revenue_job(
         max_messages_per_trigger=max_messages_per_trigger,
     )
     publisher = gspark.foreach_batch_publisher(
-        servers=url, subject="revenue.by_customer", codec=JsonCodec(CustomerRevenue)
+        servers=url,
+        subject="revenue.by_customer",
+        codec=JsonCodec(CustomerRevenue),
+        key_column="key",
     )
 
     def publish(batch: DataFrame, batch_id: int) -> None:
-        publisher(batch.withColumn("batch", F.lit(batch_id)), batch_id)
-        if publisher.last is not None:
-            on_batch(batch_id, publisher.last)
+        rows = batch.withColumn("batch", F.lit(batch_id)).withColumn(
+            "key",
+            F.concat_ws(":", "customer", F.col("window_start").cast("string"), "batch"),
+        )
+        publisher(rows, batch_id)
 
     query = (
         revenue_per_customer(orders)
@@ -69,5 +76,7 @@ def revenue_job(
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
+    while not query.awaitTermination(1):
+        on_progress(publisher.history)
+    on_progress(publisher.history)
     return publisher

@@ -80,10 +80,15 @@ class DemoConfig:
         orders: Orders the shop publishes.
         url: A NATS server with JetStream; None starts an embedded one.
         master: Spark master URL (``local[*]``, or a cluster's).
+        remote: A Spark Connect server (``sc://host:port``) to run the Spark step on,
+            instead of a session of our own on ``master``.
         batches: About how many Spark micro-batches the orders are read in.
         timeout: Seconds the service may take to settle every order.
         checkpoint: The Spark checkpoint directory (default: a temporary one; on a
-            cluster, a path every executor can reach).
+            cluster, a path every executor can reach; on Connect, one the server can
+            write).
+        spark_logs: Let Spark's own log lines (log4j, the JVM) through to stderr;
+            by default they go to a file and only a failure shows their tail.
         traces: Write the finished spans to this file (one JSON object per line).
         out: Where progress and the summary are printed.
     """
@@ -91,9 +96,11 @@ class DemoConfig:
     orders: int = 500
     url: str | None = None
     master: str = "local[*]"
+    remote: str | None = None
     batches: int = 3
     timeout: float = 120.0
     checkpoint: str | None = None
+    spark_logs: bool = False
     traces: str | None = None
     out: TextIO = field(default_factory=lambda: sys.stdout, repr=False)
 
@@ -105,6 +112,10 @@ class DemoConfig:
             )
         if self.batches < 1 or self.timeout <= 0:
             raise ValueError("batches must be >= 1 and timeout > 0")
+        if self.remote is not None and not self.remote.startswith("sc://"):
+            raise ValueError(
+                f"remote must be a Spark Connect URL (sc://host:port), got {self.remote!r}"
+            )
 
 
 class Progress:
@@ -328,53 +339,71 @@ class _SparkRun:
                 query.stop()
 
 
+def _start_spark(config: DemoConfig, log_dir: str) -> Any:
+    """A classic session on ``config.master``, or a Connect one to ``config.remote``.
+
+    Raises:
+        DemoError: Spark could not start (bad master URL, broken Java, no server).
+    """
+    from goflux.transports import spark as gspark  # noqa: PLC0415 - starts a JVM
+
+    where = f"Spark Connect server {config.remote}" if config.remote else f"master {config.master}"
+    jvm_log = None if config.spark_logs else os.path.join(log_dir, "spark.log")
+    try:
+        if config.remote:
+            return gspark.connect_session(config.remote)
+        spark = gspark.local_session(
+            config.master,
+            app_name="goflux-demo",
+            jvm_log=jvm_log,
+            **{"spark.ui.showConsoleProgress": "false"},
+        )
+    except Exception as exc:
+        tail = ""
+        if jvm_log is not None and os.path.exists(jvm_log):
+            with open(jvm_log, encoding="utf-8", errors="replace") as log:
+                tail = "\n" + "".join(log.readlines()[-20:])
+        raise DemoError(f"Spark did not start ({where}): {exc}{tail}") from exc
+    if not config.spark_logs:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def _spark_part(
     url: str, config: DemoConfig, sequences: int, progress: Progress, run: _SparkRun
 ) -> tuple[int, int]:
     """Run the Spark job; return (batches, results published).
 
     Raises:
-        DemoError: Spark could not start (bad master URL, broken Java).
+        DemoError: Spark could not start (bad master URL, broken Java, no server).
     """
     from goflux.demo.analytics import revenue_job  # noqa: PLC0415 - starts a JVM
     from goflux.transports import spark as gspark  # noqa: PLC0415
 
-    try:
-        spark = gspark.local_session(
-            config.master, app_name="goflux-demo", **{"spark.ui.showConsoleProgress": "false"}
-        )
-    except Exception as exc:
-        raise DemoError(f"Spark did not start (master {config.master!r}): {exc}") from exc
-    run.session = spark
-    spark.sparkContext.setLogLevel("ERROR")
-    batches = results = 0
+    def on_progress(history: list[gspark.SinkStats]) -> None:
+        results = sum(stats.published for stats in history)
+        progress.update(spark_batches=len(history), results_published=results, force=True)
 
-    def on_batch(batch_id: int, stats: gspark.SinkStats) -> None:
-        nonlocal batches, results
-        batches += 1
-        results += stats.published
-        progress.update(spark_batches=batches, results_published=results, force=True)
-
-    try:
-        with contextlib.ExitStack() as stack:
-            checkpoint = config.checkpoint or stack.enter_context(
-                tempfile.TemporaryDirectory(prefix="goflux-demo-")
-            )
+    with tempfile.TemporaryDirectory(prefix="goflux-demo-") as work:
+        spark = _start_spark(config, work)
+        run.session = spark
+        try:
             publisher = revenue_job(
                 spark,
                 url,
-                checkpoint,
+                config.checkpoint or os.path.join(work, "checkpoint"),
                 # The bound counts stream sequences, created and accepted orders alike.
                 max_messages_per_trigger=max(1, -(-sequences // max(config.batches, 1))),
-                on_batch=on_batch,
+                on_progress=on_progress,
             )
-    finally:
-        run.session = None
-        spark.stop()
+            history = publisher.history
+        finally:
+            run.session = None
+            spark.stop()
     if run.stopped:
         raise DemoError("the Spark job was stopped")
-    unique = sum(stats.published - stats.duplicates for stats in publisher.history)
-    return batches, unique
+    unique = sum(stats.published - stats.duplicates for stats in history)
+    return len(history), unique
 
 
 def _expect(orders: list[Order], summary: DemoSummary) -> set[str]:
@@ -419,7 +448,8 @@ async def _run(url: str, config: DemoConfig, summary: DemoSummary) -> None:
         summary.dead_lettered = await _dead_letters(js)
         _trace_counts(list(exporter.get_finished_spans()), summary)
 
-        out.write("3. Spark: revenue per customer per minute (goflux source -> sink)\n")
+        over = f" on Spark Connect at {redact_url(config.remote)}" if config.remote else ""
+        out.write(f"3. Spark{over}: revenue per customer per minute (goflux source -> sink)\n")
         sequences = (await js.stream_info(ORDER_STREAM)).state.last_seq
         batches, published = await _spark_stage(url, config, sequences, progress)
         progress.done()
@@ -471,7 +501,8 @@ async def run_demo(config: DemoConfig | None = None) -> DemoSummary:
         NatsServerNotFound: No nats-server binary to start (and no ``url`` given).
     """
     config = config or DemoConfig()
-    _java()
+    if config.remote is None:  # a Connect client needs no Java here
+        _java()
     began = time.perf_counter()
     summary = DemoSummary()
     async with contextlib.AsyncExitStack() as stack:

@@ -1,4 +1,4 @@
-"""Test and demo helpers: real NATS servers on loopback, and a pytest plugin.
+"""Test and demo helpers: real NATS and Spark servers on loopback, and a pytest plugin.
 
 ``goflux.testing.pytest_plugin`` is registered automatically when goflux is installed
 and provides the ``nats_server`` and ``nats_url`` fixtures.
@@ -6,11 +6,21 @@ and provides the ``nats_server`` and ``nats_url`` fixtures.
 
 from goflux.testing._cluster import NatsCluster
 from goflux.testing._server import NatsServer, NatsServerError, NatsServerNotFound, find_nats_server
+from goflux.testing._spark import (
+    SparkConnectServer,
+    SparkProcessError,
+    SparkStandaloneCluster,
+    spark_home,
+)
 
 __all__ = (
     "NatsCluster",
     "NatsServer",
     "NatsServerError",
     "NatsServerNotFound",
+    "SparkConnectServer",
+    "SparkProcessError",
+    "SparkStandaloneCluster",
     "find_nats_server",
+    "spark_home",
 )

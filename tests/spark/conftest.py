@@ -1,4 +1,4 @@
-"""Spark fixtures: one local[2] session for the whole run, a fresh server per test."""
+"""Spark fixtures: one local[2] session for the run (the Connect server is in tests/conftest.py)."""
 
 from __future__ import annotations
 

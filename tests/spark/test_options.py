@@ -6,7 +6,9 @@ Also what read, read_stream and run_micro_batches check before they touch Spark.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import socket
 from datetime import UTC, datetime
 from typing import cast
 
@@ -224,3 +226,21 @@ async def test_micro_batches_refuse_bad_arguments_before_spark_runs() -> None:
     with pytest.raises(gspark.SchemaError, match="clash with the metadata columns"):
         await gspark.run_micro_batches(no_spark, subscriber, "s", print, payload_type=Clash)
     assert gspark.MicroBatchStats() == gspark.MicroBatchStats(batches=0, messages=0)
+
+
+def test_session_helpers_refuse_the_other_kind_of_url() -> None:
+    with pytest.raises(gspark.SourceOptionError, match=r"use connect_session\('sc://h:1'\)"):
+        gspark.local_session("sc://h:1")
+    with pytest.raises(gspark.SourceOptionError, match="starts with sc://"):
+        gspark.connect_session("local[2]")
+
+
+def test_connect_session_fails_fast_when_no_server_listens() -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago: refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(
+        gspark.SparkError, match=f"no Spark Connect server answers at 127.0.0.1:{port}"
+    ):
+        gspark.connect_session(f"sc://127.0.0.1:{port}/;user_id=a")
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # this process stays classic

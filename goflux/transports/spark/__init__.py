@@ -31,7 +31,7 @@ from goflux.transports.spark._micro import MicroBatchStats, run_micro_batches
 from goflux.transports.spark._options import SourceOptions
 from goflux.transports.spark._reading import read, read_stream
 from goflux.transports.spark._schema import PayloadColumns
-from goflux.transports.spark._session import local_session
+from goflux.transports.spark._session import connect_session, is_connect, local_session
 from goflux.transports.spark._sink import (
     BatchPublisher,
     SinkOptions,
@@ -54,7 +54,9 @@ __all__ = (
     "SourceOptionError",
     "SourceOptions",
     "SparkError",
+    "connect_session",
     "foreach_batch_publisher",
+    "is_connect",
     "local_session",
     "read",
     "read_stream",

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import logging
 import math
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import datasource as _datasource
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StructType
 
 from goflux._codecs import BytesCodec, Codec, JsonCodec
-from goflux._errors import SourceOptionError
+from goflux._errors import SourceOptionError, SparkError
 from goflux._subjects import validate_subject
 from goflux.transports.jetstream._publisher import Outgoing, Publisher
 from goflux.transports.spark._connection import ConnectionOptions, TaskLoop
@@ -36,6 +37,7 @@ from goflux.transports.spark._options import (
     parse_positive_int,
 )
 from goflux.transports.spark._schema import PayloadColumns
+from goflux.transports.spark._session import is_connect
 
 __all__ = (
     "BatchPublisher",
@@ -53,6 +55,9 @@ _RESULT_SCHEMA = "partition int, published long, duplicates long"
 _RESULT_ARROW = pa.schema(
     [("partition", pa.int32()), ("published", pa.int64()), ("duplicates", pa.int64())]
 )
+_STATS_SCHEMA = "position long, batch_id long, published long, duplicates long"
+_GLOBAL_TEMP = "global_temp"
+_HISTORY_LIMIT = 1_000
 _SINK_KEYS = frozenset(
     {
         "subject",
@@ -276,9 +281,29 @@ def _task() -> TaskContext:
 
 
 def _query_id(df: DataFrame) -> str | None:
-    context = df.sparkSession.sparkContext
-    query_id = context.getLocalProperty("sql.streaming.queryId")
+    """The streaming query's ID from the driver thread running ``df``'s batch, if any.
+
+    On Spark Connect a foreachBatch function runs in a server-side process whose
+    session has no SparkContext and no trace of the query: None.
+    """
+    session = df.sparkSession
+    if is_connect(session):
+        return None
+    query_id = session.sparkContext.getLocalProperty("sql.streaming.queryId")
     return str(query_id) if query_id else None
+
+
+def _no_prefix(df: DataFrame) -> SourceOptionError:
+    if is_connect(df.sparkSession):
+        where = "on Spark Connect, where a foreachBatch function cannot see its query"
+    else:
+        where = "outside a streaming query"
+    return SourceOptionError(
+        f"positional message IDs need the streaming query's ID, which is not available "
+        f"{where}; pass key_column= (a column naming each row) or id_prefix= (a name "
+        "unique to this query and the same on every restart), or publish with "
+        "write_stream(), whose tasks know the query"
+    )
 
 
 @dataclass
@@ -286,23 +311,74 @@ class BatchPublisher(Generic[T]):
     """The ``(DataFrame, batch_id)`` function for ``writeStream.foreachBatch``.
 
     Made by :func:`foreach_batch_publisher`. ``last`` and ``history`` report what each
-    call published (``duplicates`` counts what the server had already stored).
+    call published (``duplicates`` counts what the server had already stored), for
+    the most recent 1,000 batches.
+
+    On Spark Connect the function is pickled and runs in a server-side process. That
+    copy records its history in the global temporary view
+    ``global_temp.<stats_view>`` after every batch, and ``history`` on the client
+    reads it through the active session: the same numbers, one query away.
     """
 
     options: SinkOptions
-    history: list[SinkStats] = field(default_factory=list)
+    stats_view: str = field(default_factory=lambda: f"goflux_sink_{uuid.uuid4().hex}")
+    _history: list[SinkStats] = field(default_factory=list, init=False, repr=False)
+    # Pickled (shipped to Spark Connect): the batches run in the copy, not here.
+    _shipped: bool = field(default=False, init=False, repr=False)
+    # This is the copy: it keeps its history where the original can read it.
+    _copy: bool = field(default=False, init=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle a fresh copy that records its history in ``stats_view``."""
+        self._shipped = True
+        state = dict(self.__dict__)
+        state.update(_history=[], _shipped=False, _copy=True)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a pickled copy."""
+        self.__dict__.update(state)
+
+    @property
+    def history(self) -> list[SinkStats]:
+        """What each batch published, oldest first (the most recent 1,000 batches).
+
+        Raises:
+            SparkError: The publisher ran on Spark Connect and no session is active
+                here to read its history with.
+        """
+        if self._shipped:
+            return self._read_view(_active_session(self.stats_view))
+        return list(self._history)
 
     @property
     def last(self) -> SinkStats | None:
-        """The most recent batch's stats."""
-        return self.history[-1] if self.history else None
+        """The most recent batch's stats (see :attr:`history`)."""
+        history = self.history
+        return history[-1] if history else None
+
+    def _read_view(self, session: SparkSession) -> list[SinkStats]:
+        database = session.conf.get("spark.sql.globalTempDatabase", _GLOBAL_TEMP)
+        view = f"{database}.{self.stats_view}"
+        if not session.catalog.tableExists(view):
+            return []
+        rows = session.table(view).orderBy("position").collect()
+        return [SinkStats(row.batch_id, row.published, row.duplicates) for row in rows]
+
+    def _write_view(self, session: SparkSession) -> None:
+        rows = [
+            (position, stats.batch_id, stats.published, stats.duplicates)
+            for position, stats in enumerate(self._history)
+        ]
+        session.createDataFrame(rows, _STATS_SCHEMA).createOrReplaceGlobalTempView(self.stats_view)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Publish every row of ``df``; raise if any publish fails (failing the batch).
 
         Raises:
             SourceOptionError: A column the options name is missing, or no ID prefix
-                is known for positional IDs outside a streaming query.
+                is known for positional IDs (outside a streaming query, or on Spark
+                Connect) and there is no key column.
             Exception: Spark's error for a failed task (its message includes the
                 :class:`PublishError`).
         """
@@ -310,10 +386,10 @@ class BatchPublisher(Generic[T]):
         options.check_columns(df.schema)
         prefix = options.id_prefix or _query_id(df)
         if prefix is None and options.key_column is None:
-            raise SourceOptionError(
-                "positional message IDs need the streaming query's ID, which is not "
-                "available here; pass id_prefix= or key_column="
-            )
+            raise _no_prefix(df)
+        if self._copy and not self._history:
+            # A new server-side copy (a restarted query): go on from what is recorded.
+            self._history = self._read_view(df.sparkSession)
         base = f"{prefix}:{batch_id}"
 
         def publish(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -331,7 +407,7 @@ class BatchPublisher(Generic[T]):
             sum(row["duplicates"] for row in rows),
         )
         if stats.published and stats.duplicates == stats.published:
-            known = any(seen.batch_id == batch_id for seen in self.history)
+            known = any(seen.batch_id == batch_id for seen in self._history)
             if not known:
                 _log.warning(
                     "batch %d: the server already had all %d messages. Fine if this batch "
@@ -341,13 +417,26 @@ class BatchPublisher(Generic[T]):
                     batch_id,
                     stats.published,
                 )
-        self.history.append(stats)
+        self._history.append(stats)
+        del self._history[:-_HISTORY_LIMIT]
+        if self._copy:
+            self._write_view(df.sparkSession)
         _log.info(
             "batch %d: published %d messages (%d duplicates)",
             batch_id,
             stats.published,
             stats.duplicates,
         )
+
+
+def _active_session(view: str) -> SparkSession:
+    try:
+        return SparkSession.active()
+    except Exception as exc:
+        raise SparkError(
+            f"this publisher ran on Spark Connect and records its history in "
+            f"{_GLOBAL_TEMP}.{view}; no Spark session is active here to read it"
+        ) from exc
 
 
 def foreach_batch_publisher(
@@ -369,7 +458,9 @@ def foreach_batch_publisher(
     ``BytesCodec()`` the binary ``value`` column is published as it is. Message IDs
     are the ``key_column``'s values, or ``<query id>:<batch id>:<partition>:<row>``
     (stable when a replayed batch has the same partitioning; a key column is stable
-    whatever the partitioning).
+    whatever the partitioning). On Spark Connect the function runs on the server,
+    where it cannot see its query: give ``key_column`` or ``id_prefix`` there (see
+    :class:`BatchPublisher` for where its statistics go). Use one publisher per query.
 
     Args:
         servers: NATS server URL(s).

@@ -1,0 +1,430 @@
+"""Real Spark servers for tests and demos, started from the jars the ``pyspark`` wheel ships.
+
+- :class:`SparkConnectServer`: a Spark Connect server (``sc://127.0.0.1:<port>``).
+- :class:`SparkStandaloneCluster`: a standalone master and workers
+  (``spark://127.0.0.1:<port>``); executors run in the workers' JVMs.
+
+Both listen on loopback ports the JVM picks, run their Python workers with this
+interpreter, keep their files in a temporary directory, and are ready when their own
+log says so (never after a fixed sleep). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from goflux._errors import GofluxError
+
+__all__ = ("SparkConnectServer", "SparkProcessError", "SparkStandaloneCluster", "spark_home")
+
+_LOG_LINES = 400
+_CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+_CONNECT_STARTED = re.compile(r"Spark Connect server started at: (\S+):(\d+)")
+_MASTER_STARTED = re.compile(r"Starting Spark master at (spark://\S+:\d+)")
+_MASTER_LEADER = re.compile(r"I have been elected leader")
+_WORKER_REGISTERED = re.compile(r"Successfully registered with master")
+
+
+class SparkProcessError(GofluxError):
+    """A Spark server process could not be found, did not start, or exited early."""
+
+
+def spark_home() -> Path:
+    """The installed ``pyspark`` package directory, which is a complete ``SPARK_HOME``.
+
+    Raises:
+        SparkProcessError: pyspark is not installed (``pip install 'goflux[spark]'``).
+    """
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise SparkProcessError("pyspark is not installed: pip install 'goflux[spark]'")
+    home = Path(next(iter(spec.submodule_search_locations)))
+    if not (home / "bin" / "spark-class").is_file():
+        raise SparkProcessError(f"{home} has no bin/spark-class: not a full pyspark install")
+    return home
+
+
+class _Jvm:
+    """One Spark JVM, its log (kept in memory and in a file), and what the log said."""
+
+    def __init__(
+        self, name: str, argv: list[str], env: Mapping[str, str], cwd: Path, log: Path
+    ) -> None:
+        self.name = name
+        self.lines: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
+        self.log_path = log
+        self._seen = threading.Condition()
+        self._matches: list[re.Match[str]] = []
+        self._exited = False
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        self._reader = threading.Thread(target=self._read, name=f"{name}-log", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        stream = self.popen.stdout
+        assert stream is not None
+        try:
+            with self.log_path.open("a", encoding="utf-8") as log:
+                for line in stream:
+                    log.write(line)
+                    log.flush()
+                    with self._seen:
+                        self.lines.append(line.rstrip("\n"))
+                        self._seen.notify_all()
+        finally:
+            stream.close()
+            with self._seen:
+                self._exited = True
+                self._seen.notify_all()
+
+    def _first(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
+        for line in self.lines:
+            if found := pattern.search(line):
+                return found
+        return None
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
+        """Block until a log line matches ``pattern``; return the match.
+
+        Raises:
+            SparkProcessError: The process exited, or no line matched in time.
+        """
+        deadline = time.monotonic() + timeout
+        with self._seen:
+            while (found := self._first(pattern)) is None:
+                if self._exited:
+                    code = self.popen.wait()
+                    raise SparkProcessError(
+                        f"{self.name} exited during startup (code {code}):\n{self.log_tail()}"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SparkProcessError(
+                        f"{self.name} did not report {pattern.pattern!r} within {timeout}s "
+                        f"(log {self.log_path}):\n{self.log_tail()}"
+                    )
+                self._seen.wait(left)
+        return found
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(list(self.lines)[-lines:])
+
+    def terminate(self, timeout: float = 30.0) -> None:
+        """SIGTERM (Spark stops cleanly), then SIGKILL after ``timeout``."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self._reader.join(timeout)
+
+
+class _Resources:
+    """Processes and the temporary directory, released even if the owner is collected."""
+
+    def __init__(self) -> None:
+        self.processes: list[_Jvm] = []
+        self.temp_dir: Path | None = None
+
+    def release(self) -> None:
+        for process in reversed(self.processes):
+            process.terminate()
+        self.processes.clear()
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+
+
+class _SparkProcesses:
+    """What both servers share: the environment, the temporary directory, the lifecycle."""
+
+    _prefix = "goflux-spark-"
+
+    def __init__(self, host: str, startup_timeout: float, daemon_memory: str) -> None:
+        self.home = spark_home()
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.daemon_memory = daemon_memory
+        self.startup_seconds: float | None = None
+        self._resources = _Resources()
+        self._finalizer = weakref.finalize(self, self._resources.release)
+
+    @property
+    def running(self) -> bool:
+        """True while every process is alive."""
+        processes = self._resources.processes
+        return bool(processes) and all(p.popen.poll() is None for p in processes)
+
+    @property
+    def work_dir(self) -> Path:
+        """The temporary directory holding logs, Spark's scratch space and work dirs.
+
+        Raises:
+            SparkProcessError: Not started.
+        """
+        if self._resources.temp_dir is None:
+            raise SparkProcessError(f"{type(self).__name__} has not been started")
+        return self._resources.temp_dir
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines each process logged."""
+        return "\n".join(f"--- {p.name}\n{p.log_tail(lines)}" for p in self._resources.processes)
+
+    def _env(self) -> dict[str, str]:
+        work = self.work_dir
+        env = dict(os.environ)
+        env.update(
+            SPARK_HOME=str(self.home),
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+            SPARK_LOCAL_IP=self.host,
+            SPARK_LOCAL_DIRS=str(work / "local"),
+            SPARK_LOG_DIR=str(work / "logs"),
+            SPARK_PID_DIR=str(work),
+            SPARK_CONF_DIR=str(work / "conf"),
+            SPARK_DAEMON_MEMORY=self.daemon_memory,
+        )
+        return env
+
+    def _spawn(self, name: str, script: str, args: list[str], **env: str) -> _Jvm:
+        if self._resources.temp_dir is None:
+            work = Path(tempfile.mkdtemp(prefix=self._prefix))
+            for sub in ("local", "logs", "conf"):
+                (work / sub).mkdir()
+            self._resources.temp_dir = work
+        full_env = self._env()
+        full_env.update(env)
+        process = _Jvm(
+            name,
+            ["bash", str(self.home / "bin" / script), *args],
+            full_env,
+            self.work_dir,
+            self.work_dir / "logs" / f"{name}.log",
+        )
+        self._resources.processes.append(process)
+        return process
+
+    def _launch(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        """Start the processes and block until they report readiness in their logs.
+
+        Raises:
+            SparkProcessError: Already running, pyspark missing, or a process failed
+                to start (the message carries its last log lines).
+        """
+        if self._resources.processes:
+            raise SparkProcessError(f"{type(self).__name__} is already started")
+        began = time.perf_counter()
+        try:
+            self._launch()
+        except BaseException:
+            self._resources.release()
+            raise
+        self.startup_seconds = time.perf_counter() - began
+        return self
+
+    def stop(self) -> None:
+        """Stop every process (SIGTERM, SIGKILL after 30 s) and delete the directory."""
+        self._resources.release()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class SparkConnectServer(_SparkProcesses):
+    """A real Spark Connect server on a free loopback port.
+
+    ::
+
+        with SparkConnectServer() as server:
+            spark = SparkSession.builder.remote(server.url).getOrCreate()
+
+    The server runs its own Spark driver (``master``, ``local[2]`` by default); the
+    client needs ``goflux[spark-connect]``. foreachBatch functions and Python data
+    sources run in server-side Python processes using this interpreter.
+
+    Args:
+        master: The server's Spark master URL.
+        host: Interface to listen on.
+        driver_memory: The server JVM's heap (``--driver-memory``).
+        conf: Extra Spark settings for the server.
+        startup_timeout: Seconds to wait for "Spark Connect server started".
+
+    Raises:
+        SparkProcessError: pyspark is not installed.
+    """
+
+    _prefix = "goflux-spark-connect-"
+
+    def __init__(
+        self,
+        master: str = "local[2]",
+        *,
+        host: str = "127.0.0.1",
+        driver_memory: str = "1g",
+        conf: Mapping[str, str] | None = None,
+        startup_timeout: float = 120.0,
+    ) -> None:
+        super().__init__(host, startup_timeout, driver_memory)
+        self.master = master
+        self.conf = dict(conf or {})
+        self._port: int | None = None
+
+    @property
+    def port(self) -> int:
+        """The gRPC port.
+
+        Raises:
+            SparkProcessError: Not started.
+        """
+        if self._port is None:
+            raise SparkProcessError("the Spark Connect server has not been started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The client URL, ``sc://127.0.0.1:<port>``."""
+        return f"sc://{self.host}:{self.port}"
+
+    def _launch(self) -> None:
+        conf = {
+            "spark.connect.grpc.binding.address": self.host,
+            "spark.connect.grpc.binding.port": "0",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.sql.session.timeZone": "UTC",
+            **self.conf,
+        }
+        args = ["org.apache.spark.deploy.SparkSubmit", "--class", _CONNECT_CLASS]
+        args += ["--name", "goflux Spark Connect server", "--master", self.master]
+        args += ["--driver-memory", self.daemon_memory]
+        for key, value in conf.items():
+            args += ["--conf", f"{key}={value}"]
+        process = self._spawn("spark-connect", "spark-class", args)
+        started = process.wait_for(_CONNECT_STARTED, self.startup_timeout)
+        self._port = int(started.group(2))
+
+
+class SparkStandaloneCluster(_SparkProcesses):
+    """A real standalone Spark cluster: one master and ``workers`` workers on loopback.
+
+    ::
+
+        with SparkStandaloneCluster() as cluster:
+            spark = local_session(cluster.master_url, **{"spark.executor.memory": "1g"})
+
+    Executors run in the workers' JVMs with Python workers of this interpreter, so
+    everything a task uses must be importable there (goflux installed). Drivers must
+    be reachable from the executors: bind them to loopback
+    (``spark.driver.host=127.0.0.1``).
+
+    Args:
+        workers: How many worker JVMs.
+        cores: Cores each worker offers.
+        memory: Memory each worker offers its executors.
+        host: Interface everything listens on.
+        daemon_memory: The heap of the master and worker daemons themselves.
+        startup_timeout: Seconds to wait for each process's readiness line.
+
+    Raises:
+        SparkProcessError: pyspark is not installed.
+    """
+
+    _prefix = "goflux-spark-cluster-"
+
+    def __init__(
+        self,
+        *,
+        workers: int = 1,
+        cores: int = 2,
+        memory: str = "2g",
+        host: str = "127.0.0.1",
+        daemon_memory: str = "256m",
+        startup_timeout: float = 60.0,
+    ) -> None:
+        if workers < 1 or cores < 1:
+            raise ValueError(f"workers and cores must be >= 1, got {workers} and {cores}")
+        super().__init__(host, startup_timeout, daemon_memory)
+        self.workers = workers
+        self.cores = cores
+        self.memory = memory
+        self._master_url: str | None = None
+
+    @property
+    def master_url(self) -> str:
+        """``spark://127.0.0.1:<port>``: the URL sessions pass as their master.
+
+        Raises:
+            SparkProcessError: Not started.
+        """
+        if self._master_url is None:
+            raise SparkProcessError("the cluster has not been started")
+        return self._master_url
+
+    def _launch(self) -> None:
+        ports = ["--host", self.host, "--port", "0", "--webui-port", "0"]
+        master = self._spawn(
+            "spark-master",
+            "spark-class",
+            ["org.apache.spark.deploy.master.Master", *ports],
+            SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+        )
+        url = master.wait_for(_MASTER_STARTED, self.startup_timeout).group(1)
+        master.wait_for(_MASTER_LEADER, self.startup_timeout)
+        self._master_url = url
+        started = [
+            self._spawn(
+                f"spark-worker-{n}",
+                "spark-class",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    url,
+                    *ports,
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--work-dir",
+                    str(self.work_dir / f"worker-{n}"),
+                ],
+            )
+            for n in range(self.workers)
+        ]
+        for worker in started:
+            worker.wait_for(_WORKER_REGISTERED, self.startup_timeout)
