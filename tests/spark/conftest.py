@@ -1,8 +1,18 @@
-"""Spark fixtures: one local[2] session for the run (the Connect server is in tests/conftest.py)."""
+"""Spark fixtures: one local[2] session shared by the run, a fresh server per test.
+
+The Spark Connect server fixture is in tests/conftest.py (it makes no SparkContext here).
+
+A Python process holds at most one SparkContext (one driver), so the local[2] session
+and the standalone-cluster session of test_cluster.py take turns in :class:`OneContext`:
+the cluster tests stop the local session while their module runs, and the next test
+that asks for ``spark`` gets a new local[2] session (a few seconds, once). Any order of
+tests works; a test never gets a stopped session.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from pyspark.sql import SparkSession
@@ -10,9 +20,51 @@ from pyspark.sql import SparkSession
 from goflux.transports import spark as gspark
 
 
+class OneContext:
+    """The one SparkContext of this process: the local[2] session or a borrowed one."""
+
+    def __init__(self) -> None:
+        self._local: SparkSession | None = None
+        self._borrowed = False
+
+    def local(self) -> SparkSession:
+        """The local[2] session, started (again) if there is none."""
+        if self._borrowed:
+            raise RuntimeError("a test asked for the local session while another one runs")
+        if self._local is None:
+            self._local = gspark.local_session("local[2]", app_name="goflux-tests")
+            self._local.sparkContext.setLogLevel("ERROR")
+        return self._local
+
+    @contextmanager
+    def borrowed(self, make: Callable[[], SparkSession]) -> Iterator[SparkSession]:
+        """Stop the local session, run ``make``'s session, stop it when done."""
+        self.stop()
+        self._borrowed = True
+        try:
+            session = make()
+            try:
+                yield session
+            finally:
+                session.stop()
+        finally:
+            self._borrowed = False
+
+    def stop(self) -> None:
+        """Stop the local session, if one runs."""
+        local, self._local = self._local, None
+        if local is not None:
+            local.stop()
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = gspark.local_session("local[2]", app_name="goflux-tests")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+def spark_context() -> Iterator[OneContext]:
+    context = OneContext()
+    yield context
+    context.stop()
+
+
+@pytest.fixture
+def spark(spark_context: OneContext) -> SparkSession:
+    """The shared local[2] session (the same one from test to test while it runs)."""
+    return spark_context.local()

@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TypeVar
 
 import nats
@@ -193,3 +194,9 @@ def published_during(url: str, subject: str, work: Callable[[], None]) -> list[M
 
 async def _awaited(step: Awaitable[R]) -> R:
     return await step
+
+
+def forget_commit(checkpoint: Path, batch_id: int) -> None:
+    """Delete a batch's commit (and its checksum), so a restart replays the batch."""
+    (checkpoint / "commits" / str(batch_id)).unlink()
+    (checkpoint / "commits" / f".{batch_id}.crc").unlink(missing_ok=True)

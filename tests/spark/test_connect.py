@@ -16,8 +16,16 @@ import pytest
 
 from goflux import JsonCodec
 from goflux.testing import NatsServer, SparkConnectServer
-from tests.spark.helpers import Sale, bodies, make_stream, message_ids, publish, sale, stream_state
-from tests.spark.test_sink import forget_commit
+from tests.spark.helpers import (
+    Sale,
+    bodies,
+    forget_commit,
+    make_stream,
+    message_ids,
+    publish,
+    sale,
+    stream_state,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

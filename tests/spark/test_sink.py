@@ -13,6 +13,7 @@ from goflux.transports import spark as gspark
 from tests.spark.helpers import (
     Sale,
     bodies,
+    forget_commit,
     make_stream,
     message_ids,
     publish,
@@ -22,12 +23,6 @@ from tests.spark.helpers import (
 )
 
 SOURCE, OUT = "SALES", "OUT"
-
-
-def forget_commit(checkpoint: Path, batch_id: int) -> None:
-    """Delete a batch's commit (and its checksum), so a restart replays the batch."""
-    (checkpoint / "commits" / str(batch_id)).unlink()
-    (checkpoint / "commits" / f".{batch_id}.crc").unlink(missing_ok=True)
 
 
 def run(df: DataFrame, publisher: gspark.BatchPublisher[Sale], checkpoint: Path) -> None:
