@@ -352,7 +352,8 @@ class SparkStandaloneCluster(_SparkProcesses):
     Executors run in the workers' JVMs with Python workers of this interpreter, so
     everything a task uses must be importable there (goflux installed). Drivers must
     be reachable from the executors: bind them to loopback
-    (``spark.driver.host=127.0.0.1``).
+    (``spark.driver.host=127.0.0.1``). A session returns before its executors have
+    registered unless ``spark.scheduler.minRegisteredResourcesRatio=1.0`` is set.
 
     Args:
         workers: How many worker JVMs.
