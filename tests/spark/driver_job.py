@@ -2,10 +2,10 @@
 
 Usage: python -m tests.spark.driver_job URL CHECKPOINT OUT [BLOCK_SEQ FIFO]
 
-Reads stream SALES in micro-batches of 5,000 into a parquet sink with
-Trigger.AvailableNow. With BLOCK_SEQ, the task that reaches that sequence writes a
-line to FIFO and blocks, so the test can kill the driver while the batch is planned
-(its offsets written) but not committed.
+Reads stream SALES in micro-batches of 5,000 (one batch on PySpark < 4.2, which has
+no admission control) into a parquet sink with Trigger.AvailableNow. With BLOCK_SEQ,
+the task that reaches that sequence writes a line to FIFO and blocks, so the test can
+kill the driver while the batch is planned (its offsets written) but not committed.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import nats
+import pytest
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
@@ -17,8 +18,15 @@ from pydantic import BaseModel
 
 from goflux import Headers, JsonCodec
 from goflux.transports import jetstream
+from goflux.transports.spark._source import ADMISSION_CONTROL
 
 R = TypeVar("R")
+
+needs_admission_control = pytest.mark.skipif(
+    not ADMISSION_CONTROL,
+    reason="batches of max_messages_per_trigger need admission control (PySpark 4.2+)",
+)
+"""For tests whose micro-batches come from ``max_messages_per_trigger``."""
 
 
 class Line(BaseModel):

@@ -30,6 +30,7 @@ from tests.spark.helpers import (
     forget_commit,
     make_stream,
     message_ids,
+    needs_admission_control,
     publish,
     published_during,
     sale,
@@ -142,6 +143,7 @@ def _run(df: DataFrame, checkpoint: Path, sink: Callable[[DataFrame, int], None]
     assert query.exception() is None
 
 
+@needs_admission_control
 def test_source_reads_every_message_once_across_restarts_and_a_replay(
     cluster_spark: SparkSession, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -178,6 +180,7 @@ def test_source_reads_every_message_once_across_restarts_and_a_replay(
     assert once == [(n + 1, f"s-{n}") for n in range(16_000)]  # none lost, none twice
 
 
+@needs_admission_control
 def test_foreach_batch_publisher_replay_publishes_only_duplicates(
     cluster_spark: SparkSession, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -211,6 +214,7 @@ def test_foreach_batch_publisher_replay_publishes_only_duplicates(
     assert sorted(bodies(url, OUT)) == sorted(codec.encode(sale(n)) for n in range(3_000))
 
 
+@needs_admission_control
 def test_stream_sink_replay_publishes_only_duplicates(
     cluster_spark: SparkSession, nats_server: NatsServer, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ from tests.spark.helpers import (
     forget_commit,
     make_stream,
     message_ids,
+    needs_admission_control,
     publish,
     sale,
     stream_state,
@@ -49,6 +50,7 @@ def job(server: SparkConnectServer, nats: NatsServer, name: str, **args: Any) ->
     return result
 
 
+@needs_admission_control
 def test_source_reads_everything_once_across_a_restart(
     connect_server: SparkConnectServer, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -70,6 +72,7 @@ def test_source_reads_everything_once_across_a_restart(
     assert second == {"batches": 2, "n": 1_500, "d": 1_500, "lo": 1}
 
 
+@needs_admission_control
 def test_foreach_batch_sink_replay_publishes_nothing_new(
     connect_server: SparkConnectServer, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -93,6 +96,7 @@ def test_foreach_batch_sink_replay_publishes_nothing_new(
     assert sorted(message_ids(url, OUT)) == sorted(f"s-{n}" for n in range(1_500))
 
 
+@needs_admission_control
 def test_positional_ids_need_a_prefix_on_connect(
     connect_server: SparkConnectServer, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -130,6 +134,7 @@ def test_positional_ids_need_a_prefix_on_connect(
     assert {i.rsplit(":", 2)[0] for i in ids} == {"orders-v1:0", "orders-v1:1"}
 
 
+@needs_admission_control
 def test_write_stream_sink_knows_its_query_and_deduplicates_a_replay(
     connect_server: SparkConnectServer, nats_server: NatsServer, tmp_path: Path
 ) -> None:

@@ -40,14 +40,15 @@ def test_a_replayed_batch_is_reported_duplicate_and_changes_nothing(
     spark: SparkSession, nats_server: NatsServer, tmp_path: Path
 ) -> None:
     url = nats_server.url
-    publish(url, SOURCE, [sale(n) for n in range(3_000)])
     make_stream(url, OUT)
-    df = gspark.read_stream(spark, Sale, servers=url, stream=SOURCE, max_messages_per_trigger=1_000)
+    df = gspark.read_stream(spark, Sale, servers=url, stream=SOURCE)
     publisher = gspark.foreach_batch_publisher(
         servers=url, subject="out.sales", codec=JsonCodec(Sale)
     )
     checkpoint = tmp_path / "checkpoint"
-    run(df, publisher, checkpoint)
+    for first in (0, 1_000, 2_000):  # a batch per run (max_messages_per_trigger: 4.2+)
+        publish(url, SOURCE, [sale(n) for n in range(first, first + 1_000)])
+        run(df, publisher, checkpoint)
     assert [(s.batch_id, s.published, s.duplicates) for s in publisher.history] == [
         (0, 1_000, 0),
         (1, 1_000, 0),
@@ -140,9 +141,8 @@ def test_stream_sink_publishes_and_deduplicates_a_replay(
     spark: SparkSession, nats_server: NatsServer, tmp_path: Path
 ) -> None:
     url = nats_server.url
-    publish(url, SOURCE, [sale(n) for n in range(1_500)])
     make_stream(url, OUT)
-    df = gspark.read_stream(spark, Sale, servers=url, stream=SOURCE, max_messages_per_trigger=500)
+    df = gspark.read_stream(spark, Sale, servers=url, stream=SOURCE)
     checkpoint = tmp_path / "checkpoint"
 
     def run_sink() -> None:
@@ -155,7 +155,9 @@ def test_stream_sink_publishes_and_deduplicates_a_replay(
         query.awaitTermination()
         assert query.exception() is None
 
-    run_sink()
+    for first in (0, 500, 1_000):  # a batch per run (max_messages_per_trigger: 4.2+)
+        publish(url, SOURCE, [sale(n) for n in range(first, first + 500)])
+        run_sink()
     assert stream_state(url, OUT) == (1_500, 1, 1_500)
     stored = message_ids(url, OUT)
     forget_commit(checkpoint, 2)

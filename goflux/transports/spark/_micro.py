@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from goflux._batches import micro_batches
@@ -26,7 +25,7 @@ from goflux._codecs import JsonCodec
 from goflux._errors import SchemaError
 from goflux._interfaces import Subscriber
 from goflux._message import Message
-from goflux.transports.spark._schema import PayloadColumns
+from goflux.transports.spark._schema import PayloadColumns, arrow_schema
 
 __all__ = ("MicroBatchStats", "run_micro_batches")
 
@@ -70,7 +69,7 @@ class _Frames:
                 "subject, message_id, stream, seq, timestamp, num_delivered, message_key"
             )
         self.schema = StructType([*self._columns.struct.fields, *_METADATA])
-        self._arrow = to_arrow_schema(self.schema, timezone="UTC")
+        self._arrow = arrow_schema(self.schema)
 
     def frame(self, batch: Sequence[Message[Any]]) -> DataFrame:
         rows = []

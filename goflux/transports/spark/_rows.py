@@ -14,7 +14,6 @@ from typing import Any
 
 import pyarrow as pa
 from nats.aio.msg import Msg
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -29,7 +28,7 @@ from goflux._codecs import JsonCodec
 from goflux._errors import DecodeError, SchemaError
 from goflux.transports.jetstream._delivery import ack_tokens
 from goflux.transports.spark._options import SourceOptions
-from goflux.transports.spark._schema import PayloadColumns, loosen_nulls
+from goflux.transports.spark._schema import PayloadColumns, arrow_schema, loosen_nulls
 
 __all__ = ("CORRUPT_COLUMN", "HEADER_TYPE", "RowBuilder", "source_schema")
 
@@ -97,7 +96,7 @@ class RowBuilder:
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
         schema = source_schema(options)
-        self._schema = to_arrow_schema(schema, timezone="UTC")
+        self._schema = arrow_schema(schema)
         self._raw = options.payload_type is None
         self._corrupt = not self._raw and options.on_decode_error == "corrupt"
         self._headers = options.include_headers

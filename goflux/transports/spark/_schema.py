@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import inspect
 from collections.abc import Callable, Mapping
 from enum import Enum
 from operator import attrgetter, itemgetter
@@ -90,12 +91,26 @@ from typing_extensions import TypeForm
 from goflux._codecs import describe_validation, type_adapter, type_name
 from goflux._errors import DecodeError, SchemaError
 
-__all__ = ("VALUE_COLUMN", "PayloadColumns", "loosen_nulls")
+__all__ = ("VALUE_COLUMN", "PayloadColumns", "arrow_schema", "loosen_nulls")
 
 T = TypeVar("T")
 
 VALUE_COLUMN = "value"
 """The single column's name for payload types that are not struct-like."""
+
+# TimestampType as Arrow timestamp[us, UTC]: PySpark 4.0 says so with timestamp_utc=True
+# (its default), later versions with timezone="UTC".
+_UTC_TIMESTAMPS: dict[str, Any] = (
+    {"timezone": "UTC"}
+    if "timezone" in inspect.signature(to_arrow_schema).parameters
+    else {"timestamp_utc": True}
+)
+
+
+def arrow_schema(struct: StructType) -> pa.Schema:
+    """Spark's Arrow schema for ``struct``, with ``TimestampType`` as ``timestamp[us, UTC]``."""
+    return to_arrow_schema(struct, **_UTC_TIMESTAMPS)
+
 
 _Convert = Callable[[Any], Any]
 _MISSING: Any = object()
@@ -594,7 +609,7 @@ class PayloadColumns(Generic[T]):
                 if back is None
                 else (lambda row: back(row.get(VALUE_COLUMN)))
             )
-        self.arrow_schema = to_arrow_schema(self.struct, timezone="UTC")
+        self.arrow_schema = arrow_schema(self.struct)
         self.arrow_fields = list(self.arrow_schema)
         self.names = tuple(self.struct.names)
 

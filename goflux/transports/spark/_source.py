@@ -43,6 +43,8 @@ except ImportError:  # pragma: no cover - PySpark 4.0 / 4.1 read everything avai
     _admission = None
 
 _AvailableNow: type = _admission.SupportsTriggerAvailableNow if _admission else object
+ADMISSION_CONTROL = _admission is not None
+"""Whether ``max_messages_per_trigger`` bounds micro-batches (PySpark 4.2+)."""
 
 
 __all__ = (
@@ -302,6 +304,10 @@ class JetStreamStreamReader(_Reading, DataSourceStreamReader, _AvailableNow):  #
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
         self._target: int | None = None  # Trigger.AvailableNow: end of what exists now
+        # Whether latestOffset() was given the batch's start and checked it. PySpark < 4.2
+        # calls it without one, and a batch replayed after a restart is planned without
+        # calling it: partitions() checks the start then.
+        self._start_checked = False
 
     def _seq(self, value: dict[str, Any]) -> int:
         if value.get("stream") != self._options.stream:
@@ -342,9 +348,24 @@ class JetStreamStreamReader(_Reading, DataSourceStreamReader, _AvailableNow):  #
         available = bounds.last + 1
         if self._target is not None:
             available = min(available, self._target)
+        self._start_checked = start is not None
         if start is None:  # PySpark < 4.2: no admission control
             return offset(self._options.stream, available)
         begin = self._seq(start)
+        if not self._check_start(begin, bounds):
+            return offset(self._options.stream, begin)
+        end = max(begin, available)
+        if _admission is not None and isinstance(limit, _admission.ReadMaxRows):
+            end = min(end, max(begin, bounds.first) + limit.max_rows)
+        return offset(self._options.stream, end)
+
+    def _check_start(self, begin: int, bounds: StreamBounds) -> bool:
+        """Check the query's position ``begin``; False when the stream ends before it.
+
+        Raises:
+            DataLossError: ``fail_on_data_loss`` and messages from ``begin`` on were
+                deleted, or the stream ends before ``begin``.
+        """
         stream = self._options.stream
         if begin < bounds.first:
             if self._options.fail_on_data_loss:
@@ -363,19 +384,23 @@ class JetStreamStreamReader(_Reading, DataSourceStreamReader, _AvailableNow):  #
             if self._options.fail_on_data_loss:
                 raise DataLossError(message, stream=stream, expected=begin, first=bounds.first)
             _log.warning("%s (waiting for it to grow past the position)", message)
-            return offset(stream, begin)
-        end = max(begin, available)
-        if _admission is not None and isinstance(limit, _admission.ReadMaxRows):
-            end = min(end, max(begin, bounds.first) + limit.max_rows)
-        return offset(stream, end)
+            return False
+        return True
 
     def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         """The end of what is stored (for the query's progress report)."""
         return offset(self._options.stream, self._planner.bounds().last + 1)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[SequenceRange]:
-        """Split the micro-batch ``[start, end)`` into task-sized sequence ranges."""
-        return self._split(self._seq(start), self._seq(end))
+        """Split the micro-batch ``[start, end)`` into task-sized sequence ranges.
+
+        Raises:
+            DataLossError: As :meth:`latestOffset`, for a start it did not check.
+        """
+        begin, end_seq = self._seq(start), self._seq(end)
+        if not self._start_checked and begin != end_seq:
+            self._check_start(begin, self._planner.bounds())
+        return self._split(begin, end_seq)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range on an executor (see :func:`read_range`)."""
