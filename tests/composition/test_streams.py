@@ -247,7 +247,12 @@ async def test_jetstream_process_runs_at_most_4_handlers_and_acks_each_message_o
     assert stats.handled == 200
     assert stats.failed == 0
     assert len(acks) == 200
-    ack_pending, redelivered, pending = await consumer_info(js, "proc")
+    # Acks are fire-and-forget: the server applies them a moment after they arrive.
+    # Each consumer_info is a round trip behind them, so this polls at the server's pace.
+    async with asyncio.timeout(10):
+        while (state := await consumer_info(js, "proc"))[0] and state[1] == 0:
+            pass
+    ack_pending, redelivered, pending = state
     assert (ack_pending, redelivered, pending) == (0, 0, 0)
     info = await js.consumer_info(STREAM, "proc")
     assert info.ack_floor.stream_seq == 200  # every message acked

@@ -91,6 +91,7 @@ async def test_other_users_of_the_connection_still_get_nats_py_headers(
 ) -> None:
     gnats.Subscriber(nc, CODEC)  # installs the line keeping on nc
     sub = await nc.subscribe("plain")
+    await nc.flush()  # subscribed on the server before the other connection publishes
     await raw_hpub(nats_server, "plain", FOREIGN, b"x")
     msg = await sub.next_msg(timeout=10)
     assert msg.headers == {"Tenant": "acme", "Trace-Tag": "two"}  # nats-py's dict, last wins

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any, Literal
 
@@ -12,8 +13,11 @@ from goflux.transports.spark._connection import ConnectionOptions
 from goflux.transports.spark._datasource import FORMAT, register
 from goflux.transports.spark._options import DEFAULT_MESSAGES_PER_PARTITION, SourceOptions
 from goflux.transports.spark._rows import source_schema
+from goflux.transports.spark._source import ADMISSION_CONTROL
 
 __all__ = ("read", "read_stream")
+
+_log = logging.getLogger("goflux.transports.spark")
 
 
 def _options(
@@ -123,7 +127,9 @@ def read_stream(
             stream sequence, or a datetime (the first message stored at or after it).
             A query restarted from its checkpoint continues where it stopped.
         max_messages_per_trigger: At most this many stream sequences per micro-batch
-            (PySpark 4.2+; ``Trigger.AvailableNow`` honours it too).
+            (PySpark 4.2+; ``Trigger.AvailableNow`` honours it too). Older PySpark has
+            no admission control and reads everything available per batch; a warning
+            is logged when it is given there.
         fail_on_data_loss: Fail the query when messages it has not read yet were
             deleted (the default); False skips to what is still stored.
         include_headers: Add ``headers``: ``array<struct<key, value>>`` with every
@@ -163,6 +169,13 @@ def read_stream(
         idle_timeout=idle_timeout,
         connection=connection,
     )
+    if max_messages_per_trigger is not None and not ADMISSION_CONTROL:
+        _log.warning(
+            "max_messages_per_trigger=%d has no effect before PySpark 4.2 (no admission "
+            "control): each micro-batch of stream %s reads everything available",
+            max_messages_per_trigger,
+            stream,
+        )
     register(spark)
     return spark.readStream.format(FORMAT).options(**options.to_options()).load()
 
