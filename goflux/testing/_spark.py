@@ -38,6 +38,7 @@ _CONNECT_STARTED = re.compile(r"Spark Connect server started at: (\S+):(\d+)")
 _MASTER_STARTED = re.compile(r"Starting Spark master at (spark://\S+:\d+)")
 _MASTER_LEADER = re.compile(r"I have been elected leader")
 _WORKER_REGISTERED = re.compile(r"Successfully registered with master")
+_CAUSE = re.compile(r"\bERROR\b|Exception:|Caused by:")
 
 
 class SparkProcessError(GofluxError):
@@ -124,14 +125,17 @@ class _Jvm:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise SparkProcessError(
-                        f"{self.name} did not report {pattern.pattern!r} within {timeout}s "
-                        f"(log {self.log_path}):\n{self.log_tail()}"
+                        f"{self.name} did not report {pattern.pattern!r} within {timeout}s:\n"
+                        f"{self.log_tail()}"
                     )
                 self._seen.wait(left)
         return found
 
     def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(list(self.lines)[-lines:])
+        """The first error lines (the cause), then the last ``lines`` lines."""
+        kept = list(self.lines)
+        causes = [line for line in kept if _CAUSE.search(line)][:5]
+        return "\n".join([*causes, "...", *kept[-lines:]] if causes else kept[-lines:])
 
     def terminate(self, timeout: float = 30.0) -> None:
         """SIGTERM (Spark stops cleanly), then SIGKILL after ``timeout``."""

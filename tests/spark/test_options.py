@@ -244,3 +244,7 @@ def test_connect_session_fails_fast_when_no_server_listens() -> None:
     ):
         gspark.connect_session(f"sc://127.0.0.1:{port}/;user_id=a")
     assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # this process stays classic
+    with pytest.raises(gspark.SourceOptionError, match="not a Spark Connect URL"):
+        gspark.connect_session("sc://127.0.0.1:99999")
+    with pytest.raises(gspark.SourceOptionError, match="retry_seconds must be > 0"):
+        gspark.connect_session(f"sc://127.0.0.1:{port}", retry_seconds=0)

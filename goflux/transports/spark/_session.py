@@ -29,16 +29,22 @@ def is_connect(session: SparkSession) -> bool:
 @contextlib.contextmanager
 def _stderr_to(path: str | os.PathLike[str]) -> Iterator[None]:
     """Point file descriptor 2 at ``path`` while the block runs (children keep it)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    if sys.stderr is not None:
+        sys.stderr.flush()
+    try:
+        saved: int | None = os.dup(2)
+    except OSError:  # fd 2 is closed: fill it with the log for good
+        saved = None
     try:
         with open(path, "ab") as log:
             os.dup2(log.fileno(), 2)
         yield
     finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+        if saved is not None:
+            if sys.stderr is not None:
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def local_session(
@@ -88,7 +94,7 @@ def local_session(
         return builder.getOrCreate()
 
 
-def connect_session(url: str, **conf: str) -> SparkSession:
+def connect_session(url: str, *, retry_seconds: float = 30.0, **conf: str) -> SparkSession:
     """Build (or get) a Spark Connect session to the server at ``url`` (``sc://host:port``).
 
     Needs ``goflux[spark-connect]`` here and goflux installed where the server runs
@@ -96,13 +102,20 @@ def connect_session(url: str, **conf: str) -> SparkSession:
     :func:`local_session`; ``conf`` adds session settings (runtime ones: the server
     fixed the rest when it started).
 
+    PySpark's client retries an unreachable server for about ten minutes, during
+    which every call (``awaitTermination``, ``history``) hangs. This session gives up
+    after about ``retry_seconds`` instead (enough to ride out a brief outage), and
+    checks the server with one request before returning.
+
     Raises:
-        SourceOptionError: ``url`` is not an ``sc://`` URL.
-        SparkError: Nothing accepts connections at ``url`` (PySpark's client would
-            retry for minutes), or the Spark Connect client libraries are missing.
+        SourceOptionError: ``url`` is not an ``sc://`` URL, or ``retry_seconds`` <= 0.
+        SparkError: Nothing accepts connections at ``url``, what answers there is no
+            Spark Connect server, or the Spark Connect client libraries are missing.
     """
     if not url.startswith(_CONNECT_SCHEME):
         raise SourceOptionError(f"a Spark Connect URL starts with sc://, got {url!r}")
+    if not retry_seconds > 0:
+        raise SourceOptionError(f"retry_seconds must be > 0, got {retry_seconds!r}")
     _probe(url)
     settings = {
         "spark.sql.shuffle.partitions": "4",
@@ -113,21 +126,56 @@ def connect_session(url: str, **conf: str) -> SparkSession:
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
     except ImportError as exc:  # PySpark checks for grpcio & co. when connecting
         raise SparkError(
             f"Spark Connect needs its client libraries: pip install 'goflux[spark-connect]' ({exc})"
         ) from exc
+    _bound_retries(session, retry_seconds)
+    try:
+        session.version  # noqa: B018 - one request: is it a Connect server?
+    except Exception as exc:
+        session.stop()
+        raise SparkError(f"{url} does not answer as a Spark Connect server: {exc}") from exc
+    return session
+
+
+def _bound_retries(session: SparkSession, seconds: float) -> None:
+    """Make the client's default retry policy give up after about ``seconds``."""
+    # Only a Connect session gets here, so the connect extra is installed.
+    from pyspark.sql.connect.client.retries import DefaultPolicy  # noqa: PLC0415
+
+    client = session.client
+    initial, multiplier, cap = 100, 2.0, 5_000  # milliseconds
+    waits = [min(cap, initial * multiplier**n) for n in range(64)]
+    retries = next(n for n in range(1, 65) if sum(waits[:n]) >= seconds * 1000)
+    client.set_retry_policies(
+        [
+            DefaultPolicy(
+                max_retries=retries,
+                backoff_multiplier=multiplier,
+                initial_backoff=initial,
+                max_backoff=cap,
+            )
+            if isinstance(policy, DefaultPolicy)
+            else policy
+            for policy in client.get_retry_policies()
+        ]
+    )
 
 
 def _probe(url: str) -> None:
     """Fail fast when nothing listens at a Connect URL's host and port.
 
     Raises:
+        SourceOptionError: The URL's port is not a port.
         SparkError: The TCP connection is refused or times out.
     """
-    where = urlsplit(url.split(";", 1)[0].replace(_CONNECT_SCHEME, "http://", 1))
-    host, port = where.hostname or "localhost", where.port or _CONNECT_PORT
+    try:
+        where = urlsplit(url.split(";", 1)[0].replace(_CONNECT_SCHEME, "http://", 1))
+        host, port = where.hostname or "localhost", where.port or _CONNECT_PORT
+    except ValueError as exc:
+        raise SourceOptionError(f"not a Spark Connect URL (sc://host:port): {url!r}") from exc
     try:
         with socket.create_connection((host, port), timeout=_PROBE_TIMEOUT):
             pass
