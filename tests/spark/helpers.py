@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import BaseModel
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from goflux import Headers, JsonCodec
 from goflux.transports import jetstream
@@ -208,3 +209,13 @@ def forget_commit(checkpoint: Path, batch_id: int) -> None:
     """Delete a batch's commit (and its checksum), so a restart replays the batch."""
     (checkpoint / "commits" / str(batch_id)).unlink()
     (checkpoint / "commits" / f".{batch_id}.crc").unlink(missing_ok=True)
+
+
+def run_to_end(writer: DataStreamWriter, checkpoint: Path) -> None:
+    """Start ``writer`` with ``checkpoint`` and ``Trigger.AvailableNow``; wait for its end.
+
+    Fails the test if the query failed.
+    """
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query.awaitTermination()
+    assert query.exception() is None

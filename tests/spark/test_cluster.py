@@ -33,6 +33,7 @@ from tests.spark.helpers import (
     needs_admission_control,
     publish,
     published_during,
+    run_to_end,
     sale,
     stream_state,
 )
@@ -133,14 +134,7 @@ def test_tasks_run_in_executor_jvms_and_python_workers_of_their_own(
 
 def _run(df: DataFrame, checkpoint: Path, sink: Callable[[DataFrame, int], None]) -> None:
     """Run an AvailableNow query into ``sink`` (a foreachBatch function) to its end."""
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
+    run_to_end(df.writeStream.foreachBatch(sink), checkpoint)
 
 
 @needs_admission_control
@@ -227,14 +221,8 @@ def test_stream_sink_replay_publishes_only_duplicates(
     checkpoint = tmp_path / "checkpoint"
 
     def run_sink() -> None:
-        query = (
-            gspark.write_stream(df, servers=url, subject="out.sales", codec=JsonCodec(Sale))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        assert query.exception() is None
+        writer = gspark.write_stream(df, servers=url, subject="out.sales", codec=JsonCodec(Sale))
+        run_to_end(writer, checkpoint)
 
     run_sink()
     assert stream_state(url, OUT) == (1_500, 1, 1_500)

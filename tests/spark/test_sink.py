@@ -18,6 +18,7 @@ from tests.spark.helpers import (
     message_ids,
     publish,
     published_during,
+    run_to_end,
     sale,
     stream_state,
 )
@@ -26,14 +27,7 @@ SOURCE, OUT = "SALES", "OUT"
 
 
 def run(df: DataFrame, publisher: gspark.BatchPublisher[Sale], checkpoint: Path) -> None:
-    query = (
-        df.writeStream.foreachBatch(publisher)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
+    run_to_end(df.writeStream.foreachBatch(publisher), checkpoint)
 
 
 def test_a_replayed_batch_is_reported_duplicate_and_changes_nothing(
@@ -146,14 +140,8 @@ def test_stream_sink_publishes_and_deduplicates_a_replay(
     checkpoint = tmp_path / "checkpoint"
 
     def run_sink() -> None:
-        query = (
-            gspark.write_stream(df, servers=url, subject="out.sales", codec=JsonCodec(Sale))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        assert query.exception() is None
+        writer = gspark.write_stream(df, servers=url, subject="out.sales", codec=JsonCodec(Sale))
+        run_to_end(writer, checkpoint)
 
     for first in (0, 500, 1_000):  # a batch per run (max_messages_per_trigger: 4.2+)
         publish(url, SOURCE, [sale(n) for n in range(first, first + 500)])
