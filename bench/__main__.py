@@ -19,7 +19,7 @@ from bench import chart, codecs, goals, kv, latency, machine, memory
 from bench.harness import Table
 from bench.sizes import FULL, SMOKE
 
-SUITES = ("codecs", "channel", "jetstream", "kv", "latency", "memory", "spark")
+SUITES = ("codecs", "channel", "jetstream", "telemetry", "kv", "latency", "memory", "spark")
 DEFAULT_OUT = Path(__file__).parent / "results" / "latest"
 
 
@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     latencies = None
     overhead = None
     hooks_ns = None
+    costs = None
+    memory_peaks = None
 
     def add(new: list[Table]) -> None:
         tables.extend(new)
@@ -68,13 +70,20 @@ def main(argv: list[str] | None = None) -> int:
 
         js_tables, hooks_ns = jetstream.run(rounds, sizes)
         add(js_tables)
+    if "telemetry" in selected:
+        from bench import telemetry  # noqa: PLC0415 - imports the OpenTelemetry SDK
+
+        tel_tables, costs, cost_table = telemetry.run(rounds, sizes)
+        add(tel_tables)
+        sections.append(cost_table)
     if "kv" in selected:
         add(kv.run(rounds, sizes))
     if "latency" in selected:
         latencies = latency.run(rounds, sizes)
         sections.append(latency.markdown(latencies, sizes))
     if "memory" in selected:
-        sections.append(memory.markdown(memory.run(min(rounds, 3), sizes), sizes))
+        memory_peaks = memory.run(min(rounds, 3), sizes)
+        sections.append(memory.markdown(memory_peaks, sizes))
     if "spark" in selected:
         from bench import spark  # noqa: PLC0415 - starts a JVM; only when asked for
 
@@ -82,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         add(spark_tables)
         sections.append(spark.overhead_table(overhead))
 
-    checked = goals.check({t.key: t for t in tables}, latencies, overhead, hooks_ns)
+    checked = goals.check(
+        {t.key: t for t in tables}, latencies, overhead, hooks_ns, costs, memory_peaks
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     drawn = chart.draw(tables, args.out / "chart.png") if tables else False
     report = "\n\n".join(

@@ -109,6 +109,7 @@ class Table:
     baseline: str  # the raw client's row
     rival: str | None = None  # the FastStream row, if the table has one
     note: str = ""
+    versus: str = "raw"  # what the baseline row is, in the ratio column's heading
 
     def ratio(self, name: str, against: str | None = None) -> float:
         """``name``'s median rate over the baseline's (or ``against``'s)."""
@@ -130,7 +131,7 @@ class Table:
 
     def markdown(self) -> str:
         rival = self.rival if self.rival in self.results else None
-        head = "| case | ops per round | median ops/s | min | max | CPU µs/op | vs raw |"
+        head = f"| case | ops per round | median ops/s | min | max | CPU µs/op | vs {self.versus} |"
         rule = "|---|---:|---:|---:|---:|---:|---:|"
         if rival is not None:
             head += " vs FastStream |"

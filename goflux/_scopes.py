@@ -8,12 +8,20 @@ entering it starts the span (a PRODUCER span injects its context into the outgoi
 headers; a CONSUMER span links to the producer), leaving it ends the span and records
 the metrics, with ``error.type`` when an exception leaves it. While the telemetry
 records nothing, ``open`` returns :data:`NULL_SCOPE` and costs a flag check.
+
+What costs per message is kept to what the conventions ask for. Metric attributes are
+built once per owner (and per subject a publisher sends to), and the counters add to
+running totals (:mod:`goflux._tally`); the one SDK call per operation is its duration
+histogram. When the tracer's sampler decides on the parent alone (the SDK's own
+samplers), a span starts with its name and kind only, and its attributes and links
+are added once it is known to be recorded: a sampled-out message costs the sampler's
+decision and, when its headers carry nothing but W3C trace context, no extraction.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from contextvars import Token
 from types import TracebackType
 from typing import Final, Literal
@@ -23,6 +31,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
 from goflux._semconv import (
@@ -39,6 +48,7 @@ from goflux._semconv import (
     SERVER_PORT,
     error_type,
 )
+from goflux._tally import Count
 from goflux._telemetry import Telemetry
 
 __all__ = (
@@ -50,6 +60,7 @@ __all__ = (
     "ProcessScopes",
     "PublishScope",
     "PublishScopes",
+    "SpanFacts",
 )
 
 
@@ -87,8 +98,15 @@ class HeaderSetter(Setter[MutableMapping[str, str]]):
         carrier[key.lower()] = value
 
 
+SpanFacts = Mapping[str, AttributeValue] | Callable[[], Mapping[str, AttributeValue]]
+"""Span attributes, or a function building them (called only for a recorded span)."""
+
 _GETTER: Final = HeaderGetter()
 _SETTER: Final = HeaderSetter()
+_ROOT: Final = Context()  # a consumer span's parent: none (it links to the producer)
+_TRACE_CONTEXT: Final = TraceContextTextMapPropagator()
+_INVALID: Final = trace.INVALID_SPAN
+_SUBJECTS_KEPT: Final = 1000  # subjects a publisher keeps metric attributes for
 
 
 def _shared_attributes(
@@ -125,6 +143,29 @@ def _end_span(span: trace.Span, exc: BaseException | None, kind: str | None) -> 
     span.end()
 
 
+class _Metrics:
+    """The metric attributes of one destination and its counter's running total.
+
+    Attributes:
+        attributes: For a successful operation.
+        count: The counter's total for ``attributes`` (``sent`` or ``consumed``).
+    """
+
+    __slots__ = ("_failed", "attributes", "count")
+
+    def __init__(self, attributes: dict[str, AttributeValue], count: Count) -> None:
+        self.attributes = attributes
+        self.count = count
+        self._failed: dict[str, dict[str, AttributeValue]] = {}
+
+    def failed(self, kind: str) -> dict[str, AttributeValue]:
+        """The attributes of an operation that failed with ``error.type`` ``kind``."""
+        found = self._failed.get(kind)
+        if found is None:
+            found = self._failed[kind] = {**self.attributes, ERROR_TYPE: kind}
+        return found
+
+
 class PublishScopes:
     """The publish scopes of one publisher (or requester): what they all share.
 
@@ -137,7 +178,7 @@ class PublishScopes:
             reply (the responder's span becomes its child).
     """
 
-    __slots__ = ("attributes", "kind", "telemetry")
+    __slots__ = ("_by_subject", "attributes", "kind", "telemetry")
 
     def __init__(
         self,
@@ -153,6 +194,17 @@ class PublishScopes:
         self.attributes = _shared_attributes(
             system, "send", server_address=server_address, server_port=server_port
         )
+        self._by_subject: dict[str, _Metrics] = {}
+
+    def metrics(self, subject: str) -> _Metrics:
+        """The metric attributes of publishing to ``subject`` (kept for many subjects)."""
+        found = self._by_subject.get(subject)
+        if found is None:
+            attrs = {**self.attributes, MESSAGING_DESTINATION_NAME: subject}
+            found = _Metrics(attrs, self.telemetry.counters.sent.count(attrs))
+            if len(self._by_subject) < _SUBJECTS_KEPT:
+                self._by_subject[subject] = found
+        return found
 
     def open(
         self, subject: str, carrier: MutableMapping[str, str], *, message_id: str | None = None
@@ -196,26 +248,40 @@ class PublishScope:
         self._span: trace.Span = trace.INVALID_SPAN
         self._start = 0.0
 
-    def _attributes(self) -> dict[str, AttributeValue]:
-        return {**self._scopes.attributes, MESSAGING_DESTINATION_NAME: self._subject}
+    def _span_attributes(self) -> dict[str, AttributeValue]:
+        attrs = {
+            **self._scopes.attributes,
+            MESSAGING_DESTINATION_NAME: self._subject,
+            MESSAGING_OPERATION_TYPE: "send",
+        }
+        if self._message_id is not None:
+            attrs[MESSAGING_MESSAGE_ID] = self._message_id
+        return attrs
 
     def __enter__(self) -> PublishScope:
         scopes = self._scopes
         tel = scopes.telemetry
         if tel.tracing:
-            span_attrs = self._attributes()
-            span_attrs[MESSAGING_OPERATION_TYPE] = "send"
-            if self._message_id is not None:
-                span_attrs[MESSAGING_MESSAGE_ID] = self._message_id
-            span = tel.tracer.start_span(
-                f"send {self._subject}", kind=scopes.kind, attributes=span_attrs
-            )
+            name = f"send {self._subject}"
+            if tel.parent_only_sampling:  # attributes only for a span that is recorded
+                span = tel.tracer.start_span(name, kind=scopes.kind)
+                if span.is_recording():
+                    span.set_attributes(self._span_attributes())
+            else:
+                span = tel.tracer.start_span(
+                    name, kind=scopes.kind, attributes=self._span_attributes()
+                )
             self._span = span
             tel.propagator.inject(
                 self._carrier, context=trace.set_span_in_context(span), setter=_SETTER
             )
         self._start = time.perf_counter()
         return self
+
+    @property
+    def recording(self) -> bool:
+        """Whether the publish has a span that is recorded (sampled in)."""
+        return self._span.is_recording()
 
     def set_body_size(self, size: int) -> None:
         """Record the encoded payload size on the span."""
@@ -232,13 +298,17 @@ class PublishScope:
         elapsed = time.perf_counter() - self._start
         kind = error_type(exc) if exc is not None else None
         _end_span(self._span, exc, kind)
-        tel = self._scopes.telemetry
+        scopes = self._scopes
+        tel = scopes.telemetry
         if tel.metering:
-            attrs = self._attributes()
-            if kind is not None:
-                attrs[ERROR_TYPE] = kind
-            tel.sent.add(1, attrs)
-            tel.operation_duration.record(elapsed, attrs)
+            metrics = scopes.metrics(self._subject)
+            if kind is None:
+                metrics.count.value += 1
+                tel.operation_duration.record(elapsed, metrics.attributes)
+            else:
+                attrs = metrics.failed(kind)
+                tel.counters.sent.count(attrs).value += 1
+                tel.operation_duration.record(elapsed, attrs)
 
 
 class ProcessScopes:
@@ -248,7 +318,9 @@ class ProcessScopes:
         telemetry: Where spans and metrics go.
         system: The ``messaging.system`` value.
         template: The subscription pattern when it is a wildcard; it then names the
-            spans, keeping span names low-cardinality.
+            spans, keeping span names low-cardinality, and stands for the destination
+            in the metrics (the conventions leave ``messaging.destination.name`` out of
+            metrics unless it has low cardinality).
         consumer_group: Queue group or consumer name, if any.
         server_address: Broker host, when known.
         server_port: Broker port, when known.
@@ -260,6 +332,8 @@ class ProcessScopes:
     """
 
     __slots__ = (
+        "_by_subject",
+        "_templated",
         "attributes",
         "consumer_group",
         "kind",
@@ -296,6 +370,25 @@ class ProcessScopes:
             server_address=server_address,
             server_port=server_port,
         )
+        self._by_subject: dict[str, _Metrics] = {}
+        self._templated: _Metrics | None = None  # a wildcard's: one for every subject
+
+    def metrics(self, subject: str) -> _Metrics:
+        """The metric attributes of a message received on ``subject``."""
+        templated = self._templated
+        if templated is not None:
+            return templated
+        found = self._by_subject.get(subject)
+        if found is None:
+            attrs = dict(self.attributes)
+            if self.template is None:
+                attrs[MESSAGING_DESTINATION_NAME] = subject
+            found = _Metrics(attrs, self.telemetry.counters.consumed.count(attrs))
+            if self.template is not None:
+                self._templated = found
+            elif len(self._by_subject) < _SUBJECTS_KEPT:
+                self._by_subject[subject] = found
+        return found
 
     def open(
         self,
@@ -304,7 +397,7 @@ class ProcessScopes:
         *,
         message_id: str | None = None,
         body_size: int | None = None,
-        attributes: Mapping[str, AttributeValue] | None = None,
+        attributes: SpanFacts | None = None,
     ) -> ProcessScope | NullScope:
         """The scope of processing one message received on ``subject``.
 
@@ -314,7 +407,8 @@ class ProcessScopes:
             message_id: The message ID, if set.
             body_size: Size of the payload in bytes, if known.
             attributes: More span attributes (transport specifics such as the stream
-                sequence); not added to metrics.
+                sequence), or a function returning them, called only for a span that
+                is recorded; not added to metrics.
 
         Returns :data:`NULL_SCOPE` when nothing is recorded.
         """
@@ -328,6 +422,14 @@ class ProcessScopes:
             body_size=body_size,
             attributes=attributes,
         )
+
+
+def _carries(carrier: Mapping[str, str], field: str) -> bool:
+    """Whether ``carrier`` has the header ``field`` (lowercase), in any casing."""
+    if field in carrier:
+        return True
+    size = len(field)
+    return any(len(name) == size and name.lower() == field for name in carrier)
 
 
 class ProcessScope:
@@ -359,7 +461,7 @@ class ProcessScope:
         *,
         message_id: str | None,
         body_size: int | None,
-        attributes: Mapping[str, AttributeValue] | None,
+        attributes: SpanFacts | None,
     ) -> None:
         self._scopes = scopes
         self._subject = subject
@@ -372,43 +474,74 @@ class ProcessScope:
         self._token: Token[Context] | None = None
         self._start = 0.0
 
-    def _attributes(self) -> dict[str, AttributeValue]:
-        return {**self._scopes.attributes, MESSAGING_DESTINATION_NAME: self._subject}
-
     def __enter__(self) -> ProcessScope:
         if self._scopes.telemetry.tracing:
             self._open_span()
         self._start = time.perf_counter()
         return self
 
+    def _span_attributes(self) -> dict[str, AttributeValue]:
+        scopes = self._scopes
+        attrs = {
+            **scopes.attributes,
+            MESSAGING_DESTINATION_NAME: self._subject,
+            MESSAGING_OPERATION_TYPE: scopes.operation,
+        }
+        if self._message_id is not None:
+            attrs[MESSAGING_MESSAGE_ID] = self._message_id
+        if self._body_size is not None:
+            attrs[MESSAGING_MESSAGE_BODY_SIZE] = self._body_size
+        extra = self._extra
+        if extra is not None:
+            attrs.update(extra() if callable(extra) else extra)
+        return attrs
+
     def _open_span(self) -> None:
         scopes = self._scopes
         tel = scopes.telemetry
-        links: list[Link] | None = None
-        parent = Context()
-        if self._carrier:
-            remote = tel.propagator.extract(self._carrier, getter=_GETTER)
-            if scopes.parented:
-                parent = remote  # synchronous request/reply: a child of the caller
-            else:
-                producer = trace.get_current_span(remote).get_span_context()
-                if producer.is_valid:
-                    links = [Link(producer)]
-                # Keep what else travelled (baggage) but not the producer as parent.
-                parent = trace.set_span_in_context(trace.INVALID_SPAN, remote)
-        span_attrs = self._attributes()
-        span_attrs[MESSAGING_OPERATION_TYPE] = scopes.operation
-        if self._message_id is not None:
-            span_attrs[MESSAGING_MESSAGE_ID] = self._message_id
-        if self._body_size is not None:
-            span_attrs[MESSAGING_MESSAGE_BODY_SIZE] = self._body_size
-        if self._extra:
-            span_attrs.update(self._extra)
         template = scopes.template
         name = f"{scopes.operation} {template if template is not None else self._subject}"
-        span = tel.tracer.start_span(
-            name, context=parent, kind=scopes.kind, attributes=span_attrs, links=links
-        )
+        carrier = self._carrier
+        if not scopes.parented and tel.parent_only_sampling:
+            # The sampler looks at the parent only, and a consumer span has none: decide
+            # first, then read the producer's context for the link if it is recorded.
+            # Baggage (or another propagator's fields) must reach the handler either way.
+            remote = parent = _ROOT
+            only_span = False  # the carrier holds the producer's span context and no more
+            if carrier:
+                if tel.w3c_trace_context_only and not _carries(carrier, "baggage"):
+                    only_span = True
+                else:
+                    remote = tel.propagator.extract(carrier, getter=_GETTER)
+                    parent = trace.set_span_in_context(_INVALID, remote)
+            span = tel.tracer.start_span(name, context=parent, kind=scopes.kind)
+            if span.is_recording():
+                if only_span and carrier:
+                    remote = _TRACE_CONTEXT.extract(carrier, getter=_GETTER)
+                producer = trace.get_current_span(remote).get_span_context()
+                if producer.is_valid:
+                    span.add_link(producer)
+                span.set_attributes(self._span_attributes())
+        else:
+            links: list[Link] | None = None
+            parent = _ROOT
+            if carrier:
+                remote = tel.propagator.extract(carrier, getter=_GETTER)
+                if scopes.parented:
+                    parent = remote  # synchronous request/reply: a child of the caller
+                else:
+                    producer = trace.get_current_span(remote).get_span_context()
+                    if producer.is_valid:
+                        links = [Link(producer)]
+                    # Keep what else travelled (baggage) but not the producer as parent.
+                    parent = trace.set_span_in_context(_INVALID, remote)
+            span = tel.tracer.start_span(
+                name,
+                context=parent,
+                kind=scopes.kind,
+                attributes=self._span_attributes(),
+                links=links,
+            )
         self._span = span
         self._token = otel_context.attach(trace.set_span_in_context(span, parent))
 
@@ -416,6 +549,15 @@ class ProcessScope:
     def span(self) -> trace.Span:
         """The span (valid once entered, while tracing is configured)."""
         return self._span
+
+    @property
+    def recording(self) -> bool:
+        """Whether the scope has a span that is recorded (sampled in)."""
+        return self._span.is_recording()
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Add span attributes (transport specifics); only worth it while :attr:`recording`."""
+        self._span.set_attributes(attributes)
 
     def fail(self, exc: BaseException) -> None:
         """Record a failure that was handled (no exception leaves the scope)."""
@@ -434,12 +576,12 @@ class ProcessScope:
         if self._token is not None:
             otel_context.detach(self._token)
         _end_span(self._span, exc, kind)
-        tel = self._scopes.telemetry
+        scopes = self._scopes
+        tel = scopes.telemetry
         if tel.metering:
-            attrs = self._attributes()
-            tel.consumed.add(1, attrs)  # delivery itself succeeded: no error.type
-            if kind is not None:
-                attrs = {**attrs, ERROR_TYPE: kind}
+            metrics = scopes._templated or scopes.metrics(self._subject)
+            metrics.count.value += 1  # delivery itself succeeded: no error.type
+            attrs = metrics.attributes if kind is None else metrics.failed(kind)
             tel.process_duration.record(elapsed, attrs)
 
 
@@ -466,6 +608,14 @@ class NullScope:
     def span(self) -> trace.Span:
         """No span: the invalid one."""
         return trace.INVALID_SPAN
+
+    @property
+    def recording(self) -> bool:
+        """Never recording."""
+        return False
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Nothing to record."""
 
     def fail(self, exc: BaseException) -> None:
         """Nothing to record."""

@@ -11,18 +11,25 @@ Metrics follow the conventions: ``messaging.client.sent.messages``,
 ``messaging.client.consumed.messages``, ``messaging.client.operation.duration`` and
 ``messaging.process.duration`` (seconds, with the conventions' bucket advice), plus
 goflux's settlement, redelivery, drop and dead-letter counters. ``error.type`` is set
-only when an operation fails.
+only when an operation fails. The counters are observable counters over running totals
+kept in Python (:mod:`goflux._tally`), shared by every :class:`Telemetry` on the same
+meter provider: a message costs an integer increment per counter, and a reader still
+sees exact totals. The durations are histograms, recorded per operation.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry import metrics, propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.metrics import MeterProvider
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
 from goflux._semconv import (
@@ -36,11 +43,136 @@ from goflux._semconv import (
     MESSAGING_CLIENT_SENT_MESSAGES,
     MESSAGING_PROCESS_DURATION,
 )
+from goflux._tally import Count, Tally
 from goflux._version import __version__
 
-__all__ = ("Telemetry",)
+__all__ = ("Counters", "Telemetry")
 
 _SCOPE_NAME: Final = "goflux"
+
+# Samplers of the SDK that decide from the parent context and the trace ID alone, never
+# from a span's name, attributes or links: for them a span's attributes and links can
+# be added after the decision, only to the spans that are recorded.
+_SDK_SAMPLING: Final = "opentelemetry.sdk.trace.sampling"
+_PARENT_ONLY_SAMPLERS: Final = frozenset(
+    {"StaticSampler", "TraceIdRatioBased", "ParentBased", "ParentBasedTraceIdRatio"}
+)
+_PARENT_BASED_DELEGATES: Final = (
+    "_root",
+    "_remote_parent_sampled",
+    "_remote_parent_not_sampled",
+    "_local_parent_sampled",
+    "_local_parent_not_sampled",
+)
+
+
+def _decides_on_parent_only(sampler: object) -> bool:
+    """Whether ``sampler`` is one of the SDK's that ignore name, attributes and links."""
+    cls = type(sampler)
+    if cls.__module__ != _SDK_SAMPLING or cls.__name__ not in _PARENT_ONLY_SAMPLERS:
+        return False
+    delegates = [getattr(sampler, name, None) for name in _PARENT_BASED_DELEGATES]
+    return all(_decides_on_parent_only(d) for d in delegates if d is not None)
+
+
+def _reads_w3c_only(propagator: TextMapPropagator) -> bool:
+    """Whether ``propagator`` reads W3C trace context and baggage and nothing else."""
+    if type(propagator) in (TraceContextTextMapPropagator, W3CBaggagePropagator):
+        return True
+    if type(propagator) is CompositePropagator:
+        return all(_reads_w3c_only(p) for p in getattr(propagator, "_propagators", [None]))
+    return False
+
+
+class Counters:
+    """goflux's counters on one meter: observable counters over running totals.
+
+    One set exists per meter provider (:meth:`of`), so that every :class:`Telemetry`
+    on that provider adds to the same totals: two observable counters of one name
+    reporting the same attribute set would overwrite each other.
+
+    Attributes:
+        sent: Totals of ``messaging.client.sent.messages``.
+        consumed: Totals of ``messaging.client.consumed.messages``.
+        settlements: Totals of ``goflux.consumer.settlements``.
+        redeliveries: Totals of ``goflux.consumer.redeliveries``.
+        dropped: Totals of ``goflux.consumer.dropped``.
+        dead_letters: Totals of ``goflux.consumer.dead_letters``.
+        instruments: The observable counters, by metric name.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "consumed",
+        "dead_letters",
+        "dropped",
+        "instruments",
+        "redeliveries",
+        "sent",
+        "settlements",
+    )
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self.sent = Tally()
+        self.consumed = Tally()
+        self.settlements = Tally()
+        self.redeliveries = Tally()
+        self.dropped = Tally()
+        self.dead_letters = Tally()
+        specs = (
+            (
+                self.sent,
+                MESSAGING_CLIENT_SENT_MESSAGES,
+                "Number of messages producers attempted to send to the broker.",
+            ),
+            (
+                self.consumed,
+                MESSAGING_CLIENT_CONSUMED_MESSAGES,
+                "Number of messages that were delivered to the application.",
+            ),
+            (
+                self.settlements,
+                GOFLUX_CONSUMER_SETTLEMENTS,
+                "Settlements sent by consumers, by outcome (ack, nak, term, in_progress, "
+                "ack_unconfirmed).",
+            ),
+            (
+                self.dead_letters,
+                GOFLUX_CONSUMER_DEAD_LETTERS,
+                "Messages sent to a dead-letter destination, by reason.",
+            ),
+            (
+                self.dropped,
+                GOFLUX_CONSUMER_DROPPED,
+                "Messages dropped because a slow consumer's pending limits overflowed.",
+            ),
+            (
+                self.redeliveries,
+                GOFLUX_CONSUMER_REDELIVERIES,
+                "Deliveries of messages that had been delivered before.",
+            ),
+        )
+        self.instruments = {
+            name: meter.create_observable_counter(
+                name, callbacks=[tally.observe], unit="{message}", description=description
+            )
+            for tally, name, description in specs
+        }
+
+    @classmethod
+    def of(cls, provider: MeterProvider, meter: metrics.Meter) -> Counters:
+        """The counters of ``provider`` (made on ``meter`` the first time)."""
+        try:
+            found = _COUNTERS.get(provider)
+        except TypeError:  # a provider that cannot be weakly referenced: its own set
+            return cls(meter)
+        if found is None:
+            found = _COUNTERS.setdefault(provider, cls(meter))
+        return found
+
+
+_COUNTERS: weakref.WeakKeyDictionary[Any, Counters] = weakref.WeakKeyDictionary()
+"""The counters of each meter provider (see :meth:`Counters.of`)."""
 
 
 class Telemetry:
@@ -58,30 +190,23 @@ class Telemetry:
 
     Attributes:
         tracer: Starts the spans (scope ``goflux``).
-        sent: ``messaging.client.sent.messages``.
-        consumed: ``messaging.client.consumed.messages``.
+        counters: The running totals behind the counters (shared per meter provider).
         operation_duration: ``messaging.client.operation.duration``.
         process_duration: ``messaging.process.duration``.
-        settlements: ``goflux.consumer.settlements``.
-        redeliveries: ``goflux.consumer.redeliveries``.
-        dropped: ``goflux.consumer.dropped``.
-        dead_letters: ``goflux.consumer.dead_letters``.
     """
 
     __slots__ = (
+        "_checked_propagator",
         "_meter_proxy",
         "_metering_on",
+        "_parent_only",
         "_propagator",
         "_tracer_proxy",
         "_tracing_on",
-        "consumed",
-        "dead_letters",
-        "dropped",
+        "_w3c_only",
+        "counters",
         "operation_duration",
         "process_duration",
-        "redeliveries",
-        "sent",
-        "settlements",
         "tracer",
     )
 
@@ -96,6 +221,7 @@ class Telemetry:
     ) -> None:
         self._tracing_on = False
         self._metering_on = False
+        self._parent_only: bool | None = None  # decided once tracing is on
         tp = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         mp = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         self.tracer = tp.get_tracer(_SCOPE_NAME, __version__)
@@ -107,22 +233,15 @@ class Telemetry:
         elif not isinstance(self.tracer, trace.NoOpTracer):
             self._tracing_on = True
         self._propagator = propagator
+        self._checked_propagator: TextMapPropagator | None = None
+        self._w3c_only = False
         meter = mp.get_meter(_SCOPE_NAME, __version__)
         self._meter_proxy: metrics.Meter | None = None
         if hasattr(meter, "_real_meter"):  # the global placeholder
             self._meter_proxy = meter
         elif not isinstance(meter, metrics.NoOpMeter):
             self._metering_on = True
-        self.sent = meter.create_counter(
-            MESSAGING_CLIENT_SENT_MESSAGES,
-            unit="{message}",
-            description="Number of messages producers attempted to send to the broker.",
-        )
-        self.consumed = meter.create_counter(
-            MESSAGING_CLIENT_CONSUMED_MESSAGES,
-            unit="{message}",
-            description="Number of messages that were delivered to the application.",
-        )
+        self.counters = Counters.of(mp, meter)
         self.operation_duration = meter.create_histogram(
             MESSAGING_CLIENT_OPERATION_DURATION,
             unit="s",
@@ -134,29 +253,6 @@ class Telemetry:
             unit="s",
             description="Duration of processing operation.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
-        )
-        self.settlements = meter.create_counter(
-            GOFLUX_CONSUMER_SETTLEMENTS,
-            unit="{message}",
-            description=(
-                "Settlements sent by consumers, by outcome (ack, nak, term, in_progress, "
-                "ack_unconfirmed)."
-            ),
-        )
-        self.dead_letters = meter.create_counter(
-            GOFLUX_CONSUMER_DEAD_LETTERS,
-            unit="{message}",
-            description="Messages sent to a dead-letter destination, by reason.",
-        )
-        self.dropped = meter.create_counter(
-            GOFLUX_CONSUMER_DROPPED,
-            unit="{message}",
-            description="Messages dropped because a slow consumer's pending limits overflowed.",
-        )
-        self.redeliveries = meter.create_counter(
-            GOFLUX_CONSUMER_REDELIVERIES,
-            unit="{message}",
-            description="Deliveries of messages that had been delivered before.",
         )
 
     @classmethod
@@ -171,25 +267,33 @@ class Telemetry:
         """Return ``telemetry``, or the shared default (:meth:`default`) when it is None."""
         return telemetry if telemetry is not None else cls.default()
 
+    def settlement_count(self, attributes: Mapping[str, AttributeValue]) -> Count:
+        """The running total of settlements with ``attributes`` (add to it while metering)."""
+        return self.counters.settlements.count(attributes)
+
+    def redelivery_count(self, attributes: Mapping[str, AttributeValue]) -> Count:
+        """The running total of redeliveries with ``attributes`` (add to it while metering)."""
+        return self.counters.redeliveries.count(attributes)
+
     def record_settlement(self, attributes: Mapping[str, AttributeValue]) -> None:
         """Count one settlement; ``attributes`` carry ``goflux.settlement.outcome``."""
         if self.metering:
-            self.settlements.add(1, attributes)
+            self.counters.settlements.add(attributes)
 
     def record_dead_letter(self, attributes: Mapping[str, AttributeValue]) -> None:
         """Count one dead letter; ``attributes`` carry ``goflux.dead_letter.reason``."""
         if self.metering:
-            self.dead_letters.add(1, attributes)
+            self.counters.dead_letters.add(attributes)
 
     def record_dropped(self, attributes: Mapping[str, AttributeValue], count: int) -> None:
         """Count messages a slow consumer dropped (its pending limits overflowed)."""
         if self.metering:
-            self.dropped.add(count, attributes)
+            self.counters.dropped.add(attributes, count)
 
     def record_redelivery(self, attributes: Mapping[str, AttributeValue]) -> None:
         """Count one delivery of a message that had been delivered before."""
         if self.metering:
-            self.redeliveries.add(1, attributes)
+            self.counters.redeliveries.add(attributes)
 
     @property
     def tracing(self) -> bool:
@@ -211,6 +315,25 @@ class Telemetry:
             return False
         self._tracing_on = True  # a real tracer stays real
         return True
+
+    @property
+    def parent_only_sampling(self) -> bool:
+        """Whether the tracer's sampler decides on the parent and trace ID alone.
+
+        True for the SDK's own samplers (always on/off, trace ID ratio, parent-based
+        over those): a span's attributes and links are then only worth building once
+        the span is known to be recorded. False for any other sampler, and while
+        nothing traces.
+        """
+        decided = self._parent_only
+        if decided is not None:
+            return decided
+        if not self.tracing:
+            return False
+        tracer = self._tracer_proxy._tracer if self._tracer_proxy is not None else self.tracer
+        sampler = getattr(tracer, "sampler", None)
+        self._parent_only = sampler is not None and _decides_on_parent_only(sampler)
+        return self._parent_only
 
     @property
     def metering(self) -> bool:
@@ -237,6 +360,19 @@ class Telemetry:
         if self._tracing_on or self._metering_on:
             return True  # the common case once configured: no property calls
         return self.tracing or self.metering
+
+    @property
+    def w3c_trace_context_only(self) -> bool:
+        """Whether the propagator reads W3C ``traceparent``/``tracestate`` and baggage only.
+
+        Then headers without a ``baggage`` field carry nothing but the producer's span
+        context, which only a recorded consumer span needs (for its link).
+        """
+        propagator = self.propagator
+        if propagator is not self._checked_propagator:
+            self._w3c_only = _reads_w3c_only(propagator)
+            self._checked_propagator = propagator
+        return self._w3c_only
 
     @property
     def propagator(self) -> TextMapPropagator:

@@ -32,6 +32,7 @@ TESTS = Path(__file__).resolve().parent
 # ``@pytest.mark.slow`` themselves.
 FOLDER_MARKERS = {"reliability": "reliability"}
 FILE_MARKERS = {"test_examples.py": "e2e", "test_docs.py": "e2e", "test_bench.py": "e2e"}
+NATS_LOG_LINES = 200  # the last lines a failing test's report searches for warnings
 SPARK_FIXTURE = "spark"  # tests/spark/conftest.py: the session-wide local SparkSession
 
 
@@ -51,6 +52,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             markers.add("spark")
         for name in sorted(m for m in markers if m is not None):
             item.add_marker(name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Add what the test's nats-servers logged as warnings or errors to a failure.
+
+    The server answers some refusals only with a fixed sentence ("error creating store
+    for stream") and writes the cause to its own log.
+    """
+    report = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, NatsServer):
+                lines = [
+                    line
+                    for line in value.log_tail(NATS_LOG_LINES).splitlines()
+                    if "[WRN]" in line or "[ERR]" in line or "[FTL]" in line
+                ]
+                if lines:
+                    report.sections.append((f"nats-server {name} warnings", "\n".join(lines)))
+    return report
 
 
 @pytest.fixture(scope="session")

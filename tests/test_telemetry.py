@@ -1,10 +1,26 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.metrics.export import Histogram, Metric, Sum
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import Link, SpanKind, StatusCode, TraceState
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import Attributes, AttributeValue
 
 from goflux import DecodeError, JsonCodec, Message, Telemetry
 from goflux._scopes import HeaderGetter, HeaderSetter, ProcessScopes, PublishScopes
@@ -173,11 +189,13 @@ async def test_the_four_metrics_with_semconv_buckets(otel: Otel) -> None:
         "messaging.operation.name": "send",
         "messaging.destination.name": "orders.created",
     }
+    # A wildcard subscription's metrics carry the template, not each subject: the
+    # conventions keep messaging.destination.name out of metrics unless it has low
+    # cardinality (spans keep it).
     [consumed] = points(metrics["messaging.client.consumed.messages"])
     assert consumed == {
         "messaging.system": "channel",
         "messaging.operation.name": "process",
-        "messaging.destination.name": "orders.created",
         "messaging.destination.template": "orders.*",
         "messaging.consumer.group.name": "billing",
     }
@@ -222,3 +240,81 @@ async def test_handler_sees_message_fields_inside_the_span(otel: Otel) -> None:
     await channel.Publisher(bus, telemetry=otel.telemetry).publish("a.b", order())
     await subscription.stop()
     assert seen == [("a.b", True)]
+
+
+class SeeingSampler(Sampler):
+    """Records every link and attribute it is given at a span's start (and samples in)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[dict[str, object], int]] = []
+
+    def should_sample(
+        self,
+        parent_context: otel_context.Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        self.seen.append((dict(attributes or {}), len(links or ())))
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+
+    def get_description(self) -> str:
+        return "SeeingSampler"
+
+
+def sampled(sampler: Sampler) -> tuple[Telemetry, InMemorySpanExporter, TracerProvider]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    propagator = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+    return Telemetry(tracer_provider=provider, propagator=propagator), exporter, provider
+
+
+def test_a_sampler_of_its_own_sees_the_links_and_attributes_at_the_start() -> None:
+    sampler = SeeingSampler()
+    telemetry, exporter, _ = sampled(sampler)
+    assert not telemetry.parent_only_sampling
+    with ProcessScopes(telemetry, "nats", consumer_group="g").open(
+        "orders.1", {"traceparent": TRACEPARENT}, attributes=lambda: {"x": 1}
+    ):
+        pass
+    [(attributes, links)] = sampler.seen
+    assert attributes["messaging.destination.name"] == "orders.1"
+    assert attributes["messaging.consumer.group.name"] == "g"
+    assert attributes["x"] == 1
+    assert links == 1
+    [span] = exporter.get_finished_spans()
+    assert len(span.links) == 1
+
+
+@pytest.mark.parametrize("header", ["baggage", "Baggage"])
+def test_a_sampled_out_message_still_brings_its_baggage_and_records_no_span(header: str) -> None:
+    telemetry, exporter, provider = sampled(ParentBased(TraceIdRatioBased(0.0)))
+    assert telemetry.parent_only_sampling
+    carrier = {"traceparent": TRACEPARENT, header: "tenant=acme"}
+    tracer = provider.get_tracer("test")
+    calls: list[int] = []
+
+    def facts() -> dict[str, AttributeValue]:
+        calls.append(1)
+        return {"x": 1}
+
+    with ProcessScopes(telemetry, "nats").open("orders.1", carrier, attributes=facts) as scope:
+        assert not scope.recording
+        assert baggage.get_baggage("tenant") == "acme"
+        with tracer.start_as_current_span("work") as work:
+            assert not work.is_recording()  # the handler's spans follow the decision
+    assert exporter.get_finished_spans() == ()
+    assert calls == []  # the attributes of a span nobody records are never built
+
+
+def test_a_sampled_out_message_without_baggage_leaves_no_trace_context_behind() -> None:
+    telemetry, exporter, _ = sampled(ParentBased(TraceIdRatioBased(0.0)))
+    with ProcessScopes(telemetry, "nats").open("orders.1", {"traceparent": TRACEPARENT}):
+        assert not trace.get_current_span().is_recording()
+        assert baggage.get_all() == {}
+    assert trace.get_current_span() is trace.INVALID_SPAN
+    assert exporter.get_finished_spans() == ()

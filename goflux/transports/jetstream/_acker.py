@@ -22,6 +22,7 @@ from opentelemetry.util.types import AttributeValue
 from goflux._errors import SettlementError
 from goflux._message import Delivery, Outcome
 from goflux._semconv import GOFLUX_SETTLEMENT_OUTCOME
+from goflux._tally import Count
 from goflux._telemetry import Telemetry
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._delivery import ack_tokens, delivery_of
@@ -70,11 +71,13 @@ class Ledger:
         confirm_all: bool = False,
     ) -> None:
         self._tel = telemetry
-        self._by_outcome = {
-            outcome: {**attributes, GOFLUX_SETTLEMENT_OUTCOME: outcome} for outcome in _OUTCOMES
-        }
-        self._progress = {**attributes, GOFLUX_SETTLEMENT_OUTCOME: "in_progress"}
-        self._unconfirmed = {**attributes, GOFLUX_SETTLEMENT_OUTCOME: "ack_unconfirmed"}
+
+        def count(outcome: str) -> Count:
+            return telemetry.settlement_count({**attributes, GOFLUX_SETTLEMENT_OUTCOME: outcome})
+
+        self._by_outcome = {outcome: count(outcome) for outcome in _OUTCOMES}
+        self._progress = count("in_progress")
+        self._unconfirmed = count("ack_unconfirmed")
         self.release = release
         self.confirmations = confirmations
         self.confirm_all = confirm_all and confirmations is not None
@@ -82,14 +85,14 @@ class Ledger:
 
     def record(self, outcome: Outcome | None) -> None:
         """Count one settlement sent (``None``: an in-progress signal)."""
-        self._tel.record_settlement(
-            self._progress if outcome is None else self._by_outcome[outcome]
-        )
+        if self._tel.metering:
+            (self._progress if outcome is None else self._by_outcome[outcome]).value += 1
 
     def record_unconfirmed(self) -> None:
         """Count one ack sent for confirmation and given up (outcome ``ack_unconfirmed``)."""
         self.unconfirmed += 1
-        self._tel.record_settlement(self._unconfirmed)
+        if self._tel.metering:
+            self._unconfirmed.value += 1
 
 
 class JetStreamAcker:

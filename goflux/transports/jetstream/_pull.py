@@ -87,6 +87,8 @@ class PullEngine:
         deliver: Takes each admitted message with its arrival (event-loop time).
         fail: Ends the subscription with a failure.
         priority: Its place in the consumer's priority group, if it pulls in one.
+        handed_back: Told of each message naked on arrival, never delivered (one that
+            came while the subscription drains, or on a retired inbox).
     """
 
     def __init__(
@@ -99,8 +101,10 @@ class PullEngine:
         deliver: Callable[[Msg, float], None],
         fail: Callable[[BaseException], Awaitable[None]],
         priority: Priority | None = None,
+        handed_back: Callable[[Msg], None] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        self._handed_back = handed_back
         self._js = js
         self._nc = connection(js)
         self.consumer = consumer
@@ -334,11 +338,16 @@ class PullEngine:
 
     # -------------------------------------------------------------- receiving
 
+    async def _hand_back(self, msg: Msg) -> None:
+        await hand_back(self._nc, msg.reply)
+        if self._handed_back is not None:
+            self._handed_back(msg)
+
     async def _on_message(self, generation: int, msg: Msg) -> None:
         consumer = self.consumer
         if generation != self._generation:
             if msg.reply and consumer.acknowledges:
-                await hand_back(self._nc, msg.reply)  # from a retired inbox
+                await self._hand_back(msg)  # from a retired inbox
             return
         now = self._loop.time()
         self._last_activity = now
@@ -351,7 +360,7 @@ class PullEngine:
             self._priority.observe(msg.headers)
         if self._stopping:
             if consumer.acknowledges:
-                await hand_back(self._nc, msg.reply)
+                await self._hand_back(msg)
             return
         if self._selective:
             admission = consumer.admit(msg)

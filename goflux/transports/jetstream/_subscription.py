@@ -18,6 +18,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Mapping
+from functools import partial
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 import nats.errors
@@ -48,7 +49,7 @@ from goflux.transports._refusals import closed_reason
 from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._consumers import PulledConsumer
-from goflux.transports.jetstream._delivery import LazyDelivery
+from goflux.transports.jetstream._delivery import LazyDelivery, ack_tokens
 from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._priority import Priority
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
@@ -147,6 +148,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             deliver=self._enqueue,
             fail=self._finish,
             priority=binding.priority,
+            handed_back=self._handed_back,
         )
         self._scopes = self._process_scopes(consumer.name)
         base: dict[str, AttributeValue] = {
@@ -167,7 +169,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             self._confirmations,
             confirm_all=self._confirm_all,
         )
-        self._redelivery_attrs = base
+        self._redeliveries = telemetry.redelivery_count(base)
         self._ready: deque[tuple[Msg, JetStreamAcker]] = deque()  # taken, not started
         self._idle: list[asyncio.Future[None]] = []  # workers waiting for a message
         # Messages whose handler runs (a dict as an ordered set: item assignment and
@@ -349,8 +351,19 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
     def _enqueue(self, msg: Msg, arrival: float) -> None:
         """Take a message from the engine: queue it and wake a worker."""
-        self._ready.append((msg, JetStreamAcker(self._nc, msg.reply, self._ledger, arrival)))
+        acker = JetStreamAcker(self._nc, msg.reply, self._ledger, arrival)
+        if acker.num_delivered > 1:
+            self._count_redelivery()
+        self._ready.append((msg, acker))
         self._wake()
+
+    def _handed_back(self, msg: Msg) -> None:
+        """The engine naked ``msg`` on arrival (draining, or a retired inbox): count it."""
+        self._ledger.record("nak")
+        with contextlib.suppress(ValueError):  # (the engine admits ack subjects only)
+            tokens, offset = ack_tokens(msg.reply)
+            if int(tokens[offset + 2]) > 1:
+                self._count_redelivery()
 
     def _wake(self, *, everyone: bool = False) -> None:
         """Wake an idle worker (or all); start another if none is idle and room is left.
@@ -400,24 +413,30 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         consumer = self._engine.consumer.name
         if scopes.consumer_group != consumer:  # ordered mode replaced its consumer
             scopes = self._scopes = self._process_scopes(consumer)
+
         return scopes.open(
             msg.subject,
             msg.headers,
             message_id=message_id,
             body_size=len(msg.data),
-            attributes={
-                MESSAGING_NATS_STREAM: self.stream,
-                MESSAGING_NATS_STREAM_SEQUENCE: acker.stream_sequence,
-                MESSAGING_NATS_DELIVERY_COUNT: acker.num_delivered,
-            }
-            if self._tel.tracing
-            else None,
+            attributes=partial(self._span_facts, acker) if self._tel.tracing else None,
         )
 
+    def _span_facts(self, acker: JetStreamAcker) -> dict[str, AttributeValue]:
+        """A message's JetStream span attributes (built only for a span that is recorded)."""
+        return {
+            MESSAGING_NATS_STREAM: self.stream,
+            MESSAGING_NATS_STREAM_SEQUENCE: acker.stream_sequence,
+            MESSAGING_NATS_DELIVERY_COUNT: acker.num_delivered,
+        }
+
+    def _count_redelivery(self) -> None:
+        """One delivery of a message delivered before (counted on arrival)."""
+        self.redelivered += 1
+        if self._tel.metering:
+            self._redeliveries.value += 1
+
     async def _process(self, msg: Msg, acker: JetStreamAcker) -> None:
-        if acker.num_delivered > 1:
-            self.redelivered += 1
-            self._tel.record_redelivery(self._redelivery_attrs)
         raw_headers = msg.headers
         headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
         data = msg.data
