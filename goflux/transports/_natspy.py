@@ -241,7 +241,9 @@ async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
     ``_parse_header_lines`` does (ASCII names without whitespace, values stripped and
     decoded with replacement), in one pass that also counts the lines.
     """
-    if not headers or headers[_HEADER_LINE_START : _HEADER_LINE_START + 1] != b"\r":
+    if not headers:
+        return None  # (most messages: no coroutine of nats-py's to await)
+    if headers[_HEADER_LINE_START : _HEADER_LINE_START + 1] != b"\r":
         parsed: dict[str, str] | None = await Client._process_headers(self, headers)
         return parsed  # none, or a status message: as nats-py gives it
     kept = HeaderLines(headers)

@@ -2,7 +2,7 @@
 
 Usage: python -m tests.spark.driver_job URL CHECKPOINT OUT [BLOCK_SEQ FIFO]
 
-Reads stream SALES in micro-batches of 5,000 (one batch on PySpark < 4.2, which has
+Reads stream SALES in micro-batches of 2,000 (one batch on PySpark < 4.2, which has
 no admission control) into a parquet sink with Trigger.AvailableNow. With BLOCK_SEQ,
 the task that reaches that sequence writes a line to FIFO and blocks, so the test can
 kill the driver while the batch is planned (its offsets written) but not committed.
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> None:
         return seq
 
     df = gspark.read_stream(
-        spark, Sale, servers=url, stream="SALES", max_messages_per_trigger=5_000
+        spark, Sale, servers=url, stream="SALES", max_messages_per_trigger=2_000
     )
     df = df.withColumn("seq", F.udf(guard, "long")("seq"))
     query = (

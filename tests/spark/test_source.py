@@ -267,18 +267,18 @@ def test_offsets_are_stream_sequences_in_the_checkpoint(
     assert lines[-1] == '{"stream": "SALES", "seq": 31}'  # key order is stable
 
 
-@pytest.mark.timeout(300)  # two driver JVMs: about 40 s, far more on a loaded machine
+@pytest.mark.timeout(300)  # two driver JVMs: about 30 s, far more on a loaded machine
 def test_driver_killed_between_offsets_and_commit_loses_and_repeats_nothing(
     spark: SparkSession, nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    publish(nats_server.url, STREAM, [sale(n) for n in range(20_000)])
-    # Batches of 5,000 (seq 7500 in batch 1); without admission control (PySpark < 4.2)
-    # one batch of all 20,000.
+    publish(nats_server.url, STREAM, [sale(n) for n in range(8_000)])
+    # Batches of 2,000 (seq 3000 in batch 1); without admission control (PySpark < 4.2)
+    # one batch of all 8,000.
     blocked, last = (1, 3) if ADMISSION_CONTROL else (0, 0)
     checkpoint, out, fifo = tmp_path / "checkpoint", tmp_path / "out", tmp_path / "fifo"
     os.mkfifo(fifo)
     job = [sys.executable, "-m", "tests.spark.driver_job", nats_server.url, str(checkpoint)]
-    first = subprocess.Popen([*job, str(out), "7500", str(fifo)], start_new_session=True, cwd=ROOT)
+    first = subprocess.Popen([*job, str(out), "3000", str(fifo)], start_new_session=True, cwd=ROOT)
     try:
         with open(fifo) as signal:  # blocks until the task holding seq 7500 runs
             assert signal.readline() == "blocked\n"
@@ -292,7 +292,7 @@ def test_driver_killed_between_offsets_and_commit_loses_and_repeats_nothing(
     assert second.returncode == 0
     stored = spark.read.parquet(str(out))
     counts = stored.selectExpr("count(*) AS n", "count(DISTINCT seq) AS d", "min(seq) AS lo")
-    assert counts.first().asDict() == {"n": 20_000, "d": 20_000, "lo": 1}
+    assert counts.first().asDict() == {"n": 8_000, "d": 8_000, "lo": 1}
     assert sorted((checkpoint / "commits").iterdir())[-1].name == str(last)
 
 

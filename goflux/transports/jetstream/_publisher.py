@@ -163,16 +163,27 @@ class Publisher(CloseOnExit, Generic[T]):
                 connection is closed, or no PubAck arrived in time (then
                 ``may_be_stored`` is True).
         """
-        server = server_headers_of(
-            server_headers,
-            ttl=ttl,
-            expected=expectations(
-                expected_stream,
-                expected_last_sequence,
-                expected_last_subject_sequence,
-                expected_last_message_id,
-            ),
-        )
+        server = None
+        if (
+            server_headers
+            or ttl is not None
+            or expected_stream is not None
+            or (
+                expected_last_sequence is not None
+                or expected_last_subject_sequence is not None
+                or expected_last_message_id is not None
+            )
+        ):
+            server = server_headers_of(
+                server_headers,
+                ttl=ttl,
+                expected=expectations(
+                    expected_stream,
+                    expected_last_sequence,
+                    expected_last_subject_sequence,
+                    expected_last_message_id,
+                ),
+            )
         wait = self._timeout if timeout is None else timeout
         data, wire = self._prepare(subject, value, headers, message_id, server)
         with self._scopes.open(subject, wire, message_id=message_id) as scope:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from pydantic_core import from_json
 
 from goflux._errors import ExpectationFailed, PublishError, StreamFeatureDisabled
 from goflux._lifecycle import closed_publisher_error
@@ -78,7 +77,7 @@ def receipt(data: bytes, subject: str) -> PublishReceipt:
         PublishError: The PubAck refuses the publish, or cannot be read.
     """
     try:
-        reply = json.loads(data)
+        reply = from_json(data)
     except ValueError as exc:
         raise PublishError(f"publish to {subject!r}: unreadable PubAck", subject=subject) from exc
     try:
