@@ -1,11 +1,19 @@
 """The buffer between a subscription and the consumers of a message stream.
 
-A :class:`StreamFeed` subscribes with an internal handler that puts each message into
-a buffer of ``buffer`` messages and, for messages that can be acknowledged, waits until
-the consumer of the stream has settled it. So the message keeps its acker (the
-consumer acks, naks or terminates it as a handler would), the transport keeps
-counting it as in flight (JetStream keeps it alive past ``ack_wait`` meanwhile), and a
-full buffer pushes back on the transport instead of growing.
+A :class:`StreamFeed` subscribes with a :class:`StreamHandler` that puts each message
+into a buffer of ``buffer`` messages; a full buffer pushes back on the transport
+instead of growing. Every message keeps its acker: the stream's consumer acks, naks or
+terminates it as a handler would, and until then the transport counts it as in flight
+(JetStream keeps it alive past ``ack_wait`` meanwhile). That takes one of two ways:
+
+- A subscription that holds messages itself (JetStream's) calls
+  :meth:`StreamHandler.hand_off`, which returns as soon as the message is buffered;
+  the subscription keeps the message in its :class:`Holding` until it is settled.
+  Nothing waits per message: no task, future or closure, which is what a stream
+  holding thousands of messages would otherwise cost.
+- Any other subscriber calls the handler, which for a message that can be
+  acknowledged returns only once the consumer settled it (the subscriber keeps it in
+  flight while its handler runs).
 
 The feed holds no reference to the :class:`~goflux.MessageStream` users hold (the
 subscription's handler keeps the feed alive, never the stream), so a stream nobody
@@ -21,13 +29,13 @@ import logging
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from goflux._errors import SettlementError, SubscribeError
 from goflux._interfaces import Handler, Subscription
 from goflux._message import Message, Outcome, observe_settlement
 
-__all__ = ("DEFAULT_BUFFER", "Starter", "StreamEntry", "StreamFeed")
+__all__ = ("DEFAULT_BUFFER", "Holding", "Starter", "StreamEntry", "StreamFeed", "StreamHandler")
 
 T = TypeVar("T")
 
@@ -41,19 +49,68 @@ Starter = Callable[[Handler[T]], Awaitable[Subscription]]
 
 
 class StreamEntry(Generic[T]):
-    """A buffered message, the context it arrived in, and its settlement (if awaited)."""
+    """A buffered message and the context it arrived in.
 
-    __slots__ = ("context", "done", "message")
+    The context is a copy of the transport's as the message was handed to the stream:
+    the consumer span is current in it (see :func:`goflux.process`).
+    """
 
-    def __init__(
-        self,
-        message: Message[T],
-        context: contextvars.Context,
-        done: asyncio.Future[Outcome] | None,
-    ) -> None:
+    __slots__ = ("context", "message")
+
+    def __init__(self, message: Message[T], context: contextvars.Context) -> None:
         self.message = message
-        self.context = context  # the transport's context: the consumer span is active in it
-        self.done = done  # None: nothing to wait for (no acknowledgement)
+        self.context = context
+
+
+class Holding(Protocol):
+    """The messages a subscription handed to a stream and holds until they are settled.
+
+    A holding subscription counts each as in flight, keeps it alive past ``ack_wait``
+    and, at its drain deadline or when it stops, hands back (naks) what is still
+    unsettled, buffered or handed out.
+    """
+
+    def __len__(self) -> int:
+        """How many messages are held (buffered or handed out, not settled yet)."""
+        ...
+
+    async def hand_back(self) -> None:
+        """Nak every held message now, for redelivery at once."""
+        ...
+
+
+class StreamHandler(Generic[T]):
+    """The handler a stream subscribes with.
+
+    Called as a handler (by any subscriber), it buffers the message and, if the message
+    can be acknowledged, returns only once the stream's consumer settled it: the
+    subscriber keeps it in flight while its handler runs.
+
+    A subscription that holds messages itself calls :meth:`hand_off` instead and
+    registers its :class:`Holding` with :meth:`held_by`; it must not settle or release
+    the message when ``hand_off`` returns. (JetStream's subscription does this.)
+    """
+
+    __slots__ = ("_feed",)
+
+    def __init__(self, feed: StreamFeed[T]) -> None:
+        self._feed = feed
+
+    def __call__(self, message: Message[T], /) -> Awaitable[None]:
+        """Buffer ``message``; for one that can be acknowledged, wait until it is settled."""
+        return self._feed._receive(message)
+
+    def hand_off(self, message: Message[T]) -> Awaitable[None]:
+        """Buffer ``message``, waiting for room; return once it is buffered.
+
+        Once the stream is closed nothing is buffered: the subscription hands the message
+        back when it stops, as it does every message it holds.
+        """
+        return self._feed._hand_off(message)
+
+    def held_by(self, holding: Holding) -> None:
+        """Tell the stream where its subscription keeps the messages it handed off."""
+        self._feed._holding = holding
 
 
 def _wake_one(waiters: deque[asyncio.Future[None]]) -> None:
@@ -89,7 +146,12 @@ class StreamFeed(Generic[T]):
         self._subject = subject
         self._size = buffer
         self._queue: deque[StreamEntry[T]] = deque()
-        self._taken: dict[Message[T], StreamEntry[T]] = {}  # handed out, unsettled
+        # Messages whose handler awaits their settlement, and of those the ones handed
+        # out (dicts as ordered sets); messages handed off to a holding subscription are
+        # in its Holding instead.
+        self._waiting: dict[Message[T], None] = {}
+        self._taken: dict[Message[T], None] = {}
+        self._holding: Holding | None = None
         self._space: deque[asyncio.Future[None]] = deque()  # the handler, waiting for room
         self._items: deque[asyncio.Future[None]] = deque()  # consumers, waiting for messages
         self._subscription: Subscription | None = None
@@ -101,7 +163,6 @@ class StreamFeed(Generic[T]):
         # The consumer registered last: a stream read in a loop registers its task once
         # (WeakSet.add makes a weak reference with a callback on every call).
         self._last_consumer: weakref.ref[asyncio.Task[object]] | None = None
-        self._waiting: set[StreamEntry[T]] = set()  # entries whose handler awaits settlement
         self._stop_requested = False
         self._closed = False
         self._ended = False  # the subscription has stopped: nothing more arrives
@@ -130,7 +191,12 @@ class StreamFeed(Generic[T]):
     @property
     def unsettled(self) -> int:
         """Messages taken by the consumer that can be acknowledged and are not settled yet."""
-        return len(self._taken)
+        holding = self._holding
+        if holding is None:
+            return len(self._taken)
+        # What the subscription holds is buffered or handed out (until a hand-back, which
+        # settles the buffered ones too: next_entry skips them).
+        return max(len(holding) - len(self._queue), 0)
 
     @property
     def abandonable(self) -> bool:
@@ -142,7 +208,8 @@ class StreamFeed(Generic[T]):
         """
         if self.loop is None or self._closing is not None or self.owned:
             return False
-        return not (self._ended and not self._queue and not self._taken)
+        held = self._taken or (self._holding is not None and len(self._holding) > 0)
+        return not (self._ended and not self._queue and not held)
 
     # -------------------------------------------------------------- lifecycle
 
@@ -165,7 +232,7 @@ class StreamFeed(Generic[T]):
         await asyncio.shield(self._opening)
 
     async def _open(self) -> Subscription:
-        subscription = await self._start_subscription(self._receive)
+        subscription = await self._start_subscription(StreamHandler(self))
         self._subscription = subscription
         self._watcher = asyncio.get_running_loop().create_task(
             self._watch(subscription), name=f"goflux-stream-{self._subject}-watch"
@@ -219,19 +286,22 @@ class StreamFeed(Generic[T]):
         if self._opening is not None and not self._opening.done():
             with contextlib.suppress(Exception):  # the caller of start() saw the error
                 await self._opening
-        self.dropped += sum(1 for entry in self._queue if entry.done is None)
+        self.dropped += sum(1 for entry in self._queue if not entry.message.acknowledgeable)
         self._queue.clear()
         _wake_all(self._space)
         _wake_all(self._items)
         if self._stopper is not None:
             # A drain is under way (intake has stopped) with its own deadline: hand
             # back what is held now rather than wait for it.
-            held = [entry.message for entry in self._waiting]
+            held = list(self._waiting)
             await asyncio.gather(*(self._hand_back(message) for message in held))
+            if self._holding is not None:
+                await self._holding.hand_back()
         if self._subscription is not None:
             # A zero deadline cancels the handlers still holding messages, and the
-            # transport hands those back, after it stopped receiving (a nak before that
-            # could be redelivered to this very subscription).
+            # transport hands those back (and what it holds for the stream), after it
+            # stopped receiving (a nak before that could be redelivered to this very
+            # subscription).
             await self._subscription.stop(0)
         leftovers = [message for message in self._taken if message.settled is None]
         await asyncio.gather(*(self._hand_back(message) for message in leftovers))
@@ -255,8 +325,8 @@ class StreamFeed(Generic[T]):
 
     # --------------------------------------------------------- handler side
 
-    async def _receive(self, message: Message[T]) -> None:
-        """The subscription's handler: buffer ``message``, wait until it is settled."""
+    async def _room(self) -> None:
+        """Wait until the buffer has room or the feed is closed."""
         while len(self._queue) >= self._size and not self._closed:
             room = asyncio.get_running_loop().create_future()
             self._space.append(room)
@@ -266,20 +336,37 @@ class StreamFeed(Generic[T]):
                 if len(self._queue) < self._size:
                     _wake_one(self._space)  # pass on a wake-up this handler got
                 raise
+
+    async def _hand_off(self, message: Message[T]) -> None:
+        """Buffer a message a holding subscription keeps (see :meth:`StreamHandler.hand_off`).
+
+        It returns without suspending once it buffered the message, so the caller
+        registers the message as held before the consumer can take it.
+        """
+        if len(self._queue) >= self._size:
+            await self._room()
+        if self._closed:
+            return  # the closing subscription hands it back
+        self._queue.append(StreamEntry(message, contextvars.copy_context()))
+        _wake_one(self._items)
+
+    async def _receive(self, message: Message[T]) -> None:
+        """The handler: buffer ``message``; if it can be acknowledged, wait until settled."""
+        await self._room()
         if self._closed:
             if message.acknowledgeable:
                 # The closing subscription cancels this at once and hands it back.
                 await asyncio.get_running_loop().create_future()
             self.dropped += 1
             return
+        entry = StreamEntry(message, contextvars.copy_context())
         if not message.acknowledgeable:
-            self._queue.append(StreamEntry(message, contextvars.copy_context(), None))
+            self._queue.append(entry)
             _wake_one(self._items)
             return
         done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        entry = StreamEntry(message, contextvars.copy_context(), done)
 
-        def settled(outcome: Outcome | None) -> None:
+        def settled(_: Message[object], outcome: Outcome | None) -> None:
             self._taken.pop(message, None)
             if done.done():
                 return
@@ -292,7 +379,7 @@ class StreamFeed(Generic[T]):
 
         observe_settlement(message, settled)
         self._queue.append(entry)
-        self._waiting.add(entry)
+        self._waiting[message] = None
         _wake_one(self._items)
         try:
             await done
@@ -309,9 +396,23 @@ class StreamFeed(Generic[T]):
             raise
         finally:
             observe_settlement(message, None)
-            self._waiting.discard(entry)
+            self._waiting.pop(message, None)
 
     # -------------------------------------------------------- consumer side
+
+    def _take(self) -> StreamEntry[T] | None:
+        """The next buffered message to hand out, if any (it counts as taken from now)."""
+        queue = self._queue
+        while queue:
+            entry = queue.popleft()
+            _wake_one(self._space)
+            message = entry.message
+            if message.settled is not None:
+                continue  # handed back while buffered (a drain deadline, a failure)
+            if message in self._waiting:
+                self._taken[message] = None
+            return entry
+        return None
 
     async def next_entry(self, deadline: float | None = None) -> StreamEntry[T] | None:
         """Take the next message with the context it arrived in (for :func:`process`).
@@ -331,11 +432,7 @@ class StreamFeed(Generic[T]):
             self._last_consumer = weakref.ref(consumer)
         queue = self._queue
         while True:
-            if queue:
-                entry = queue.popleft()
-                _wake_one(self._space)
-                if entry.done is not None:
-                    self._taken[entry.message] = entry
+            if queue and (entry := self._take()) is not None:
                 return entry
             if self._closed or self._ended:
                 failure = self._failure

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from goflux._errors import AlreadySettled
 from goflux._headers import Headers
@@ -27,9 +27,6 @@ _MAX_NAK_DELAY = 365 * 24 * 3600.0  # the broker keeps delays in int64 nanosecon
 
 Outcome: TypeAlias = Literal["ack", "nak", "term"]
 """How a message was settled."""
-
-SettlementObserver: TypeAlias = Callable[[Outcome | None], None]
-"""Told how a message was settled, or None when a settlement failed to reach the broker."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -225,11 +222,11 @@ class Message(Generic[T_co]):
     def _settling_failed(self) -> None:
         self._settled = None
         if self._observer is not None:
-            self._observer(None)
+            self._observer(self, None)
 
     def _settled_as(self, outcome: Outcome) -> None:
         if self._observer is not None:
-            self._observer(outcome)
+            self._observer(self, outcome)
 
     async def ack(self, *, confirm: bool = False) -> None:
         """Acknowledge successful processing.
@@ -261,7 +258,7 @@ class Message(Generic[T_co]):
                 self._settling_failed()
                 raise
         if self._observer is not None:
-            self._observer("ack")
+            self._observer(self, "ack")
 
     async def nak(self, delay: float | None = None) -> None:
         """Ask for redelivery, after ``delay`` seconds where the transport supports it.
@@ -312,6 +309,12 @@ class Message(Generic[T_co]):
             await self._acker.in_progress()
 
 
+SettlementObserver: TypeAlias = Callable[[Message[Any], Outcome | None], None]
+"""Told of a message's settlement: the message and its outcome, or None when a settlement
+failed to reach the broker (the message is unsettled again). One function can observe
+many messages (no closure per message)."""
+
+
 def received(
     subject: str,
     payload: T,
@@ -343,8 +346,9 @@ def received(
 def observe_settlement(message: Message[object], observer: SettlementObserver | None) -> None:
     """Have ``observer`` told of ``message``'s settlement (one observer; None removes it).
 
-    It is called with the outcome once a settlement succeeded, and with None when a
-    settlement attempt failed (the message is unsettled again). Streams use it to learn
-    when a message they handed out is done.
+    It is called with the message and the outcome once a settlement succeeded, and with
+    None when a settlement attempt failed (the message is unsettled again). Streams and
+    the JetStream subscriptions feeding them use it to learn when a message they handed
+    out is done.
     """
     message._observer = observer

@@ -136,7 +136,8 @@ class MessageStream(Generic[T]):
 
     Every message keeps its acker: settle it as a handler in manual-ack mode would
     (:func:`goflux.process` does it for you). Until it is settled, the transport counts
-    it as in flight. On transports without acknowledgement settling is a no-op.
+    it as in flight (JetStream keeps it alive past ``ack_wait`` meanwhile, buffered or
+    handed out). On transports without acknowledgement settling is a no-op.
 
     Ways to end it:
 
@@ -206,12 +207,12 @@ class MessageStream(Generic[T]):
     async def stop(self, timeout: float | None = None) -> None:
         """Stop taking messages; iteration ends after the ones already received.
 
-        Returns once the subscription has drained (its handlers are this stream's
-        messages: they are done when the consumer has settled them, or at the drain
-        deadline ``timeout``). Called from a task that iterates the stream (or from a
-        handler of :func:`process`), it only starts the drain, since waiting there
-        would wait for itself; do not await it from other tasks that hold messages
-        of the stream unsettled.
+        Returns once the subscription has drained: every message it received is
+        settled by the consumer, or the drain deadline ``timeout`` has passed (the
+        subscription then hands back what is still unsettled). Called from a task
+        that iterates the stream (or from a handler of :func:`process`), it only
+        starts the drain, since waiting there would wait for itself; do not await it
+        from other tasks that hold messages of the stream unsettled.
         """
         await self._feed.stop(timeout)
 

@@ -140,17 +140,3 @@ class SubscriberOptions:
             min_ack_pending=self.min_ack_pending,
             priority=self.priority,
         )
-
-    def streaming(self) -> SubscriberOptions:
-        """These options for a message stream: a worker per message in flight.
-
-        A stream's handler holds each message until the stream's consumer settles it,
-        so as many may be out as ``max_in_flight`` allows (ordered mode holds none).
-        """
-        if self.ordered:
-            return self
-        copy = SubscriberOptions.__new__(SubscriberOptions)
-        for name in SubscriberOptions.__slots__:
-            setattr(copy, name, getattr(self, name))
-        copy.concurrency = self.max_in_flight
-        return copy

@@ -18,7 +18,7 @@ from goflux._errors import RequestTimeout, SubscribeError
 from goflux._interfaces import Handler
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._message import Message
-from goflux._streams import Starter, Streaming
+from goflux._streams import Streaming
 from goflux._subjects import covers
 from goflux._telemetry import Telemetry
 from goflux.transports._natspy import api_prefix, api_timeout, connection, keep_header_lines
@@ -79,6 +79,11 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
     redelivered (after a copy is published to ``dead_letter``, if given). Handlers
     running longer than half the consumer's ``ack_wait`` get ``in_progress`` signals so
     the server does not redeliver them meanwhile.
+
+    A message stream (:meth:`stream`) runs no handler per message: its subscription
+    hands each message to the stream's buffer, in order, and holds it until the
+    stream's consumer settles it; up to ``max_in_flight`` messages are out at a time,
+    buffered or handed out, each kept alive past ``ack_wait`` like a running handler's.
 
     With ``confirm_acks``, every ack waits for the server's confirmation that it was
     applied (a "double ack"): the auto-ack does not hold up the worker (it takes the
@@ -322,19 +327,8 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                 none named ``priority_group``, or some but no ``priority_group``
                 given), or the connection failed.
         """
-        return await self._start(subject, handler, self._options)
+        options = self._options
 
-    def _stream_starter(self, subject: str) -> Starter[T]:
-        options = self._options.streaming()
-
-        async def start(handler: Handler[T]) -> JetStreamSubscription[T]:
-            return await self._start(subject, handler, options)
-
-        return start
-
-    async def _start(
-        self, subject: str, handler: Handler[T], options: SubscriberOptions
-    ) -> JetStreamSubscription[T]:
         async def open_subscription() -> JetStreamSubscription[T]:
             if self._consumer is None:
                 binding = await self._create_consumer(subject)

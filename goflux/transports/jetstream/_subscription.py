@@ -9,6 +9,10 @@ back to the engine. A keep-alive task sends in-progress signals for messages hel
 longer than half the consumer's ``ack_wait``. Confirmed acks (``confirm_acks``, or
 ``ack(confirm=True)``) are kept in flight together by the subscription's
 :class:`~._confirm.Confirmations`; a drain waits for them.
+
+A message stream's subscription runs no handler: a worker hands each message to the
+stream's buffer and keeps it in :class:`~._held.HeldMessages` until the stream's
+consumer settles it (see :class:`JetStreamSubscription`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from opentelemetry.util.types import AttributeValue
 
 from goflux._codecs import Codec
 from goflux._errors import DecodeError, PermissionDenied, SettlementError, SubscribeError
+from goflux._feed import StreamHandler
 from goflux._headers import Headers
 from goflux._interfaces import Handler
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
@@ -50,6 +55,7 @@ from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._consumers import PulledConsumer
 from goflux.transports.jetstream._delivery import LazyDelivery, ack_tokens
+from goflux.transports.jetstream._held import HeldMessages
 from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._priority import Priority
 from goflux.transports.jetstream._pull import PullEngine, PullLimits
@@ -110,8 +116,17 @@ def _unacknowledged(
 class JetStreamSubscription(StopOnExit, Generic[T]):
     """A running pull subscription on a JetStream consumer.
 
+    The subscription of a message stream (``Subscriber.stream``) hands each message to
+    the stream's buffer instead of running a handler, and holds it until the stream's
+    consumer settles it: it keeps its in-flight room, gets in-progress signals like a
+    running handler's message, and is handed back (nak'd) if still unsettled at the
+    drain deadline or when the subscription stops or fails. Its CONSUMER span ends once
+    the message is buffered; it stays current in the context the stream hands out with
+    the message (:func:`goflux.process` runs the handler in it). ``handled`` counts the
+    messages handed to the stream, ``failed`` those whose hand-off was cancelled.
+
     Attributes:
-        handled: Messages whose handler returned.
+        handled: Messages whose handler returned (or that were handed to a stream).
         failed: Messages whose handler raised (or was cancelled by a drain deadline).
         undecodable: Messages that could not be decoded (terminated, never redelivered).
         redelivered: Deliveries of messages that had been delivered before.
@@ -138,7 +153,15 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._options = options
         self._tel = telemetry
         self._acknowledged = consumer.acknowledges
-        self._auto_ack = consumer.acknowledges and not options.manual_ack
+        # A message stream's handler: messages are handed to it and held here until the
+        # stream's consumer settles them (messages without acks need no holding).
+        self._holder: StreamHandler[T] | None = None
+        self._held = HeldMessages()
+        if isinstance(handler, StreamHandler) and consumer.acknowledges:
+            self._holder = handler
+            handler.held_by(self._held)
+        # A stream's consumer settles its messages, as a handler does in manual mode.
+        self._auto_ack = self._holder is None and consumer.acknowledges and not options.manual_ack
         self._make: _MessageFactory = received if consumer.acknowledges else _unacknowledged
         self._engine = PullEngine(
             js,
@@ -242,8 +265,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         Messages received but not started are nak'd so the server redelivers them at
         once (to this or another subscriber); handlers still running after ``timeout``
         seconds (default: the subscriber's drain timeout) are cancelled and their
-        messages nak'd too. An ephemeral consumer created for the subscription is
-        deleted. The deadline holds even if the caller is cancelled.
+        messages nak'd too. A message stream's subscription instead goes on handing
+        what it received to the stream, and waits for the stream's consumer to settle
+        it; what is unsettled at the deadline is nak'd. An ephemeral consumer created
+        for the subscription is deleted. The deadline holds even if the caller is
+        cancelled.
         """
         if self._drainer is None and self._done.done():
             return  # it has ended already (failed): nothing left to drain
@@ -262,9 +288,10 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         until = self._loop.time() + deadline
         try:
             await self._engine.stop_pulling(deadline)
-            # Received but not started: hand back for redelivery at once.
-            while self._ready:
-                await self._hand_back(self._ready.popleft()[1])
+            if self._holder is None:
+                # Received but not started: hand back for redelivery at once. (A
+                # stream's workers go on handing what was received to the stream.)
+                await self._hand_back_ready()
             self._wake(everyone=True)
             if self._workers:
                 _, pending = await asyncio.wait(
@@ -282,10 +309,34 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     for task in pending:
                         task.cancel()
                     await asyncio.wait(pending)
+            await self._hand_back_ready()  # what a stream's workers left at the deadline
+            await self._drain_held(deadline, until)
             if self._confirmations is not None:
                 await self._confirmations.settled()  # each is bounded by its attempts
         finally:
             await self._finish(None)
+
+    async def _hand_back_ready(self) -> None:
+        """Nak what was received and not started, for redelivery at once."""
+        while self._ready:
+            await self._hand_back(self._ready.popleft()[1])
+
+    async def _drain_held(self, deadline: float, until: float) -> None:
+        """Wait until a stream's consumer settled what it holds; then hand the rest back."""
+        held = self._held
+        if not held:
+            return
+        await held.wait(until - self._loop.time())
+        if held:
+            logger.log(
+                logging.WARNING if deadline > 0 else logging.DEBUG,
+                "drain of %r timed out after %.3gs; handing back %d unsettled messages "
+                "of its stream",
+                self.consumer,
+                deadline,
+                len(held),
+            )
+            await held.hand_back()
 
     async def _finish(self, failure: BaseException | None) -> None:
         if self._finishing:
@@ -297,6 +348,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             if task is not None and task is not current and not task.done():
                 task.cancel()
         try:
+            await self._held.hand_back()  # nothing held after a drain; a failure hands back
             if self._confirmations is not None:
                 await self._confirmations.close()
             await self._engine.close(failed=failure is not None)
@@ -325,7 +377,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     # -------------------------------------------------------------- keep-alive
 
     async def _keep_alive(self) -> None:
-        """Reset ``ack_wait`` of messages held longer than half of it, queued or running.
+        """Reset ``ack_wait`` of messages held longer than half of it.
+
+        That is messages queued, running, or handed to a stream and not settled yet.
 
         It runs until the subscription has finished (which cancels it), through a
         drain too: a handler the drain waits for must not be redelivered meanwhile.
@@ -343,6 +397,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 if now - acker.last_progress <= half:
                     break
                 stale.append(acker)
+            if self._held:
+                stale.extend(self._held.stale(now, half))
             for acker in stale:
                 with contextlib.suppress(SettlementError):
                     await acker.in_progress()
@@ -386,7 +442,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     async def _work(self) -> None:
         enter_handler_context(self)
         ready = self._ready
-        while not self._draining:
+        # A stream's worker hands on what was received through a drain too.
+        hands_on = self._holder is not None
+        while not self._draining or (hands_on and ready):
             if not ready:
                 waiter = self._loop.create_future()
                 self._idle.append(waiter)
@@ -458,27 +516,22 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 running = self._running
                 running[acker] = None
                 try:
-                    await self._handler(message)
+                    holder = self._holder
+                    if holder is None:
+                        await self._handler(message)
+                    else:
+                        # Buffered once this returns, and not taken by the stream's
+                        # consumer before it is held (nothing suspends in between).
+                        await holder.hand_off(message)
+                        self._held.add(message, acker)
                 finally:
                     del running[acker]
         except asyncio.CancelledError:
             if await self._after_cancellation(msg, message, acker):
                 raise
             return
-        except Exception as exc:
-            if message is None and isinstance(exc, DecodeError):
-                return  # rejected (and logged) before any handler ran
-            self.failed += 1
-            logger.exception(
-                "handler failed for message %s on %r (delivery %d): %s: %s",
-                acker.stream_sequence,
-                msg.subject,
-                acker.num_delivered,
-                type(exc).__name__,
-                exc,
-            )
-            if message is not None:
-                await self._settle_after(message, acker, failed=True)
+        except Exception as exc:  # noqa: BLE001 - logged by _after_failure
+            await self._after_failure(msg, message, acker, exc)
             return
         self.handled += 1
         if self._auto_ack and message.settled is None:  # the hot path
@@ -490,6 +543,24 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 self._unsettled(acker, exc)
         else:
             await self._settle_after(message, acker, failed=False)
+
+    async def _after_failure(
+        self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker, exc: Exception
+    ) -> None:
+        """Count, log and settle a failure (called while ``exc`` is being handled)."""
+        if message is None and isinstance(exc, DecodeError):
+            return  # rejected (and logged) before any handler ran
+        self.failed += 1
+        logger.exception(
+            "handler failed for message %s on %r (delivery %d): %s: %s",
+            acker.stream_sequence,
+            msg.subject,
+            acker.num_delivered,
+            type(exc).__name__,
+            exc,
+        )
+        if message is not None:
+            await self._settle_after(message, acker, failed=True)
 
     async def _after_cancellation(
         self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker
@@ -517,11 +588,14 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         failed: bool,
         force_nak: bool = False,
     ) -> None:
-        """Settle what the handler left unsettled: auto-ack/nak, or free its room (manual)."""
+        """Settle what the handler left unsettled: auto-ack/nak, or free its room (manual).
+
+        A message handed to a stream stays held (and keeps its room) until settled.
+        """
         if not self._acknowledged:  # nothing to send: the room is free
             acker.release()
             return
-        if message.settled is not None:
+        if message.settled is not None or (self._holder is not None and not failed):
             return
         if self._options.manual_ack and not force_nak:
             if not failed:
