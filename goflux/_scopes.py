@@ -414,14 +414,7 @@ class ProcessScopes:
         """
         if not self.telemetry.active:
             return NULL_SCOPE
-        return ProcessScope(
-            self,
-            subject,
-            carrier,
-            message_id=message_id,
-            body_size=body_size,
-            attributes=attributes,
-        )
+        return ProcessScope(self, subject, carrier, message_id, body_size, attributes)
 
 
 def _carries(carrier: Mapping[str, str], field: str) -> bool:
@@ -429,7 +422,10 @@ def _carries(carrier: Mapping[str, str], field: str) -> bool:
     if field in carrier:
         return True
     size = len(field)
-    return any(len(name) == size and name.lower() == field for name in carrier)
+    for name in carrier:  # noqa: SIM110 - cheaper than any() over a generator, per message
+        if len(name) == size and name.lower() == field:
+            return True
+    return False
 
 
 class ProcessScope:
@@ -458,7 +454,6 @@ class ProcessScope:
         scopes: ProcessScopes,
         subject: str,
         carrier: Mapping[str, str] | None,
-        *,
         message_id: str | None,
         body_size: int | None,
         attributes: SpanFacts | None,
@@ -575,7 +570,7 @@ class ProcessScope:
         kind = error_type(exc) if exc is not None else None
         if self._token is not None:
             otel_context.detach(self._token)
-        _end_span(self._span, exc, kind)
+            _end_span(self._span, exc, kind)
         scopes = self._scopes
         tel = scopes.telemetry
         if tel.metering:
