@@ -19,6 +19,7 @@ sees exact totals. The durations are histograms, recorded per operation.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Mapping
 from typing import Any, Final
@@ -87,9 +88,9 @@ def _reads_w3c_only(propagator: TextMapPropagator) -> bool:
 class Counters:
     """goflux's counters on one meter: observable counters over running totals.
 
-    One set exists per meter provider (:meth:`of`), so that every :class:`Telemetry`
-    on that provider adds to the same totals: two observable counters of one name
-    reporting the same attribute set would overwrite each other.
+    One set exists per meter (:meth:`of`), so that every :class:`Telemetry` on a
+    provider adds to the same totals: the SDK keeps the first observable counter of a
+    name on a meter and ignores the callbacks of a second one.
 
     Attributes:
         sent: Totals of ``messaging.client.sent.messages``.
@@ -161,18 +162,42 @@ class Counters:
 
     @classmethod
     def of(cls, provider: MeterProvider, meter: metrics.Meter) -> Counters:
-        """The counters of ``provider`` (made on ``meter`` the first time)."""
-        try:
-            found = _COUNTERS.get(provider)
-        except TypeError:  # a provider that cannot be weakly referenced: its own set
-            return cls(meter)
-        if found is None:
-            found = _COUNTERS.setdefault(provider, cls(meter))
-        return found
+        """The counters of ``meter`` (made on it the first time), ``provider``'s.
+
+        The global placeholder's meters all share one set, and the provider set
+        globally later takes that set over: the placeholder's counters are created on
+        its meter when it is set.
+        """
+        known = _KNOWN
+        with known.lock:
+            if hasattr(meter, "_real_meter"):  # the global placeholder's
+                if known.placeholder is None:
+                    known.placeholder = cls(meter)
+                return known.placeholder
+            try:
+                found = known.by_meter.get(meter)
+            except TypeError:  # a meter that cannot be weakly referenced: its own set
+                return cls(meter)
+            if found is None:
+                placeholder = known.placeholder
+                if placeholder is not None and provider is metrics.get_meter_provider():
+                    found = placeholder  # its counters went to this meter when it was set
+                else:
+                    found = cls(meter)
+                known.by_meter[meter] = found
+            return found
 
 
-_COUNTERS: weakref.WeakKeyDictionary[Any, Counters] = weakref.WeakKeyDictionary()
-"""The counters of each meter provider (see :meth:`Counters.of`)."""
+class _Known:
+    """Every :class:`Counters` made: by meter, and the global placeholder's."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_meter: weakref.WeakKeyDictionary[Any, Counters] = weakref.WeakKeyDictionary()
+        self.placeholder: Counters | None = None
+
+
+_KNOWN: Final = _Known()
 
 
 class Telemetry:

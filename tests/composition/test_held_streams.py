@@ -293,3 +293,24 @@ async def test_a_subscriber_outside_goflux_keeps_messages_in_flight_until_settle
     # Closing handed the second back.
     assert second.settled == "nak"
     assert running == 0
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_a_stream_keeps_the_order_whatever_the_subscriber_s_concurrency(
+    js: JetStreamContext, concurrency: int
+) -> None:
+    await jetstream.ensure_consumer(js, stream=STREAM, name="order", filter_subject="orders.>")
+    await publish_orders(js, 200)
+    sub = jetstream.Subscriber(
+        js, StrCodec(), stream=STREAM, consumer="order", max_in_flight=64, concurrency=concurrency
+    )
+    payloads: list[str] = []
+    async with sub.stream("orders.>", buffer=4) as stream, asyncio.timeout(DEADLINE):
+        async for message in stream:
+            payloads.append(message.payload)
+            await message.ack()
+            if len(payloads) % 3 == 0:
+                await settle_loop()  # a slow consumer: the buffer fills, workers wait for room
+            if len(payloads) == 200:
+                break
+    assert payloads == [f"o{i}" for i in range(200)]

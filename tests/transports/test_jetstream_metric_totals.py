@@ -8,7 +8,11 @@ and compare them with what the handlers saw on a real server.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
@@ -31,6 +35,7 @@ from tests.models import Order, order
 
 pytestmark = pytest.mark.timeout(60)
 
+ROOT = Path(__file__).resolve().parents[2]
 COUNT = 300
 FAILING = {f"o-{n}" for n in range(0, COUNT, 10)}  # their first processing raises
 DELTA = {
@@ -197,3 +202,18 @@ async def test_redeliveries_handed_back_by_a_drain_are_counted(js: JetStreamCont
     redeliveries = sums(reader.get_metrics_data(), "goflux.consumer.redeliveries")
     assert sum(redeliveries.values()) == subscription.redelivered
     provider.shutdown()
+
+
+def test_telemetries_made_before_and_after_the_global_provider_is_set_all_count(
+    nats_url: str,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.transports.global_meter_job", nats_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == {"global.early": 3, "global.explicit": 3, "global.late": 3}

@@ -11,7 +11,6 @@ room back once the server confirmed it (or it was given up).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -247,11 +246,17 @@ class JetStreamAcker:
         self.last_progress = asyncio.get_running_loop().time()
 
 
-async def hand_back(nc: Client, reply: str) -> None:
+async def hand_back(nc: Client, reply: str) -> bool:
     """Nak a message that was received but never taken into the in-flight count.
 
     Used for messages arriving while a subscription drains, or on a retired inbox; if
     the nak cannot be sent, the server redelivers the message after ``ack_wait``.
+
+    Returns:
+        Whether the nak was sent.
     """
-    with contextlib.suppress(nats.errors.Error):
+    try:
         await nc.publish(reply, _NAK)
+    except nats.errors.Error:
+        return False
+    return True

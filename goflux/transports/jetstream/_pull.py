@@ -87,8 +87,9 @@ class PullEngine:
         deliver: Takes each admitted message with its arrival (event-loop time).
         fail: Ends the subscription with a failure.
         priority: Its place in the consumer's priority group, if it pulls in one.
-        handed_back: Told of each message naked on arrival, never delivered (one that
-            came while the subscription drains, or on a retired inbox).
+        handed_back: Told of each message nak'd on arrival, never delivered (one that
+            came while the subscription drains, or on a retired inbox), once the nak
+            was sent.
     """
 
     def __init__(
@@ -339,8 +340,7 @@ class PullEngine:
     # -------------------------------------------------------------- receiving
 
     async def _hand_back(self, msg: Msg) -> None:
-        await hand_back(self._nc, msg.reply)
-        if self._handed_back is not None:
+        if await hand_back(self._nc, msg.reply) and self._handed_back is not None:
             self._handed_back(msg)
 
     async def _on_message(self, generation: int, msg: Msg) -> None:

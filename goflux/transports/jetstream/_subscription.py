@@ -424,8 +424,10 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     def _wake(self, *, everyone: bool = False) -> None:
         """Wake an idle worker (or all); start another if none is idle and room is left.
 
-        Workers start on demand, up to ``concurrency``: a stream's subscription may
-        allow thousands, and an idle worker still costs memory.
+        Workers start on demand, up to ``concurrency``: a subscription may allow
+        thousands, and an idle worker still costs memory. A message stream's has one:
+        its worker only hands messages to the stream's buffer, in the order received
+        (several would overtake each other while one waits for room).
         """
         idle = self._idle
         while idle:
@@ -435,7 +437,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 if not everyone:
                     return
         workers = self._workers
-        if not everyone and not self._draining and len(workers) < self._options.concurrency:
+        limit = 1 if self._holder is not None else self._options.concurrency
+        if not everyone and not self._draining and len(workers) < limit:
             name = f"goflux-jetstream-{self.consumer}-{len(workers)}"
             workers.append(self._loop.create_task(self._work(), name=name))
 
