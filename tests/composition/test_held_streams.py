@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import tracemalloc
 from collections import Counter
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -40,6 +41,15 @@ async def publish_orders(
 ) -> None:
     pub = jetstream.Publisher(js, StrCodec(), telemetry=telemetry)
     await pub.publish_many(jetstream.Outgoing("orders.new", f"o{i}") for i in range(count))
+
+
+async def orders_on(
+    js: JetStreamContext, consumer: str, count: int, **options: Any
+) -> jetstream.Subscriber[str]:
+    """A subscriber of durable consumer ``consumer``, with ``count`` orders published."""
+    await jetstream.ensure_consumer(js, stream=STREAM, name=consumer, filter_subject="orders.>")
+    await publish_orders(js, count)
+    return jetstream.Subscriber(js, StrCodec(), stream=STREAM, consumer=consumer, **options)
 
 
 async def delivered(js: JetStreamContext, consumer: str, count: int) -> None:
@@ -125,9 +135,7 @@ async def test_held_messages_get_in_progress_signals_past_ack_wait(
 async def test_a_full_buffer_stops_intake_and_max_in_flight_bounds_what_is_out(
     js: JetStreamContext,
 ) -> None:
-    await jetstream.ensure_consumer(js, stream=STREAM, name="bp", filter_subject="orders.>")
-    await publish_orders(js, 20)
-    sub = jetstream.Subscriber(js, StrCodec(), stream=STREAM, consumer="bp", max_in_flight=10)
+    sub = await orders_on(js, "bp", 20, max_in_flight=10)
     async with sub.stream("orders.>", buffer=2) as stream:
         out = [await anext(stream) for _ in range(3)]
         await delivered(js, "bp", 10)
@@ -151,11 +159,7 @@ async def test_a_full_buffer_stops_intake_and_max_in_flight_bounds_what_is_out(
 async def test_a_drain_goes_on_through_what_was_received_until_all_is_settled(
     js: JetStreamContext,
 ) -> None:
-    await jetstream.ensure_consumer(js, stream=STREAM, name="drain", filter_subject="orders.>")
-    await publish_orders(js, 6)
-    sub = jetstream.Subscriber(
-        js, StrCodec(), stream=STREAM, consumer="drain", max_in_flight=8, drain_timeout=20
-    )
+    sub = await orders_on(js, "drain", 6, max_in_flight=8, drain_timeout=20)
     stream = await sub.stream("orders.>", buffer=1).start()
     first = await anext(stream)
     # One handed out, one buffered, four received and waiting for room in the buffer.
@@ -181,9 +185,7 @@ async def test_a_drain_goes_on_through_what_was_received_until_all_is_settled(
 async def test_the_drain_deadline_hands_back_held_and_buffered_messages(
     js: JetStreamContext,
 ) -> None:
-    await jetstream.ensure_consumer(js, stream=STREAM, name="late", filter_subject="orders.>")
-    await publish_orders(js, 3)
-    sub = jetstream.Subscriber(js, StrCodec(), stream=STREAM, consumer="late")
+    sub = await orders_on(js, "late", 3)
     stream = await sub.stream("orders.>", buffer=4).start()
     first = await anext(stream)
     await delivered(js, "late", 3)
@@ -202,9 +204,7 @@ async def test_the_drain_deadline_hands_back_held_and_buffered_messages(
 
 
 async def test_a_failed_subscription_hands_back_what_it_held(js: JetStreamContext) -> None:
-    await jetstream.ensure_consumer(js, stream=STREAM, name="gone", filter_subject="orders.>")
-    await publish_orders(js, 2)
-    sub = jetstream.Subscriber(js, StrCodec(), stream=STREAM, consumer="gone")
+    sub = await orders_on(js, "gone", 2)
     stream = await sub.stream("orders.>", buffer=4).start()
     first = await anext(stream)
     await delivered(js, "gone", 2)
@@ -257,9 +257,7 @@ async def test_a_held_message_is_processed_in_the_context_of_its_consumer_span(
 async def test_a_subscriber_outside_goflux_keeps_messages_in_flight_until_settled(
     js: JetStreamContext,
 ) -> None:
-    await jetstream.ensure_consumer(js, stream=STREAM, name="wrapped", filter_subject="orders.>")
-    await publish_orders(js, 2)
-    inner = jetstream.Subscriber(js, StrCodec(), stream=STREAM, consumer="wrapped", concurrency=2)
+    inner = await orders_on(js, "wrapped", 2, concurrency=2)
     running = 0
 
     class Wrapped:  # a Subscriber that wraps handlers: the stream's handler runs per message
@@ -299,11 +297,7 @@ async def test_a_subscriber_outside_goflux_keeps_messages_in_flight_until_settle
 async def test_a_stream_keeps_the_order_whatever_the_subscriber_s_concurrency(
     js: JetStreamContext, concurrency: int
 ) -> None:
-    await jetstream.ensure_consumer(js, stream=STREAM, name="order", filter_subject="orders.>")
-    await publish_orders(js, 200)
-    sub = jetstream.Subscriber(
-        js, StrCodec(), stream=STREAM, consumer="order", max_in_flight=64, concurrency=concurrency
-    )
+    sub = await orders_on(js, "order", 200, max_in_flight=64, concurrency=concurrency)
     payloads: list[str] = []
     async with sub.stream("orders.>", buffer=4) as stream, asyncio.timeout(DEADLINE):
         async for message in stream:
