@@ -13,13 +13,24 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from bench import chart, codecs, goals, kv, latency, machine, memory
+from bench import chart, codecs, goals, kv, latency, machine, memory, service
 from bench.harness import Table
 from bench.sizes import FULL, SMOKE
 
-SUITES = ("codecs", "channel", "jetstream", "telemetry", "kv", "latency", "memory", "spark")
+SUITES = (
+    "codecs",
+    "channel",
+    "jetstream",
+    "telemetry",
+    "kv",
+    "latency",
+    "memory",
+    "service",
+    "spark",
+)
 DEFAULT_OUT = Path(__file__).parent / "results" / "latest"
 
 
@@ -55,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     costs = None
     memory_peaks = None
 
-    def add(new: list[Table]) -> None:
+    def add(new: list[Table], after: Sequence[str] = ()) -> None:
         tables.extend(new)
-        sections.extend(t.markdown() for t in new)
+        sections.extend([*(t.markdown() for t in new), *after])
 
     if "codecs" in selected:
         add(codecs.run(rounds, sizes))
@@ -84,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     if "memory" in selected:
         memory_peaks = memory.run(min(rounds, 3), sizes)
         sections.append(memory.markdown(memory_peaks, sizes))
+    if "service" in selected:
+        add(*service.run(rounds, sizes))
     if "spark" in selected:
         from bench import spark  # noqa: PLC0415 - starts a JVM; only when asked for
 

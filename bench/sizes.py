@@ -25,6 +25,8 @@ class Sizes:
     kv_puts: int = 5_000
     kv_gets: int = 10_000
     kv_watched: int = 50_000
+    service_orders: int = 200_000  # goflux run: orders consumed per case and round
+    service_calibration: float = 1.0  # seconds of polling alone: the server's CPU per poll
 
 
 FULL = Sizes()
@@ -44,4 +46,6 @@ SMOKE = Sizes(
     kv_puts=30,
     kv_gets=30,
     kv_watched=300,
+    service_orders=3_000,
+    service_calibration=0.2,
 )

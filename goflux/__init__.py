@@ -67,6 +67,7 @@ from goflux._interfaces import (
 from goflux._message import Acker, Delivery, Message
 from goflux._pipes import pipe, pipe_flat_map, pipe_map
 from goflux._processing import ProcessStats, process
+from goflux._readiness import Check, GroupState, Readiness
 from goflux._receipt import PublishReceipt
 from goflux._streams import MessageStream, message_stream
 from goflux._subjects import MAX_SUBJECT_BYTES
@@ -90,6 +91,7 @@ __all__ = (
     "BoundSubscriber",
     "BucketNotFound",
     "BytesCodec",
+    "Check",
     "Closeable",
     "Codec",
     "CodecError",
@@ -105,6 +107,7 @@ __all__ = (
     "GenericPublisherMiddleware",
     "GofluxError",
     "Group",
+    "GroupState",
     "Handler",
     "HandlerTimeout",
     "Headers",
@@ -131,6 +134,7 @@ __all__ = (
     "PublishReceipt",
     "Publisher",
     "PublisherMiddleware",
+    "Readiness",
     "RemoteError",
     "RequestError",
     "RequestHandler",

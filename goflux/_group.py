@@ -11,11 +11,13 @@ from typing import Any, Literal, Protocol, Self, TypeVar
 
 from goflux._interfaces import Handler, Subscriber, Subscription
 from goflux._processing import process
+from goflux._readiness import Check, GroupState, Readiness
 from goflux._streams import MessageStream
 
 __all__ = ("DEFAULT_SIGNALS", "Group")
 
 T = TypeVar("T")
+C = TypeVar("C", bound="_Closeable")
 
 logger = logging.getLogger("goflux._group")
 
@@ -29,6 +31,9 @@ class _Closeable(Protocol):
 
 class _Member(Protocol):
     name: str
+
+    def check(self) -> Check:
+        """Whether the member is doing its work now."""
 
     async def start(self) -> None:
         """Start; return once ready."""
@@ -51,6 +56,13 @@ class _SubscriptionMember:
     async def start(self) -> None:
         self.subscription = await self._subscriber.start(self._subject, self._handler)
 
+    def check(self) -> Check:
+        if self.subscription is None:
+            return Check(self.name, False, "not started")
+        if not self.subscription.running:
+            return Check(self.name, False, "stopped")
+        return _connection_check(self.name, self._subscriber)
+
     async def ended(self) -> None:
         assert self.subscription is not None
         await self.subscription.wait()
@@ -72,6 +84,13 @@ class _ProcessMember:
         await self._stream.start()
         run = process(self._stream, self._handler, concurrency=self._concurrency)
         self._task = asyncio.get_running_loop().create_task(run, name=self.name)
+
+    def check(self) -> Check:
+        if self._task is None:
+            return Check(self.name, False, "not started")
+        if self._task.done():
+            return Check(self.name, False, "stopped")
+        return Check(self.name, True, "running")
 
     async def ended(self) -> None:
         assert self._task is not None
@@ -111,6 +130,14 @@ class _TaskMember:
 
         self._task = asyncio.get_running_loop().create_task(run(), name=self.name)
 
+    def check(self) -> Check:
+        if self._task is None:
+            return Check(self.name, False, "not started")
+        # A task that returned has done its work; only one that failed is not fine.
+        if self._task.done() and not self._task.cancelled() and self._task.exception():
+            return Check(self.name, False, "failed")
+        return Check(self.name, True, "running" if not self._task.done() else "ended")
+
     async def ended(self) -> None:
         assert self._task is not None
         try:
@@ -132,6 +159,38 @@ class _TaskMember:
         await asyncio.wait((task,))
 
 
+def _connection_check(name: str, subscriber: object) -> Check:
+    """A running subscription's check: fine unless its transport says it is disconnected."""
+    connected = getattr(subscriber, "connected", None)
+    if connected is False:
+        return Check(name, False, "disconnected (reconnecting)")
+    return Check(name, True, "running")
+
+
+def _owned_connection_check(resource: object) -> Check | None:
+    """The check of an owned nats-py connection (``is_connected``), None for other resources."""
+    connected = getattr(resource, "is_connected", None)
+    if not isinstance(connected, bool):
+        return None
+    where = _configured_servers(resource)
+    if connected:
+        return Check(f"connection to {where}", True, "connected")
+    reconnecting = getattr(resource, "is_reconnecting", False) is True
+    return Check(f"connection to {where}", False, "reconnecting" if reconnecting else "closed")
+
+
+def _configured_servers(client: object) -> str:
+    """The servers a nats-py client was given (not those it discovered), credentials left out.
+
+    The name of its check stays the same through reconnects and cluster gossip.
+    """
+    servers = list(getattr(client, "servers", None) or ())
+    discovered = list(getattr(client, "discovered_servers", None) or ())
+    given = [url for url in servers if url not in discovered] or servers
+    names = [f"{url.scheme}://{url.hostname}:{url.port}" for url in given]
+    return ", ".join(names) or "NATS"
+
+
 class Group:
     """Runs subscriptions, stream processors and tasks together, and stops them together.
 
@@ -142,7 +201,7 @@ class Group:
         group.subscribe(orders, "orders.>", handle_order)
         group.process(payments.stream("payments.>", buffer=100), handle_payment, concurrency=8)
         group.task(report_every_minute)
-        group.own(publisher)  # closed after the members have drained
+        publisher = group.own(jetstream.Publisher(js, codec))  # closed after the drain
         await group.run()  # until SIGTERM/SIGINT, a failure, or cancellation
 
     - :meth:`start` starts every member concurrently and returns when all are ready
@@ -155,6 +214,8 @@ class Group:
       subscriptions and processors take no new messages and finish what they hold;
       tasks are cancelled (or, added with ``on_stop="wait"``, awaited until the
       deadline). Then owned resources are closed, last added first.
+    - :meth:`readiness` tells health probes whether it is doing its work: running,
+      every subscription up, every owned NATS connection connected.
 
     Args:
         drain_timeout: Seconds the drain may take before handlers are cancelled (their
@@ -184,6 +245,7 @@ class Group:
         self._signalled: signal.Signals | None = None
         self._stop_requested: asyncio.Event | None = None
         self._start_finished: asyncio.Event | None = None  # set when start() is through
+        self._start_through = False
 
     # -------------------------------------------------------------- members
 
@@ -237,11 +299,32 @@ class Group:
         label = name or f"task {getattr(fn, '__qualname__', fn)!r}"
         self._add(_TaskMember(fn, label, on_stop))
 
-    def own(self, resource: _Closeable) -> None:
-        """Close ``resource`` (a publisher, subscriber, ...) after the members have stopped."""
+    def own(self, resource: C) -> C:
+        """Close ``resource`` after the members have stopped; return it.
+
+        Anything with an async ``close()``: a nats-py connection, a publisher, a
+        subscriber. Resources are closed last added first, so own the connection
+        before what uses it::
+
+            nc = group.own(await nats.connect(url))
+            orders = group.own(jetstream.Subscriber(nc.jetstream(), codec, stream="ORDERS"))
+
+        An owned nats-py connection also counts in :meth:`readiness`.
+
+        Raises:
+            TypeError: ``resource`` has no ``close`` method.
+        """
+        if not callable(getattr(resource, "close", None)):
+            raise TypeError(f"Group.own needs something with an async close(), got {resource!r}")
         self._owned.append(resource)
+        return resource
 
     # ------------------------------------------------------------ lifecycle
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The names of the members added, in order ("subscription to 'orders.>'", ...)."""
+        return tuple(member.name for member in self._members)
 
     @property
     def failure(self) -> BaseException | None:
@@ -252,6 +335,35 @@ class Group:
     def stopping(self) -> bool:
         """True once the group has begun to stop."""
         return self._stopping is not None
+
+    @property
+    def state(self) -> GroupState:
+        """``new``, ``starting``, ``running``, ``stopping``, ``stopped`` or ``failed``."""
+        if self._stopping is not None:
+            if not self._stopping.done():
+                return "stopping"
+            return "failed" if self._failure is not None else "stopped"
+        if self._failure is not None:
+            return "failed"
+        if not self._started:
+            return "new"
+        return "running" if self._start_through else "starting"
+
+    def readiness(self) -> Readiness:
+        """Whether the group is doing its work now, with a check per member and connection.
+
+        Ready when running (started, not draining, nothing failed), every subscription
+        and stream running on a connected transport, and every owned nats-py
+        connection connected. Cheap enough to call per probe.
+        """
+        checks = [member.check() for member in self._members]
+        for resource in self._owned:
+            check = _owned_connection_check(resource)
+            if check is not None:
+                checks.append(check)
+        failure = self._failure
+        said = None if failure is None else f"{type(failure).__name__}: {failure}"
+        return Readiness(self.state, tuple(checks), said)
 
     @property
     def signalled(self) -> signal.Signals | None:
@@ -282,6 +394,7 @@ class Group:
                         loop.create_task(self._watch(member), name=f"goflux-group-{member.name}")
                     )
         finally:
+            self._start_through = True
             finished.set()  # a drain requested meanwhile may go ahead now
         if self._failure is not None:
             await self.stop()

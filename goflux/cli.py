@@ -2,6 +2,7 @@
 
 ::
 
+    goflux run MODULE:ATTR [--workers N] [--health-port P] [--reload] ...   run a service
     goflux server [--port 4222] [--store DIR]   run a JetStream server in the foreground
     goflux demo [--orders 500] [--master local[*] | --remote sc://H:P]   the end-to-end pipeline
     goflux streams [--url URL]                  streams with message counts
@@ -58,6 +59,85 @@ def _server(args: argparse.Namespace) -> int:
                 return 1
     print("stopped", flush=True)
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from goflux.service import RunOptions, run_service  # noqa: PLC0415 - needs goflux[service]
+
+    options = RunOptions(
+        drain_timeout=args.drain_timeout,
+        health_host=args.health_host,
+        health_port=args.health_port,
+        log_format=args.log_format,
+        log_level=args.log_level,
+        app_dir=args.app_dir,
+        workers=args.workers,
+        reload=args.reload,
+        reload_dirs=tuple(args.reload_dir or ()),
+        max_restarts=args.max_restarts,
+    )
+    return run_service(args.service, options, worker_id=args.worker_id, status_fd=args.status_fd)
+
+
+def _add_run_command(commands: Any) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run a service (an async function taking a Group) until SIGTERM/SIGINT",
+        description="Run MODULE:ATTR, an async function that fills a goflux Group, until "
+        "SIGTERM or SIGINT, then drain it. Exit status: 0 after a clean drain, 1 when the "
+        "service failed to start or failed while running, 2 when it cannot be loaded.",
+    )
+    run.add_argument("service", help="the service, as module:attribute (e.g. app.payments:service)")
+    run.add_argument(
+        "--workers", type=_positive, default=1,
+        help="worker processes (default 1: run in this process, no supervisor)",
+    )  # fmt: skip
+    run.add_argument(
+        "--drain-timeout", type=_seconds, default=30.0,
+        help="seconds a drain may take after SIGTERM (default 30)",
+    )  # fmt: skip
+    run.add_argument("--health-port", type=_any_port, help="serve /livez and /readyz on this port")
+    run.add_argument(
+        "--health-host", default="0.0.0.0",
+        help="address of the health probes (default 0.0.0.0)",
+    )  # fmt: skip
+    run.add_argument("--log-format", choices=("text", "json"), default="text")
+    run.add_argument("--log-level", default="INFO", type=_level, help="default INFO")
+    run.add_argument("--reload", action="store_true", help="restart on Python file changes (dev)")
+    run.add_argument(
+        "--reload-dir", action="append", help="directory to watch (repeatable; default --app-dir)"
+    )
+    run.add_argument(
+        "--app-dir", default=".", help="directory put first on sys.path (default: current)"
+    )
+    run.add_argument(
+        "--max-restarts", type=int, default=5,
+        help="restarts of crashed workers allowed per minute before giving up (default 5)",
+    )  # fmt: skip
+    run.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)  # set by the supervisor
+    run.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)  # set by the supervisor
+    run.set_defaults(run=_run)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text}")
+    return value
+
+
+def _level(text: str) -> str:
+    level = text.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise argparse.ArgumentTypeError(f"not a log level: {text!r}")
+    return level
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -194,11 +274,16 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port(text: str) -> int:
+def _port(text: str, *, lowest: int = 1) -> int:
     port = int(text)
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 1..65535, got {port}")
+    if not lowest <= port <= 65535:
+        free = " (0: any free port)" if lowest == 0 else ""
+        raise argparse.ArgumentTypeError(f"port must be {lowest}..65535{free}, got {port}")
     return port
+
+
+def _any_port(text: str) -> int:
+    return _port(text, lowest=0)
 
 
 def _orders(text: str) -> int:
@@ -213,6 +298,7 @@ def _orders(text: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="goflux", description="goflux tools")
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_run_command(commands)
     server = commands.add_parser("server", help="run a development JetStream server")
     server.add_argument("--port", type=_port, default=4222, help="client port (default 4222)")
     server.add_argument("--store", help="JetStream store directory (default: temporary)")

@@ -31,7 +31,12 @@ TESTS = Path(__file__).resolve().parent
 # every test marked slow, spark, reliability or e2e. Single slow tests elsewhere carry
 # ``@pytest.mark.slow`` themselves.
 FOLDER_MARKERS = {"reliability": "reliability"}
-FILE_MARKERS = {"test_examples.py": "e2e", "test_docs.py": "e2e", "test_bench.py": "e2e"}
+FILE_MARKERS = {
+    "test_examples.py": "e2e",
+    "test_docs.py": "e2e",
+    "test_bench.py": "e2e",
+    "service/test_fastapi_example.py": "e2e",
+}
 NATS_LOG_LINES = 200  # the last lines a failing test's report searches for warnings
 SPARK_FIXTURE = "spark"  # tests/spark/conftest.py: the session-wide local SparkSession
 

@@ -9,6 +9,7 @@ are asked for: they return what arrived, and the harness refuses the short count
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from bench import faststream_cases, goals, harness, machine, memory
+from bench import faststream_cases, goals, harness, machine, memory, service
 from bench import jetstream as js_bench
 from bench import kv as kv_bench
 from bench import telemetry as tel_bench
@@ -46,6 +47,9 @@ TITLES = (
     "Key-Value watch, replaying a bucket",
     "End-to-end latency at 1,000 msg/s",
     "Memory: a consumer holding",
+    "goflux run: consume throughput by worker processes",
+    "goflux run: CPU per message over the measured window",
+    "goflux run: a paper estimate for more cores",
     "Spark source: typed rows/s",
     "Spark sink: messages/s",
     "Spark micro-batch overhead",
@@ -76,6 +80,8 @@ CASES = (
     kv_bench.GOFLUX_GET,
     kv_bench.RAW_WATCH,
     kv_bench.GOFLUX_WATCH,
+    "--workers 1",
+    "--workers 2",
 )
 # Each results table's title, and the operations each of its cases must report per round.
 COUNTS = {
@@ -93,6 +99,7 @@ COUNTS = {
     "Key-Value watch, replaying a bucket": SMOKE.kv_watched,
     "End-to-end latency at 1,000 msg/s": SMOKE.latency_msgs,
     "Memory: a consumer holding": SMOKE.in_flight,
+    "goflux run: consume throughput by worker processes": SMOKE.service_orders,
     "Spark source: typed rows/s": SMOKE.spark_source_rows,
     "Spark sink: messages/s": SMOKE.spark_sink_rows,
 }
@@ -352,3 +359,69 @@ def test_telemetry_cost_and_memory_goals_are_judged_on_their_ratios() -> None:
     peaks["goflux"] = memory.Peak("goflux", connected_kb=1000, held_kb=2600, count=1000)
     [*_, held] = goals.check({}, None, None, None, costs, peaks)
     assert (held.measured, held.met) == ("1.60", False)
+
+
+@pytest.mark.timeout(120)
+def test_service_smoke_run_reports_both_cases_their_cpu_and_the_estimate(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--only", "service", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (tmp_path / "report.md").read_text()
+    title = "goflux run: consume throughput by worker processes"
+    rows = table_rows(report, title)
+    assert [row[0] for row in rows] == ["--workers 1", "--workers 2"]
+    assert all(int(row[1].replace(",", "")) == SMOKE.service_orders for row in rows)
+    assert all(int(row[2].replace(",", "")) > 0 for row in rows)
+    assert re.search(r"--workers 2 / --workers 1: \*\*[\d.]+\*\*", report)
+    assert "2 cores, shared by the worker processes, nats-server" in report
+    cpu = table_rows(report, "goflux run: CPU per message over the measured window")
+    assert [row[0] for row in cpu] == ["--workers 1", "--workers 2"]
+    assert all(row[6].endswith(f"of {SMOKE.service_orders:,}") for row in cpu)
+    estimate = report.split("### goflux run: a paper estimate for more cores", 1)[1]
+    if "Not estimated" not in estimate:  # a smoke window may be shorter than a clock tick
+        cores = [row[0] for row in table_rows(report, "goflux run: a paper estimate")]
+        assert cores == [str(c) for c in service.ESTIMATE_CORES]
+
+
+def test_the_paper_estimate_is_the_smaller_bound() -> None:
+    # 3 workers of 10 µs a message: 300,000 msg/s; a server of 5 µs: 200,000 msg/s.
+    assert service.estimate(4, 10.0, 5.0) == (3, 300_000.0, 200_000.0, 200_000.0)
+    assert service.estimate(4, 40.0, 5.0) == (3, 75_000.0, 200_000.0, 75_000.0)
+
+
+def test_process_cpu_is_read_from_proc() -> None:
+    spent = os.times()
+    assert service.cpu_seconds(os.getpid()) == pytest.approx(spent.user + spent.system, abs=0.05)
+    with pytest.raises(FileNotFoundError):
+        service.cpu_seconds(2**22 + 1)  # above the kernel's pid limit: no such process
+
+
+@pytest.mark.timeout(90)
+async def test_a_service_round_reports_the_orders_acked_not_those_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(harness, "PATIENCE", 1.0)  # how long a round waits for more
+    with NatsServer() as server:
+        assert server.pid is not None
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await service.preload(js, 20, 10)
+            run = service.GofluxRun(1, server.url)
+            try:
+                measured = await service.measure(run, js, server.pid, 25, 0.05)
+                code, _ = await asyncio.to_thread(run.stop)
+            finally:
+                run.kill()
+            assert code == 0, run.output
+            assert measured.acked == 20  # asked for 25 of the 20 stored
+            with pytest.raises(CountError, match="--workers 1: measured 20 operations where 25"):
+                harness.check_count(service.case_name(1), measured.acked, 25)
+        finally:
+            await nc.close()

@@ -41,9 +41,11 @@ def test_every_example_is_covered_here() -> None:
         "channel_orders.py",
         "composition.py",
         "embedded_server.py",
+        "fastapi_orders.py",  # run by tests/service/test_fastapi_example.py under uvicorn
         "feature_flags.py",
         "jetstream_orders.py",
         "orders_pipeline.py",
+        "payments_service.py",  # run by tests/service/test_workers.py under goflux run
         "retry_dead_letter.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered
@@ -139,6 +141,7 @@ def test_orders_pipeline_end_to_end(tmp_path: Path) -> None:
     summary_file = tmp_path / "summary.json"
     out = run(
         "orders_pipeline.py",
+        "payments_service.py",  # run by tests/service/test_workers.py under goflux run
         env,
         "--orders",
         "60",

@@ -15,7 +15,7 @@ ROOT = PACKAGE.parent
 # Modules without an underscore that are not packages: the command line, the
 # pytest plugin (named by an entry point), and the modules of the demo
 # application.
-PUBLIC_MODULES = {"goflux.cli", "goflux.testing.pytest_plugin"}
+PUBLIC_MODULES = {"goflux.asgi", "goflux.cli", "goflux.testing.pytest_plugin"}
 PUBLIC_PACKAGES_OF_MODULES = ("goflux.demo.",)
 
 
@@ -109,6 +109,8 @@ def test_plumbing_is_private() -> None:
 PUBLIC_PACKAGES = (
     "goflux",
     "goflux.middleware",
+    "goflux.service",
+    "goflux.asgi",
     "goflux.testing",
     "goflux.transports.channel",
     "goflux.transports.nats",

@@ -362,7 +362,7 @@ async def test_workers_start_on_demand_up_to_concurrency(js: JetStreamContext) -
     assert held.handled == 3
 
 
-async def test_stop_finishes_in_flight_and_hands_the_rest_back_at_once(
+async def test_stop_works_off_what_was_received_and_leaves_nothing_unacknowledged(
     js: JetStreamContext,
 ) -> None:
     await jetstream.ensure_consumer(
@@ -371,31 +371,60 @@ async def test_stop_finishes_in_flight_and_hands_the_rest_back_at_once(
     pub = jetstream.Publisher(js, CODEC)
     await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(20))
     release = asyncio.Event()
-    first_started = asyncio.Event()
+    received_all = asyncio.Event()
     handled_by: dict[str, list[str]] = {"a": [], "b": []}
 
     async def slow(msg: Message[Order]) -> None:
-        first_started.set()
         await release.wait()
         handled_by["a"].append(msg.payload.id)
 
     a = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="shared", max_in_flight=10)
     subscription = await a.start("orders.>", slow)
-    await first_started.wait()
+    while subscription.outstanding < 10:  # one runs, nine wait behind it
+        await js._nc.flush()
+    received_all.set()
     stopping = asyncio.create_task(subscription.stop(timeout=30))
     await settle_loop()
     assert not stopping.done(), "stop() must wait for the running handler"
     release.set()
     await stopping
-    assert handled_by["a"] == ["o-0"]  # the in-flight handler finished, nothing new started
+    # What was received is worked off in order; nothing new is taken.
+    assert handled_by["a"] == [f"o-{n}" for n in range(10)]
+    info = await js.consumer_info(STREAM, "shared")
+    assert info.num_ack_pending == 0, "a drain that met its deadline leaves nothing unacked"
 
     b_inbox: Inbox[Order] = Inbox()
     b = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="shared")
     await b.start("orders.>", b_inbox)
-    async with asyncio.timeout(10):  # far below the 60 s ack_wait: handed back by nak
-        await b_inbox.wait_for(19)
+    await b_inbox.wait_for(10)
     await b.close()
-    assert sorted(m.payload.id for m in b_inbox.messages) == sorted(f"o-{n}" for n in range(1, 20))
+    assert [m.payload.id for m in b_inbox.messages] == [f"o-{n}" for n in range(10, 20)]
+    assert all(m.delivery and m.delivery.num_delivered == 1 for m in b_inbox.messages)
+
+
+async def test_stop_hands_back_at_once_what_its_deadline_leaves(js: JetStreamContext) -> None:
+    await jetstream.ensure_consumer(
+        js, stream=STREAM, name="shared", filter_subject="orders.>", ack_wait=60
+    )
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(10))
+
+    async def stuck(msg: Message[Order]) -> None:
+        await asyncio.Event().wait()  # cancelled at the deadline
+
+    a = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="shared", max_in_flight=10)
+    subscription = await a.start("orders.>", stuck)
+    while subscription.outstanding < 10:
+        await js._nc.flush()
+    await subscription.stop(timeout=0.1)
+    b_inbox: Inbox[Order] = Inbox()
+    b = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="shared")
+    await b.start("orders.>", b_inbox)
+    async with asyncio.timeout(10):  # far below the 60 s ack_wait: handed back by nak
+        await b_inbox.wait_for(10)
+    await b.close()
+    assert sorted(m.payload.id for m in b_inbox.messages) == sorted(f"o-{n}" for n in range(10))
+    assert all(m.delivery and m.delivery.num_delivered == 2 for m in b_inbox.messages)
 
 
 async def test_consumption_resumes_by_itself_after_a_server_restart(

@@ -118,6 +118,47 @@ async def test_one_pinned_subscriber_gets_everything_and_a_standby_takes_over_wh
         await other.close()
 
 
+async def test_a_draining_pinned_subscriber_keeps_its_pin_until_it_has_worked_off_its_messages(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    await pinned_consumer(js)
+    other = await nats.connect(nats_server.url)
+    handled: list[tuple[str, str]] = []
+    gate, holding = asyncio.Event(), asyncio.Event()
+
+    async def gated(msg: Message[Order]) -> None:
+        holding.set()
+        await gate.wait()
+        handled.append(("a", msg.payload.id))
+
+    async def free(msg: Message[Order]) -> None:
+        handled.append(("b", msg.payload.id))
+
+    try:
+        a = await subscriber(js, max_in_flight=10).start("orders.>", gated)
+        await publish(js, range(20))
+        await holding.wait()
+        while a.outstanding < 10:  # one runs, nine wait behind it
+            await js._nc.flush()
+        pin = await pinned_id(js, "pinned")
+        b = await subscriber(other.jetstream()).start("orders.>", free)
+        stopping = asyncio.create_task(a.stop(timeout=WAIT))
+        for _ in range(20):  # round trips while a works off what it holds
+            assert await pinned_id(js, "pinned") == pin, "the pin went to the standby early"
+        gate.set()
+        await stopping
+        async with asyncio.timeout(WAIT):
+            while len(handled) < 20:
+                await other.flush()
+        await b.stop()
+    finally:
+        await other.close()
+    # One at a time and in order: a's ten, then the standby's ten.
+    assert handled == [("a", f"o-{n}") for n in range(10)] + [
+        ("b", f"o-{n}") for n in range(10, 20)
+    ]
+
+
 async def test_a_subscriber_unpinned_by_the_server_stands_by_and_takes_over_later(
     js: JetStreamContext,
 ) -> None:

@@ -159,7 +159,8 @@ class PullEngine:
         Interest goes first: a nak sent while a pull request is still open would be
         redelivered into it, to an inbox nobody reads any more, and come back only
         after ack_wait. Messages already received pass through the callback, which
-        hands them back. A pinned subscription then gives its pin up.
+        hands them back. A pinned subscription keeps its pin until
+        :meth:`give_up_pin`, once what it received is worked off.
         """
         self._stopping = True
         if self._sub is None:
@@ -168,6 +169,13 @@ class PullEngine:
             await asyncio.wait_for(drain(self._sub), timeout=max(timeout, 0.1))
         except (nats.errors.Error, TimeoutError):
             logger.warning("could not drain the pull inbox of %r", self.consumer.name)
+
+    async def give_up_pin(self) -> None:
+        """A pinned subscription hands its pin to a standby (at the end of a drain).
+
+        Not before: a standby pinned while this one still works off what it received
+        would run beside it, out of order.
+        """
         if self._priority is not None and not self._nc.is_closed:
             consumer = self.consumer
             await release_pin(self._js, consumer.stream, consumer.name, self._priority)

@@ -122,7 +122,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         idle_heartbeat: Seconds between server heartbeats on an idle pull request
             (default: ``min(expires / 2, 5)``); two missed ones trigger a new pull.
         keep_alive: Send ``in_progress`` for handlers outliving half the ack_wait.
-        drain_timeout: Seconds a drain waits for running handlers.
+        drain_timeout: Seconds a drain may take to finish what was received.
         consumer_config: Settings for the ephemeral consumers (nats-py
             ``ConsumerConfig`` fields, such as ``deliver_policy`` or ``ack_wait``).
         dead_letter: Where undecodable payloads are published (bytes unchanged, with
@@ -218,6 +218,11 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
     def codec(self) -> Codec[T]:
         """The codec that decodes the payloads."""
         return self._codec
+
+    @property
+    def connected(self) -> bool:
+        """True while the NATS connection is up (False while it reconnects or is closed)."""
+        return bool(connection(self._js).is_connected)
 
     async def _create_consumer(self, subject: str) -> Binding:
         """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""

@@ -260,14 +260,18 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             )
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Drain: stop pulling, finish in-flight handlers, nak what has not started.
+        """Drain: stop pulling, then finish what was received, within a deadline.
 
-        Messages received but not started are nak'd so the server redelivers them at
-        once (to this or another subscriber); handlers still running after ``timeout``
-        seconds (default: the subscriber's drain timeout) are cancelled and their
-        messages nak'd too. A message stream's subscription instead goes on handing
-        what it received to the stream, and waits for the stream's consumer to settle
-        it; what is unsettled at the deadline is nak'd. An ephemeral consumer created
+        No message is taken from the server any more; the handlers go on through the
+        messages already received (at most ``max_in_flight``), in order, so a drain
+        that meets its deadline leaves nothing unacknowledged at the server and
+        nothing to redeliver. After ``timeout`` seconds (default: the subscriber's
+        drain timeout) handlers still running are cancelled, and their messages and
+        those not started are nak'd (redelivered at once to another subscriber; the
+        server counts them as pending acknowledgement until then). A message stream's
+        subscription likewise goes on handing what it received to the stream, and
+        waits for the stream's consumer to settle it; what is unsettled at the
+        deadline is nak'd. An ephemeral consumer created
         for the subscription is deleted. The deadline holds even if the caller is
         cancelled.
         """
@@ -288,10 +292,6 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         until = self._loop.time() + deadline
         try:
             await self._engine.stop_pulling(deadline)
-            if self._holder is None:
-                # Received but not started: hand back for redelivery at once. (A
-                # stream's workers go on handing what was received to the stream.)
-                await self._hand_back_ready()
             self._wake(everyone=True)
             if self._workers:
                 _, pending = await asyncio.wait(
@@ -309,8 +309,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     for task in pending:
                         task.cancel()
                     await asyncio.wait(pending)
-            await self._hand_back_ready()  # what a stream's workers left at the deadline
+            await self._hand_back_ready()  # what the workers left at the deadline
             await self._drain_held(deadline, until)
+            await self._engine.give_up_pin()
             if self._confirmations is not None:
                 await self._confirmations.settled()  # each is bounded by its attempts
         finally:
@@ -445,9 +446,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     async def _work(self) -> None:
         enter_handler_context(self)
         ready = self._ready
-        # A stream's worker hands on what was received through a drain too.
-        hands_on = self._holder is not None
-        while not self._draining or (hands_on and ready):
+        # Through a drain too, what was received is worked off (or handed to a stream).
+        while not self._draining or ready:
             if not ready:
                 waiter = self._loop.create_future()
                 self._idle.append(waiter)

@@ -153,6 +153,11 @@ class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Streaming[T], Gener
         """The codec that decodes the payloads."""
         return self._codec
 
+    @property
+    def connected(self) -> bool:
+        """True while the NATS connection is up (False while it reconnects or is closed)."""
+        return bool(self._nc.is_connected)
+
     async def start(self, subject: str, handler: Handler[T]) -> NatsSubscription[T]:
         """Subscribe; return once the server has the subscription (flushed).
 

@@ -1,0 +1,97 @@
+"""Serve an ASGI app from inside a running event loop: :class:`HttpServer` (uvicorn)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Self
+
+import uvicorn
+
+from goflux._health import ASGIApp
+from goflux.service._options import RunOptions
+
+__all__ = ("HttpServer", "serve_probes")
+
+logger = logging.getLogger("goflux.run")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, minus its signal handlers: the process that embeds it handles signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class HttpServer:
+    """An ASGI app served by uvicorn on ``host:port`` in the current event loop.
+
+    The socket is bound on enter, so requests are accepted (queued) from then on and
+    a port in use fails at once; port 0 picks a free one (see :attr:`port`).
+
+    Raises:
+        OSError: The address cannot be bound.
+    """
+
+    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
+        self._app = app
+        self._host = host
+        self._port = port
+        self._socket: socket.socket | None = None
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        assert self._socket is not None, "the server is not started"
+        port: int = self._socket.getsockname()[1]
+        return port
+
+    async def __aenter__(self) -> Self:
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        self._socket = socket.create_server((self._host, self._port), family=family, backlog=128)
+        config = uvicorn.Config(
+            self._app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self._server = _Server(config)
+        self._task = asyncio.get_running_loop().create_task(
+            self._server.serve(sockets=[self._socket]), name="goflux-health-server"
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await asyncio.wait((self._task,))
+        if self._socket is not None:
+            self._socket.close()
+
+
+async def serve_probes(stack: contextlib.AsyncExitStack, app: ASGIApp, options: RunOptions) -> None:
+    """Serve the health probes ``app`` as ``options`` say, until ``stack`` closes.
+
+    Raises:
+        OSError: The address cannot be bound; the message names it.
+    """
+    host, port = options.health_host, options.health_port
+    assert port is not None
+    try:
+        server = await stack.enter_async_context(HttpServer(app, host, port))
+    except OSError as exc:
+        raise OSError(f"cannot serve the health probes on {host}:{port}: {exc}") from exc
+    logger.info("health probes on http://%s:%d (/livez, /readyz)", host, server.port)

@@ -1,0 +1,60 @@
+"""The settings of ``goflux run`` shared by the supervisor and its workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from goflux.service._logs import LogFormat
+
+__all__ = ("KILL_GRACE", "RunOptions")
+
+KILL_GRACE = 5.0
+"""Seconds past the drain timeout before a process that has not exited is killed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How to run a service (the ``goflux run`` options).
+
+    Attributes:
+        drain_timeout: Seconds a worker's drain may take after SIGTERM/SIGINT.
+        health_host: Address of the health probe server.
+        health_port: Port of the health probe server (0: a free one); None: no server.
+        log_format: ``"json"`` or ``"text"`` lines.
+        log_level: Level name of the root logger.
+        app_dir: Directory put first on ``sys.path`` to import the service.
+        workers: Worker processes (1: the service runs in this process).
+        reload: Restart the workers when a Python file under ``reload_dirs`` changes.
+        reload_dirs: Directories watched with ``reload`` (default: ``app_dir``).
+        max_restarts: Restarts of crashed workers allowed within ``restart_window``
+            seconds; one more and the supervisor gives up (exits 1).
+        restart_window: Seconds over which restarts are counted.
+        backoff: Seconds before the first restart; doubled per restart in the window.
+        max_backoff: Longest wait before a restart.
+    """
+
+    drain_timeout: float = 30.0
+    health_host: str = "0.0.0.0"
+    health_port: int | None = None
+    log_format: LogFormat = "text"
+    log_level: str = "INFO"
+    app_dir: str = "."
+    workers: int = 1
+    reload: bool = False
+    reload_dirs: tuple[str, ...] = field(default=())
+    max_restarts: int = 5
+    restart_window: float = 60.0
+    backoff: float = 0.5
+    max_backoff: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.drain_timeout < 0:
+            raise ValueError(f"drain timeout must be >= 0, got {self.drain_timeout}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.health_port is not None and not 0 <= self.health_port <= 65535:
+            raise ValueError(f"health port must be 0..65535, got {self.health_port}")
+        if self.max_restarts < 0:
+            raise ValueError(f"max restarts must be >= 0, got {self.max_restarts}")
+        if self.backoff < 0 or self.max_backoff < self.backoff:
+            raise ValueError("backoff must be >= 0 and max_backoff >= backoff")
