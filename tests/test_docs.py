@@ -266,6 +266,8 @@ PUBLIC_PACKAGES = {  # each public package and its reference page
     "goflux": "reference/goflux.md",
     "goflux.middleware": "reference/middleware.md",
     "goflux.testing": "reference/testing.md",
+    "goflux.service": "reference/service.md",
+    "goflux.asgi": "reference/asgi.md",
     "goflux.transports.channel": "reference/channel.md",
     "goflux.transports.nats": "reference/nats.md",
     "goflux.transports.jetstream": "reference/jetstream.md",

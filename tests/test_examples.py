@@ -141,7 +141,6 @@ def test_orders_pipeline_end_to_end(tmp_path: Path) -> None:
     summary_file = tmp_path / "summary.json"
     out = run(
         "orders_pipeline.py",
-        "payments_service.py",  # run by tests/service/test_workers.py under goflux run
         env,
         "--orders",
         "60",
