@@ -66,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
 
     options = RunOptions(
         drain_timeout=args.drain_timeout,
+        kill_grace=args.kill_grace,
         health_host=args.health_host,
         health_port=args.health_port,
         log_format=args.log_format,
@@ -95,6 +96,10 @@ def _add_run_command(commands: Any) -> None:
     run.add_argument(
         "--drain-timeout", type=_seconds, default=30.0,
         help="seconds a drain may take after SIGTERM (default 30)",
+    )  # fmt: skip
+    run.add_argument(
+        "--kill-grace", type=_seconds, default=5.0,
+        help="seconds past the drain timeout before a drain is abandoned (default 5)",
     )  # fmt: skip
     run.add_argument("--health-port", type=_any_port, help="serve /livez and /readyz on this port")
     run.add_argument(

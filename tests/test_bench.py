@@ -171,6 +171,7 @@ def test_smoke_run_reports_every_table_goal_and_chart(tmp_path: Path) -> None:
     assert len(rates) >= 25
     assert all(int(rate.replace(",", "")) > 0 for rate in rates)
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    check_service_tables(report)
 
 
 def test_unknown_suite_is_refused() -> None:
@@ -361,18 +362,8 @@ def test_telemetry_cost_and_memory_goals_are_judged_on_their_ratios() -> None:
     assert (held.measured, held.met) == ("1.60", False)
 
 
-@pytest.mark.timeout(120)
-def test_service_smoke_run_reports_both_cases_their_cpu_and_the_estimate(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--only", "service", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = (tmp_path / "report.md").read_text()
+def check_service_tables(report: str) -> None:
+    """The service suite's tables in a smoke report: both cases, their CPU, the estimate."""
     title = "goflux run: consume throughput by worker processes"
     rows = table_rows(report, title)
     assert [row[0] for row in rows] == ["--workers 1", "--workers 2"]

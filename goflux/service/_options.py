@@ -6,10 +6,7 @@ from dataclasses import dataclass, field
 
 from goflux.service._logs import LogFormat
 
-__all__ = ("KILL_GRACE", "RunOptions")
-
-KILL_GRACE = 5.0
-"""Seconds past the drain timeout before a process that has not exited is killed."""
+__all__ = ("RunOptions",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +15,8 @@ class RunOptions:
 
     Attributes:
         drain_timeout: Seconds a worker's drain may take after SIGTERM/SIGINT.
+        kill_grace: Seconds past ``drain_timeout`` before a process whose drain has
+            not ended exits without it (or, under a supervisor, is killed).
         health_host: Address of the health probe server.
         health_port: Port of the health probe server (0: a free one); None: no server.
         log_format: ``"json"`` or ``"text"`` lines.
@@ -34,6 +33,7 @@ class RunOptions:
     """
 
     drain_timeout: float = 30.0
+    kill_grace: float = 5.0
     health_host: str = "0.0.0.0"
     health_port: int | None = None
     log_format: LogFormat = "text"
@@ -50,6 +50,8 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.drain_timeout < 0:
             raise ValueError(f"drain timeout must be >= 0, got {self.drain_timeout}")
+        if self.kill_grace < 0:
+            raise ValueError(f"kill grace must be >= 0, got {self.kill_grace}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.health_port is not None and not 0 <= self.health_port <= 65535:

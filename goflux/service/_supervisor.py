@@ -18,7 +18,7 @@ import watchfiles
 from goflux._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import LINE_LIMIT, read_reports
-from goflux.service._options import KILL_GRACE, RunOptions
+from goflux.service._options import RunOptions
 from goflux.service._signals import stop_signals
 from goflux.service._worker import EXIT_BAD_SERVICE, EXIT_FAILED
 
@@ -224,6 +224,7 @@ class _Supervisor:
         o = self._options
         return [
             "--drain-timeout", str(o.drain_timeout),
+            "--kill-grace", str(o.kill_grace),
             "--log-format", o.log_format,
             "--log-level", o.log_level,
             "--app-dir", o.app_dir,
@@ -331,7 +332,8 @@ class _Supervisor:
             stopped.cancel()
         if not pending:
             return
-        _, late = await asyncio.wait(pending, timeout=self._options.drain_timeout + KILL_GRACE)
+        limit = self._options.drain_timeout + self._options.kill_grace
+        _, late = await asyncio.wait(pending, timeout=limit)
         if late:
             for worker in self._workers:
                 if worker.alive and worker.process is not None:
@@ -393,7 +395,7 @@ def run_supervisor(spec: str, options: RunOptions) -> int:
     that fails before it was ever ready, makes the supervisor stop the others and
     exit non-zero. A worker whose service ended by itself (exit 0 without a signal) is
     not restarted. SIGTERM or SIGINT is forwarded to every worker, and their drains
-    are awaited (a worker still running ``KILL_GRACE`` seconds after the drain timeout
+    are awaited (a worker still running ``kill_grace`` seconds after the drain timeout
     is killed). With ``reload``, the workers are restarted when a Python file changes,
     and a failed worker waits for the next change instead of being restarted.
 

@@ -15,7 +15,7 @@ from goflux._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import WorkerLink
 from goflux.service._load import ServiceLoadError, load_service
-from goflux.service._options import KILL_GRACE, RunOptions
+from goflux.service._options import RunOptions
 from goflux.service._signals import stop_signals
 
 __all__ = ("EXIT_BAD_SERVICE", "EXIT_FAILED", "REPORT_INTERVAL", "run_worker")
@@ -63,7 +63,7 @@ class _Worker:
 
     async def _drain(self) -> None:
         """Stop the group; past the drain timeout and a grace, exit without it."""
-        limit = self._options.drain_timeout + KILL_GRACE
+        limit = self._options.drain_timeout + self._options.kill_grace
         try:
             async with asyncio.timeout(limit):
                 await self._group.stop()

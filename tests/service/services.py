@@ -20,7 +20,11 @@ async def gated(group: Group) -> None:
 
     Until then the group has not started, so ``/readyz`` must say 503.
     """
-    nc = group.own(await nats.connect(os.environ["NATS_URL"], max_reconnect_attempts=-1))
+    nc = group.own(
+        await nats.connect(
+            os.environ["NATS_URL"], max_reconnect_attempts=-1, reconnect_time_wait=0.1
+        )
+    )
     js = nc.jetstream()
     gate = await js.subscribe("gate.open", ordered_consumer=True)
     await gate.next_msg(timeout=60)

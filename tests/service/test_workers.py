@@ -81,7 +81,7 @@ async def test_a_killed_worker_is_restarted_and_its_messages_redelivered(
     nats_server: NatsServer, js: JetStreamContext, tmp_path: Path
 ) -> None:
     ids = await publish_orders(js, ORDERS)
-    slow = {"PAYMENTS_ACK_WAIT": "2", "PAYMENTS_WORK_MS": "2", "PAYMENTS_CONCURRENCY": "8"}
+    slow = {"PAYMENTS_ACK_WAIT": "1", "PAYMENTS_WORK_MS": "1", "PAYMENTS_CONCURRENCY": "8"}
     with workers(nats_server, tmp_path, **slow) as run:
         await until_ready(run)
         await acked_at_least(js, ORDERS // 4)
