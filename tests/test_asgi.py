@@ -142,7 +142,7 @@ async def until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
     deadline = time.monotonic() + DEADLINE
     while not await condition():
         assert time.monotonic() < deadline, f"not {what} within {DEADLINE}s"
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # each check is itself a round trip (HTTP or NATS)
 
 
 # ------------------------------------------------------------------ resources

@@ -128,7 +128,6 @@ async def state_within(http: httpx.AsyncClient, order_id: str, state: str) -> No
         if response.json() == {"id": order_id, "state": state}:
             return
         assert time.monotonic() < deadline, f"{order_id} still {response.json()}"
-        await asyncio.sleep(0.02)
 
 
 async def test_ready_once_started_with_the_subscription_and_connection_checks(
@@ -172,7 +171,7 @@ async def test_an_order_is_stored_once_fulfilled_once_and_drained_on_sigterm(
     deadline = time.monotonic() + DEADLINE
     while (await js.consumer_info("ORDERS", "fulfilment")).num_ack_pending == 0:
         assert time.monotonic() < deadline, "the handler never got the orders"
-        await asyncio.sleep(0.01)
+        await js._nc.flush()  # each check is a round trip to the server
     server.process.send_signal(signal.SIGTERM)
     # uvicorn (0.29+) shuts down gracefully, then re-raises the signal it caught, so the
     # process ends "killed by SIGTERM" whether the shutdown went well or not: the log
