@@ -102,15 +102,21 @@ async def service(group: Group) -> None:
     settings = Settings.from_env()
     nc = group.own(await nats.connect(settings.url, name=f"payments-{os.getpid()}"))
     js = nc.jetstream()
-    await jetstream.ensure_stream(js, name="ORDERS", subjects=["orders.>"])
-    await jetstream.ensure_consumer(
-        js,
-        stream="ORDERS",
-        name="payments",
-        filter_subject="orders.created",
-        ack_wait=settings.ack_wait,
-        max_ack_pending=1000,
-    )
+    group.describe(title="payments", version="1.0.0", description="Charges every order once.")
+
+    async def provision() -> None:
+        """The stream and the durable consumer the workers share (not made when described)."""
+        await jetstream.ensure_stream(js, name="ORDERS", subjects=["orders.>"])
+        await jetstream.ensure_consumer(
+            js,
+            stream="ORDERS",
+            name="payments",
+            filter_subject="orders.created",
+            ack_wait=settings.ack_wait,
+            max_ack_pending=1000,
+        )
+
+    group.on_start(provision)
     ledger = group.own(Ledger(settings.ledger))
     orders = group.own(
         jetstream.Subscriber(
@@ -124,6 +130,7 @@ async def service(group: Group) -> None:
     )
 
     async def charge(msg: Message[Order]) -> None:
+        """Charge the order's customer."""
         ledger.begin(msg)
         if settings.work:
             await asyncio.sleep(settings.work)  # the payment provider's call

@@ -9,6 +9,7 @@ from goflux._batches import MicroBatches, micro_batches
 from goflux._chain import chain, chain_publishers
 from goflux._codecs import BytesCodec, Codec, JsonCodec, StrCodec
 from goflux._deadletter import DeadLetter, DeadLetterReason
+from goflux._endpoints import About, Endpoint, HeaderDocs
 from goflux._errors import (
     AckNotConfirmed,
     AlreadySettled,
@@ -84,6 +85,7 @@ from goflux._version import __version__
 
 __all__ = (
     "MAX_SUBJECT_BYTES",
+    "About",
     "AckNotConfirmed",
     "Acker",
     "AlreadySettled",
@@ -102,6 +104,7 @@ __all__ = (
     "Delivery",
     "DigestMismatch",
     "EncodeError",
+    "Endpoint",
     "ExpectationFailed",
     "GenericMiddleware",
     "GenericPublisherMiddleware",
@@ -110,6 +113,7 @@ __all__ = (
     "GroupState",
     "Handler",
     "HandlerTimeout",
+    "HeaderDocs",
     "Headers",
     "HeadersLike",
     "IncompatibleConfig",

@@ -5,19 +5,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self, TypeVar
+from typing import Any, Literal, Protocol, Self, TypeVar, cast
 
-from goflux._interfaces import Handler, Subscriber, Subscription
-from goflux._processing import process
-from goflux._readiness import Check, GroupState, Readiness
+from goflux._endpoints import About, Endpoint, HeaderDocs, header_docs, receiving
+from goflux._interfaces import Handler, Responder, Subscriber
+from goflux._members import (
+    Member,
+    ProcessMember,
+    SubscriptionMember,
+    TaskMember,
+    owned_connection_check,
+)
+from goflux._readiness import GroupState, Readiness
 from goflux._streams import MessageStream
+from goflux._subjects import validate_pattern
 
 __all__ = ("DEFAULT_SIGNALS", "Group")
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 C = TypeVar("C", bound="_Closeable")
+P = TypeVar("P")
 
 logger = logging.getLogger("goflux._group")
 
@@ -27,168 +38,6 @@ DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
 
 class _Closeable(Protocol):
     async def close(self) -> None: ...
-
-
-class _Member(Protocol):
-    name: str
-
-    def check(self) -> Check:
-        """Whether the member is doing its work now."""
-
-    async def start(self) -> None:
-        """Start; return once ready."""
-
-    async def ended(self) -> None:
-        """Return when the member has ended; raise what made it fail."""
-
-    async def stop(self, timeout: float) -> None:
-        """Stop gracefully within ``timeout`` seconds."""
-
-
-class _SubscriptionMember:
-    def __init__(self, subscriber: Subscriber[T], subject: str, handler: Handler[T]) -> None:
-        self.name = f"subscription to {subject!r}"
-        self._subscriber: Subscriber[Any] = subscriber
-        self._subject = subject
-        self._handler: Handler[Any] = handler
-        self.subscription: Subscription | None = None
-
-    async def start(self) -> None:
-        self.subscription = await self._subscriber.start(self._subject, self._handler)
-
-    def check(self) -> Check:
-        if self.subscription is None:
-            return Check(self.name, False, "not started")
-        if not self.subscription.running:
-            return Check(self.name, False, "stopped")
-        return _connection_check(self.name, self._subscriber)
-
-    async def ended(self) -> None:
-        assert self.subscription is not None
-        await self.subscription.wait()
-
-    async def stop(self, timeout: float) -> None:
-        if self.subscription is not None:
-            await self.subscription.stop(timeout)
-
-
-class _ProcessMember:
-    def __init__(self, stream: MessageStream[T], handler: Handler[T], concurrency: int) -> None:
-        self.name = f"process of {stream.subject!r}"
-        self._stream: MessageStream[Any] = stream
-        self._handler: Handler[Any] = handler
-        self._concurrency = concurrency
-        self._task: asyncio.Task[object] | None = None
-
-    async def start(self) -> None:
-        await self._stream.start()
-        run = process(self._stream, self._handler, concurrency=self._concurrency)
-        self._task = asyncio.get_running_loop().create_task(run, name=self.name)
-
-    def check(self) -> Check:
-        if self._task is None:
-            return Check(self.name, False, "not started")
-        if self._task.done():
-            return Check(self.name, False, "stopped")
-        return Check(self.name, True, "running")
-
-    async def ended(self) -> None:
-        assert self._task is not None
-        try:
-            await asyncio.shield(self._task)
-        finally:
-            if self._task.done():
-                await self._stream.close()
-
-    async def stop(self, timeout: float) -> None:
-        task = self._task
-        # Intake stops, running handlers finish, the buffer is worked off; whatever is
-        # left at the deadline is cancelled and handed back.
-        loop = asyncio.get_running_loop()
-        until = loop.time() + timeout
-        await self._stream.stop(timeout)
-        if task is not None and not task.done():
-            await asyncio.wait((task,), timeout=max(0.0, until - loop.time()))
-            task.cancel()
-            await asyncio.wait((task,))
-        await self._stream.close()
-
-
-class _TaskMember:
-    def __init__(
-        self, fn: Callable[[], Awaitable[object]], name: str, on_stop: Literal["cancel", "wait"]
-    ) -> None:
-        self.name = name
-        self._fn = fn
-        self._on_stop = on_stop
-        self._task: asyncio.Task[object] | None = None
-        self._cancelled_by_group = False
-
-    async def start(self) -> None:
-        async def run() -> object:
-            return await self._fn()
-
-        self._task = asyncio.get_running_loop().create_task(run(), name=self.name)
-
-    def check(self) -> Check:
-        if self._task is None:
-            return Check(self.name, False, "not started")
-        # A task that returned has done its work; only one that failed is not fine.
-        if self._task.done() and not self._task.cancelled() and self._task.exception():
-            return Check(self.name, False, "failed")
-        return Check(self.name, True, "running" if not self._task.done() else "ended")
-
-    async def ended(self) -> None:
-        assert self._task is not None
-        try:
-            await asyncio.shield(self._task)
-        except asyncio.CancelledError:
-            if not (self._task.cancelled() and self._cancelled_by_group):
-                raise
-
-    async def stop(self, timeout: float) -> None:
-        task = self._task
-        if task is None or task.done():
-            return
-        if self._on_stop == "wait":
-            await asyncio.wait((task,), timeout=timeout)
-            if task.done():
-                return
-        self._cancelled_by_group = True
-        task.cancel()
-        await asyncio.wait((task,))
-
-
-def _connection_check(name: str, subscriber: object) -> Check:
-    """A running subscription's check: fine unless its transport says it is disconnected."""
-    connected = getattr(subscriber, "connected", None)
-    if connected is False:
-        return Check(name, False, "disconnected (reconnecting)")
-    return Check(name, True, "running")
-
-
-def _owned_connection_check(resource: object) -> Check | None:
-    """The check of an owned nats-py connection (``is_connected``), None for other resources."""
-    connected = getattr(resource, "is_connected", None)
-    if not isinstance(connected, bool):
-        return None
-    where = _configured_servers(resource)
-    if connected:
-        return Check(f"connection to {where}", True, "connected")
-    reconnecting = getattr(resource, "is_reconnecting", False) is True
-    return Check(f"connection to {where}", False, "reconnecting" if reconnecting else "closed")
-
-
-def _configured_servers(client: object) -> str:
-    """The servers a nats-py client was given (not those it discovered), credentials left out.
-
-    The name of its check stays the same through reconnects and cluster gossip.
-    """
-    servers = list(getattr(client, "servers", None) or ())
-    discovered = list(getattr(client, "discovered_servers", None) or ())
-    given = [url for url in servers if url not in discovered] or servers
-    names = [f"{url.scheme}://{url.hostname}:{url.port}" for url in given]
-    return ", ".join(names) or "NATS"
 
 
 class Group:
@@ -236,8 +85,11 @@ class Group:
             raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout}")
         self._drain_timeout = drain_timeout
         self._signals = tuple(signals)
-        self._members: list[_Member] = []
+        self._members: list[Member] = []
         self._owned: list[_Closeable] = []
+        self._on_start: list[Callable[[], Awaitable[object]]] = []
+        self._sends: list[Endpoint] = []
+        self._about = About()
         self._watchers: list[asyncio.Task[None]] = []
         self._started = False
         self._stopping: asyncio.Task[None] | None = None
@@ -249,31 +101,108 @@ class Group:
 
     # -------------------------------------------------------------- members
 
-    def _add(self, member: _Member) -> None:
+    def _add(self, member: Member) -> None:
         if self._started:
             raise RuntimeError("add members to a Group before it starts")
         self._members.append(member)
 
-    def subscribe(self, subscriber: Subscriber[T], subject: str, handler: Handler[T]) -> None:
+    def subscribe(
+        self,
+        subscriber: Subscriber[T],
+        subject: str,
+        handler: Handler[T],
+        *,
+        description: str | None = None,
+        headers: HeaderDocs | None = None,
+    ) -> None:
         """Add a subscription of ``handler`` to ``subject``, started with the group.
+
+        ``description`` (default: the handler's docstring's first paragraph) and
+        ``headers`` (user headers the handler reads: names, or names with what each
+        carries) only describe the service (``goflux asyncapi``).
 
         Raises:
             RuntimeError: The group has started.
+            InvalidHeader: A declared header name is invalid.
         """
-        self._add(_SubscriptionMember(subscriber, subject, handler))
+        member = f"subscription to {subject!r}"
+        endpoint = receiving(
+            subject, subscriber, member, handler, headers=headers, description=description
+        )
+
+        def start() -> Any:
+            return subscriber.start(subject, handler)
+
+        self._add(SubscriptionMember(subscriber, subject, start, endpoint))
+
+    def respond(
+        self,
+        responder: Responder[Req, Resp],
+        subject: str,
+        handle: Callable[[Req], Awaitable[Resp]],
+        *,
+        endpoint: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        description: str | None = None,
+        headers: HeaderDocs | None = None,
+    ) -> None:
+        """Add a responder serving ``subject`` with ``handle``, started with the group.
+
+        A responder registered with a NATS micro service
+        (:class:`goflux.transports.nats.MicroService`) makes the subscription one of
+        its endpoints: ``endpoint`` names it and ``metadata`` goes with it. The
+        drain answers requests still running, then stops.
+
+        Raises:
+            RuntimeError: The group has started.
+            InvalidHeader: A declared header name is invalid.
+        """
+        described = receiving(
+            subject,
+            responder,
+            f"responder on {subject!r}",
+            handle,
+            headers=headers,
+            description=description,
+            reply=True,
+            name=endpoint,
+        )
+        options: dict[str, Any] = {}
+        if endpoint is not None:
+            options["endpoint"] = endpoint
+        if metadata is not None:
+            options["metadata"] = dict(metadata)
+
+        def start() -> Any:
+            return cast(Any, responder).start(subject, handle, **options)
+
+        self._add(SubscriptionMember(responder, subject, start, described))
 
     def process(
-        self, stream: MessageStream[T], handler: Handler[T], *, concurrency: int = 1
+        self,
+        stream: MessageStream[T],
+        handler: Handler[T],
+        *,
+        concurrency: int = 1,
+        description: str | None = None,
+        headers: HeaderDocs | None = None,
     ) -> None:
         """Add :func:`goflux.process` of ``stream``; the group starts, stops and closes it.
+
+        ``description`` and ``headers`` describe the service, as for :meth:`subscribe`.
 
         Raises:
             RuntimeError: The group has started.
             ValueError: ``concurrency`` < 1.
+            InvalidHeader: A declared header name is invalid.
         """
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self._add(_ProcessMember(stream, handler, concurrency))
+        member = f"process of {stream.subject!r}"
+        endpoint = receiving(
+            stream.subject, stream, member, handler, headers=headers, description=description
+        )
+        self._add(ProcessMember(stream, handler, concurrency, endpoint))
 
     def task(
         self,
@@ -297,7 +226,7 @@ class Group:
         if on_stop not in ("cancel", "wait"):
             raise ValueError(f"on_stop must be 'cancel' or 'wait', got {on_stop!r}")
         label = name or f"task {getattr(fn, '__qualname__', fn)!r}"
-        self._add(_TaskMember(fn, label, on_stop))
+        self._add(TaskMember(fn, label, on_stop))
 
     def own(self, resource: C) -> C:
         """Close ``resource`` after the members have stopped; return it.
@@ -318,6 +247,111 @@ class Group:
             raise TypeError(f"Group.own needs something with an async close(), got {resource!r}")
         self._owned.append(resource)
         return resource
+
+    def sends(
+        self,
+        publisher: P,
+        *subjects: str,
+        description: str | None = None,
+        headers: HeaderDocs | None = None,
+    ) -> P:
+        """Declare that the service publishes with ``publisher`` on ``subjects``; return it.
+
+        Only describes the service (``goflux asyncapi``): the payload type comes from
+        the publisher's codec. Subjects may be patterns when the service computes them
+        (``"orders.*"``). A bound publisher or topic brings its own subject, and one
+        the group owns is declared already::
+
+            orders = group.sends(group.own(jetstream.Publisher(js, codec)), "orders.created")
+
+        Raises:
+            ValueError: No subject given for a publisher without a bound subject.
+            InvalidSubject: A subject is not a valid pattern.
+            InvalidHeader: A declared header name is invalid.
+        """
+        if not subjects:
+            bound = getattr(publisher, "subject", None)
+            if not isinstance(bound, str):
+                raise ValueError(
+                    f"Group.sends needs the subjects {publisher!r} publishes on "
+                    "(a bound publisher or topic brings its own)"
+                )
+            subjects = (bound,)
+        declared = header_docs(headers)
+        for subject in subjects:
+            validate_pattern(subject)
+            self._sends.append(
+                Endpoint(
+                    "send",
+                    subject,
+                    publisher,
+                    f"publisher to {subject!r}",
+                    headers=declared,
+                    description=description,
+                )
+            )
+        return publisher
+
+    def on_start(self, fn: Callable[[], Awaitable[object]]) -> None:
+        """Run ``fn()`` when the group starts, before its members start (in the order added).
+
+        For what a service sets up on the server before it consumes: streams and
+        consumers (:func:`~goflux.transports.jetstream.ensure_stream`, ...).
+        ``goflux asyncapi`` builds the group without starting it, so it creates
+        nothing. If ``fn`` raises, no member starts and :meth:`start` raises that.
+
+        Raises:
+            RuntimeError: The group has started.
+        """
+        if self._started:
+            raise RuntimeError("add start-up functions to a Group before it starts")
+        self._on_start.append(fn)
+
+    def describe(
+        self,
+        *,
+        title: str | None = None,
+        version: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """Name the service for documents that describe it (``goflux asyncapi``).
+
+        Fields left None keep their earlier value, or the tool's default.
+        """
+        about = self._about
+        self._about = About(
+            title if title is not None else about.title,
+            version if version is not None else about.version,
+            description if description is not None else about.description,
+        )
+
+    @property
+    def about(self) -> About:
+        """The service's title, version and description as set by :meth:`describe`."""
+        return self._about
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """What the service speaks: the subjects its members receive on, then what it sends.
+
+        Sends are the publishers declared with :meth:`sends`, and the bound publishers
+        and topics the group owns (in the order owned).
+        """
+        received = [endpoint for member in self._members for endpoint in member.endpoints()]
+        sent = list(self._sends)
+        declared = {id(endpoint.via) for endpoint in sent}
+        for resource in self._owned:
+            subject = getattr(resource, "subject", None)
+            if id(resource) in declared or not isinstance(subject, str):
+                continue
+            if callable(getattr(resource, "publish", None)):
+                sent.append(Endpoint("send", subject, resource, f"publisher to {subject!r}"))
+        return (*received, *sent)
+
+    @property
+    def owned(self) -> tuple[object, ...]:
+        """The resources the group closes after its members stop, in the order owned."""
+        return tuple(self._owned)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -358,7 +392,7 @@ class Group:
         """
         checks = [member.check() for member in self._members]
         for resource in self._owned:
-            check = _owned_connection_check(resource)
+            check = owned_connection_check(resource)
             if check is not None:
                 checks.append(check)
         failure = self._failure
@@ -382,17 +416,15 @@ class Group:
         self._started = True
         finished = self._start_finished = asyncio.Event()
         try:
-            results = await asyncio.gather(
-                *(member.start() for member in self._members), return_exceptions=True
-            )
-            loop = asyncio.get_running_loop()
-            for member, result in zip(self._members, results, strict=True):
-                if isinstance(result, BaseException):
-                    self._fail(member, result)
-                else:
-                    self._watchers.append(
-                        loop.create_task(self._watch(member), name=f"goflux-group-{member.name}")
-                    )
+            for fn in self._on_start:
+                try:
+                    await fn()
+                except Exception as exc:  # noqa: BLE001 - raised from start()
+                    name = getattr(fn, "__qualname__", repr(fn))
+                    self._fail(f"start-up function {name!r}", exc)
+                    break
+            if self._stopping is None:  # nothing failed, no stop requested meanwhile
+                await self._start_members()
         finally:
             self._start_through = True
             finished.set()  # a drain requested meanwhile may go ahead now
@@ -400,22 +432,33 @@ class Group:
             await self.stop()
             raise self._failure
 
-    async def _watch(self, member: _Member) -> None:
+    async def _start_members(self) -> None:
+        results = await asyncio.gather(
+            *(member.start() for member in self._members), return_exceptions=True
+        )
+        loop = asyncio.get_running_loop()
+        for member, result in zip(self._members, results, strict=True):
+            if isinstance(result, BaseException):
+                self._fail(member.name, result)
+            else:
+                self._watchers.append(
+                    loop.create_task(self._watch(member), name=f"goflux-group-{member.name}")
+                )
+
+    async def _watch(self, member: Member) -> None:
         try:
             await member.ended()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - recorded and raised from wait()
-            self._fail(member, exc)
+            self._fail(member.name, exc)
 
-    def _fail(self, member: _Member, exc: BaseException) -> None:
+    def _fail(self, name: str, exc: BaseException) -> None:
         if self._failure is None:
             self._failure = exc
-            logger.error(
-                "%s failed: %s: %s; stopping the group", member.name, type(exc).__name__, exc
-            )
+            logger.error("%s failed: %s: %s; stopping the group", name, type(exc).__name__, exc)
         else:
-            logger.error("%s failed too: %s: %s", member.name, type(exc).__name__, exc)
+            logger.error("%s failed too: %s: %s", name, type(exc).__name__, exc)
         self._begin_stop()
 
     async def until_stopping(self) -> None:

@@ -8,7 +8,13 @@ from typing import TypeAlias
 
 from goflux._errors import InvalidHeader
 
-__all__ = ("Headers", "HeadersLike", "check_message_id", "escape_header_value")
+__all__ = (
+    "Headers",
+    "HeadersLike",
+    "check_header_name",
+    "check_message_id",
+    "escape_header_value",
+)
 
 # RFC 9110 token characters: what NATS (and HTTP) accept in a header name.
 _NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -33,7 +39,12 @@ def escape_header_value(value: str) -> str:
     return value
 
 
-def _check_name(name: object) -> str:
+def check_header_name(name: object) -> str:
+    """Return ``name`` if it is a valid header name.
+
+    Raises:
+        InvalidHeader: It is not.
+    """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidHeader(
             f"invalid header name {name!r}: use letters, digits and !#$%&'*+-.^_`|~ only"
@@ -113,7 +124,7 @@ class Headers(MutableMapping[str, str]):
         return self._data[name.lower()][1][0]
 
     def __setitem__(self, name: str, value: str) -> None:
-        _check_name(name)
+        check_header_name(name)
         self._data[name.lower()] = (name, [_check_value(name, value)])
 
     def __delitem__(self, name: str) -> None:
@@ -151,7 +162,7 @@ class Headers(MutableMapping[str, str]):
         Raises:
             InvalidHeader: The name or value cannot travel on the wire.
         """
-        _check_name(name)
+        check_header_name(name)
         _check_value(name, value)
         key = name.lower()
         entry = self._data.get(key)

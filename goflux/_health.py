@@ -6,7 +6,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
-__all__ = ("ASGIApp", "HealthReport", "health_app")
+__all__ = ("ASGIApp", "HealthReport", "health_app", "http_app", "send_response")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -42,12 +42,7 @@ def health_app(
     paths get 404, other methods 405.
     """
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
+    async def app(scope: Scope, send: Send) -> None:
         path = scope["path"]
         root = scope.get("root_path", "")
         if root and path.startswith(root):
@@ -66,10 +61,25 @@ def health_app(
         report = readiness()
         await _answer(send, 200 if report.ready else 503, report.as_dict(), head)
 
+    return http_app(app)
+
+
+def http_app(handle: Callable[[Scope, Send], Awaitable[None]]) -> ASGIApp:
+    """An ASGI app answering HTTP requests with ``handle(scope, send)``.
+
+    Lifespan events are answered (nothing to start or stop); other scopes are ignored.
+    """
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _answer_lifespan(receive, send)
+        elif scope["type"] == "http":
+            await handle(scope, send)
+
     return app
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
+async def _answer_lifespan(receive: Receive, send: Send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -81,12 +91,19 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 async def _answer(send: Send, status: int, body: Mapping[str, object], head: bool = False) -> None:
     data = json.dumps(body, separators=(",", ":")).encode()
+    await send_response(send, status, data, "application/json", head=head)
+
+
+async def send_response(
+    send: Send, status: int, data: bytes, content_type: str, *, head: bool = False
+) -> None:
+    """Send one whole HTTP response (no caching) through ASGI ``send``."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", content_type.encode()),
                 (b"content-length", str(len(data)).encode()),
                 (b"cache-control", b"no-store"),
             ],

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
+from goflux._facts import Facts, facts_of
 from goflux._feed import DEFAULT_BUFFER, Starter, StreamEntry, StreamFeed
 from goflux._interfaces import Handler, Subscriber, Subscription
 from goflux._message import Message
@@ -159,11 +160,22 @@ class MessageStream(Generic[T]):
     buffer is empty.
     """
 
-    def __init__(self, start: Starter[T], subject: str, *, buffer: int = DEFAULT_BUFFER) -> None:
+    def __init__(
+        self,
+        start: Starter[T],
+        subject: str,
+        *,
+        buffer: int = DEFAULT_BUFFER,
+        source: object = None,
+    ) -> None:
         if buffer < 1:
             raise ValueError(f"buffer must be >= 1, got {buffer}")
         feed = self._feed = StreamFeed(start, subject, buffer)
+        self._source = source  # the subscriber, for describing the service
         weakref.finalize(self, abandon, feed, "was dropped").atexit = False
+
+    def _facts(self) -> Facts | None:
+        return facts_of(self._source)
 
     # ------------------------------------------------------------------ facts
 
@@ -295,7 +307,7 @@ class Streaming(Generic[T]):
             ValueError: ``buffer`` < 1.
         """
         validate_pattern(subject)
-        return MessageStream(self._stream_starter(subject), subject, buffer=buffer)
+        return MessageStream(self._stream_starter(subject), subject, buffer=buffer, source=self)
 
 
 def message_stream(
@@ -319,4 +331,4 @@ def message_stream(
     def start(handler: Handler[T]) -> Awaitable[Subscription]:
         return subscriber.start(subject, handler)
 
-    return MessageStream(start, subject, buffer=buffer)
+    return MessageStream(start, subject, buffer=buffer, source=subscriber)

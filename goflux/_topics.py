@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
+from goflux._facts import Facts, facts_of
 from goflux._headers import HeadersLike
 from goflux._interfaces import Handler, Publisher, Subscriber, Subscription
 from goflux._lifecycle import CloseOnExit
@@ -60,6 +61,9 @@ class BoundPublisher(CloseOnExit, Generic[T_contra]):
         """Close the wrapped publisher."""
         await self._publisher.close()
 
+    def _facts(self) -> Facts | None:
+        return facts_of(self._publisher)
+
 
 class BoundSubscriber(CloseOnExit, Generic[T_co]):
     """A subscriber fixed to one subject (or pattern); closing it closes the subscriber."""
@@ -100,6 +104,9 @@ class BoundSubscriber(CloseOnExit, Generic[T_co]):
     async def close(self) -> None:
         """Close the wrapped subscriber (draining its subscriptions)."""
         await self._subscriber.close()
+
+    def _facts(self) -> Facts | None:
+        return facts_of(self._subscriber)
 
 
 class Topic(BoundPublisher[T], BoundSubscriber[T]):

@@ -3,12 +3,14 @@
 ::
 
     goflux run MODULE:ATTR [--workers N] [--health-port P] [--reload] ...   run a service
+    goflux asyncapi MODULE:ATTR [--format yaml] [--out F] [--serve]   its AsyncAPI document
     goflux server [--port 4222] [--store DIR]   run a JetStream server in the foreground
     goflux demo [--orders 500] [--master local[*] | --remote sc://H:P]   the end-to-end pipeline
     goflux streams [--url URL]                  streams with message counts
     goflux consumers [--url URL] [STREAM]       consumers with their lag
     goflux kv ls|get|put|watch BUCKET [KEY]     Key-Value buckets (see goflux._cli_kv)
     goflux obj ls|put|get BUCKET [NAME]         Object store buckets (see goflux._cli_obj)
+    goflux services [--server URL] [NAME]       NATS micro services (see goflux._cli_services)
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from goflux._cli_asyncapi import add_asyncapi_command
 from goflux._cli_kv import add_kv_commands
 from goflux._cli_obj import add_obj_commands
+from goflux._cli_services import add_services_command
 from goflux._errors import GofluxError
 from goflux._urls import redact_url
 
@@ -304,6 +308,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="goflux", description="goflux tools")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_command(commands)
+    add_asyncapi_command(commands)
     server = commands.add_parser("server", help="run a development JetStream server")
     server.add_argument("--port", type=_port, default=4222, help="client port (default 4222)")
     server.add_argument("--store", help="JetStream store directory (default: temporary)")
@@ -339,6 +344,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("stream", nargs="?", help="only this stream's consumers")
         sub.set_defaults(run=_inspect)
     add_kv_commands(commands, connect=_connect, default_url=DEFAULT_URL)
+    add_services_command(commands, connect=_connect, default_url=DEFAULT_URL)
     add_obj_commands(commands, connect=_connect, default_url=DEFAULT_URL)
     return parser
 

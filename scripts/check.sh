@@ -19,6 +19,7 @@ if [ "${1:-}" = "--fast" ]; then
 fi
 
 source scripts/setup.sh
+source scripts/node-clients.sh
 
 echo "== ruff check";  .venv/bin/ruff check .
 echo "== ruff format"; .venv/bin/ruff format --check .

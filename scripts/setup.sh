@@ -24,3 +24,4 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
     .venv/bin/python -m pip install --quiet -e ".[all,dev,bench]"
     echo "$want" > "$stamp"
 fi
+

@@ -6,6 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from goflux import JsonCodec
+
 
 class Order(BaseModel):
     id: str
@@ -22,3 +24,17 @@ class Customer(BaseModel):
 
 def order(n: int = 1) -> Order:
     return Order(id=f"o-{n}", customerId=f"c-{n % 3}", amount=10.0 + n)
+
+
+class Quote(BaseModel):
+    sku: str
+    quantity: int
+
+
+class Price(BaseModel):
+    sku: str
+    total: float
+
+
+QUOTE = JsonCodec(Quote)
+PRICE = JsonCodec(Price)

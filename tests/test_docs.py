@@ -268,6 +268,7 @@ PUBLIC_PACKAGES = {  # each public package and its reference page
     "goflux.testing": "reference/testing.md",
     "goflux.service": "reference/service.md",
     "goflux.asgi": "reference/asgi.md",
+    "goflux.asyncapi": "reference/asyncapi.md",
     "goflux.transports.channel": "reference/channel.md",
     "goflux.transports.nats": "reference/nats.md",
     "goflux.transports.jetstream": "reference/jetstream.md",

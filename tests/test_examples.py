@@ -46,6 +46,7 @@ def test_every_example_is_covered_here() -> None:
         "jetstream_orders.py",
         "orders_pipeline.py",
         "payments_service.py",  # run by tests/service/test_workers.py under goflux run
+        "pricing_service.py",  # described by tests/asyncapi, listed by tests/test_cli_services.py
         "retry_dead_letter.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == covered

@@ -111,6 +111,7 @@ PUBLIC_PACKAGES = (
     "goflux.middleware",
     "goflux.service",
     "goflux.asgi",
+    "goflux.asyncapi",
     "goflux.testing",
     "goflux.transports.channel",
     "goflux.transports.nats",

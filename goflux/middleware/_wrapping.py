@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from goflux._facts import Facts, facts_of
 from goflux._headers import HeadersLike
 from goflux._interfaces import Publisher
 from goflux._lifecycle import CloseOnExit
@@ -45,3 +46,6 @@ class WrappingPublisher(CloseOnExit, Generic[T]):
     async def close(self) -> None:
         """Close the wrapped publisher."""
         await self._inner.close()
+
+    def _facts(self) -> Facts | None:
+        return facts_of(self._inner)

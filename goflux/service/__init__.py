@@ -7,7 +7,7 @@ health probes (``/livez``, ``/readyz``) and structured log lines.
 """
 
 from goflux._health import HealthReport, health_app
-from goflux.service._load import Service, ServiceLoadError, load_service
+from goflux._service_load import Service, ServiceLoadError, load_service
 from goflux.service._logs import LogFormat, configure_logging
 from goflux.service._options import RunOptions
 from goflux.service._run import run_service

@@ -12,9 +12,9 @@ from typing import Any, NoReturn
 
 from goflux._group import Group
 from goflux._health import health_app
+from goflux._service_load import ServiceLoadError, load_service
 from goflux.service._http import serve_probes
 from goflux.service._link import WorkerLink
-from goflux.service._load import ServiceLoadError, load_service
 from goflux.service._options import RunOptions
 from goflux.service._signals import stop_signals
 

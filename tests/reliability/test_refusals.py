@@ -270,6 +270,30 @@ async def test_a_refused_reply_counts_as_failed(
     await subscription.stop()
 
 
+async def test_a_refused_reply_counts_as_an_error_of_the_micro_endpoint(server: Server) -> None:
+    responder_nc = await server.connect("noreply")
+    requester_nc = await server.connect("admin")
+
+    async def echo(value: Order) -> Order:
+        return value
+
+    async with gnats.MicroService(responder_nc, name="rpc", version="1.0.0") as svc:
+        responder = gnats.Responder(responder_nc, CODEC, CODEC, service=svc)
+        subscription = await responder.start("rpc.echo", echo)
+        requester = gnats.Requester(requester_nc, CODEC, CODEC, timeout=0.5)
+        for n in range(2):
+            with pytest.raises(RequestTimeout):
+                await requester.request("rpc.echo", order(n))
+        async with asyncio.timeout(5):
+            while subscription.failed < 2:  # the refusals of the replies are in
+                server.error_seen.clear()
+                await server.error_seen.wait()
+        (endpoint,) = svc.stats().endpoints
+        assert (endpoint.num_requests, endpoint.num_errors) == (2, 2)
+        assert endpoint.last_error.startswith("the server refused the reply: ")
+        await responder.close()
+
+
 # ---------------------------------------------------------------- subscribing
 
 

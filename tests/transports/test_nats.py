@@ -11,7 +11,6 @@ from collections import Counter
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from pydantic import BaseModel
 
 from goflux import (
     BytesCodec,
@@ -28,21 +27,7 @@ from goflux import (
 from goflux.transports import nats as gnats
 from tests.conftest import Otel
 from tests.helpers import Inbox
-from tests.models import Order, order
-
-
-class Quote(BaseModel):
-    sku: str
-    quantity: int
-
-
-class Price(BaseModel):
-    sku: str
-    total: float
-
-
-QUOTE = JsonCodec(Quote)
-PRICE = JsonCodec(Price)
+from tests.models import PRICE, QUOTE, Order, Price, Quote, order
 
 
 async def price(quote: Quote) -> Price:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from goflux._facts import Facts
 from goflux._headers import Headers, HeadersLike, check_message_id
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._scopes import PublishScopes
@@ -34,6 +35,9 @@ class Publisher(CloseOnExit, Generic[T]):
         self._bus = bus
         self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
         self._closed = False
+
+    def _facts(self) -> Facts:
+        return Facts("channel")
 
     async def publish(
         self,

@@ -7,6 +7,7 @@ import logging
 from typing import Generic, TypeVar, cast
 
 from goflux._errors import DecodeError, SubscribeError
+from goflux._facts import Facts
 from goflux._interfaces import Handler
 from goflux._lifecycle import (
     StopOnExit,
@@ -267,6 +268,9 @@ class Subscriber(SubscriberLifecycle["ChannelSubscription[T]"], Streaming[T], Ge
         self._drain_timeout = drain_timeout
         self._tel = Telemetry.or_default(telemetry)
         super().__init__()
+
+    def _facts(self) -> Facts:
+        return Facts("channel", queue=self._queue)
 
     async def start(self, subject: str, handler: Handler[T]) -> ChannelSubscription[T]:
         """Subscribe ``handler`` to ``subject``; messages published after this returns arrive.

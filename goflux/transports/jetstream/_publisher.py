@@ -15,6 +15,7 @@ from nats.js import JetStreamContext
 
 from goflux._codecs import Codec
 from goflux._errors import PublishError
+from goflux._facts import Facts
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._receipt import PublishReceipt
@@ -91,6 +92,9 @@ class Publisher(CloseOnExit, Generic[T]):
         self._timeout = timeout
         self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
         self._closed = False
+
+    def _facts(self) -> Facts:
+        return Facts("jetstream", codec=self._codec, client=self._nc)
 
     def _prepare(
         self,

@@ -15,6 +15,7 @@ from nats.js.errors import APIError, NotFoundError
 from goflux._codecs import Codec
 from goflux._deadletter import DeadLetter
 from goflux._errors import RequestTimeout, SubscribeError
+from goflux._facts import Facts
 from goflux._interfaces import Handler
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._message import Message
@@ -223,6 +224,30 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
     def connected(self) -> bool:
         """True while the NATS connection is up (False while it reconnects or is closed)."""
         return bool(connection(self._js).is_connected)
+
+    def _facts(self) -> Facts:
+        options = self._options
+        described: dict[str, object] = {"stream": self._stream}
+        if self._consumer is not None:
+            described.update(consumer=self._consumer, durable=True)
+        else:
+            config = options.consumer_config
+            described["durable"] = False
+            described["ackPolicy"] = (
+                "none" if options.ordered else config.get("ack_policy", "explicit")
+            )
+            for key, name in (("deliver_policy", "deliverPolicy"), ("ack_wait", "ackWait")):
+                if key in config:
+                    described[name] = config[key]
+        described["ack"] = "manual" if options.manual_ack else "auto"
+        if options.ordered:
+            described["ordered"] = True
+        if options.priority_group is not None:
+            described["priorityGroup"] = options.priority_group
+        described["maxInFlight"] = options.max_in_flight
+        return Facts(
+            "jetstream", codec=self._codec, client=connection(self._js), jetstream=described
+        )
 
     async def _create_consumer(self, subject: str) -> Binding:
         """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""

@@ -1,4 +1,4 @@
-"""Core NATS transport: fire-and-forget publish/subscribe, queue groups, request/reply.
+"""Core NATS transport: publish/subscribe, queue groups, request/reply, micro services.
 
 Import it module-qualified (it shares its name with the nats-py package)::
 
@@ -9,6 +9,12 @@ Import it module-qualified (it shares its name with the nats-py package)::
     requester = gnats.Requester(nc, JsonCodec(Quote), JsonCodec(Price))
     responder = gnats.Responder(nc, JsonCodec(Quote), JsonCodec(Price), queue="pricing")
 
+A :class:`MicroService` makes responders discoverable with the NATS micro protocol
+(``$SRV.PING``, ``$SRV.INFO``, ``$SRV.STATS``)::
+
+    svc = gnats.MicroService(nc, name="pricing", version="1.0.0")
+    responder = gnats.Responder(nc, JsonCodec(Quote), JsonCodec(Price), service=svc)
+
 Needs ``goflux[nats]``. The caller owns the nats-py connection.
 """
 
@@ -17,6 +23,14 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("goflux.transports.nats needs nats-py: pip install 'goflux[nats]'") from exc
 
+from goflux.transports.nats._micro import MicroService
+from goflux.transports.nats._micro_types import (
+    EndpointInfo,
+    EndpointStats,
+    ServiceInfo,
+    ServicePing,
+    ServiceStats,
+)
 from goflux.transports.nats._publisher import Publisher
 from goflux.transports.nats._requester import ERROR_CODE_HEADER, ERROR_HEADER, Requester
 from goflux.transports.nats._responder import Responder, ResponderSubscription
@@ -30,10 +44,16 @@ __all__ = (
     "SYSTEM",
     "CoreSubscription",
     "DispatchOptions",
+    "EndpointInfo",
+    "EndpointStats",
+    "MicroService",
     "NatsSubscription",
     "Publisher",
     "Requester",
     "Responder",
     "ResponderSubscription",
+    "ServiceInfo",
+    "ServicePing",
+    "ServiceStats",
     "Subscriber",
 )

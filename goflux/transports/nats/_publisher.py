@@ -10,6 +10,7 @@ from nats.aio.client import Client
 
 from goflux._codecs import Codec
 from goflux._errors import PublishError
+from goflux._facts import Facts
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._scopes import PublishScopes
@@ -52,6 +53,9 @@ class Publisher(CloseOnExit, Generic[T]):
         self._codec = codec
         self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
         self._closed = False
+
+    def _facts(self) -> Facts:
+        return Facts("nats", codec=self._codec, client=self._nc)
 
     async def publish(
         self,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
 
 import nats.errors
@@ -15,12 +16,15 @@ from opentelemetry.trace import SpanKind
 
 from goflux._codecs import Codec
 from goflux._errors import DecodeError, EncodeError, PayloadTooLarge, ServiceError
+from goflux._facts import Facts
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._scopes import ProcessScopes
 from goflux._subjects import is_wildcard
 from goflux._telemetry import Telemetry
 from goflux._wire import MESSAGE_ID_HEADER, check_size, read_headers
 from goflux.transports._refusals import Refusal, refusals
+from goflux.transports.nats._micro import MicroEndpoint, MicroService
+from goflux.transports.nats._micro_types import DEFAULT_QUEUE_GROUP
 from goflux.transports.nats._requester import ERROR_CODE_HEADER, ERROR_HEADER
 from goflux.transports.nats._subscription import (
     DEFAULT_DRAIN_TIMEOUT,
@@ -40,6 +44,8 @@ logger = logging.getLogger("goflux.transports.nats")
 
 _MAX_ERROR_TEXT = 1024
 _REMEMBERED_REPLIES = 4096  # recent reply subjects matched against refusals
+_STOPPING = "the responder is stopping"
+_NO_REPLY = "no reply subject: not a request"
 
 
 class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
@@ -62,8 +68,12 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         handle: Callable[[Req], Awaitable[Resp]],
         options: DispatchOptions,
         telemetry: Telemetry,
+        endpoint: MicroEndpoint | None = None,
     ) -> None:
-        super().__init__(nc, pattern, self._answer, options, telemetry)
+        # Only a micro service endpoint pays for timing and counting each request.
+        process = self._answer if endpoint is None else self._answer_counted
+        super().__init__(nc, pattern, process, options, telemetry)
+        self._endpoint = endpoint
         self._request_codec = request_codec
         self._response_codec = response_codec
         self._handle = handle
@@ -83,11 +93,17 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         self._refusals_logged = False
         self._unobserve = refusals(nc).observe(self._on_refusal)
 
-    async def _answer(self, msg: Msg) -> None:
+    @property
+    def endpoint(self) -> str | None:
+        """The micro service endpoint name of this subscription (None without a service)."""
+        return None if self._endpoint is None else self._endpoint.name
+
+    async def _answer(self, msg: Msg) -> str | None:
+        """Answer one request; return the error sent as ``code:description``, if any."""
         if not msg.reply:
             self.unanswerable += 1
             logger.warning("message on %r has no reply subject; nothing to answer", msg.subject)
-            return
+            return _NO_REPLY
         _, message_id = read_headers(msg.headers)
         reply_headers = {MESSAGE_ID_HEADER: message_id} if message_id is not None else {}
         try:
@@ -96,60 +112,77 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
             ) as scope:
                 failure = await self._serve(msg, reply_headers)
                 if failure is not None:
-                    scope.fail(failure)
+                    scope.fail(failure[0])
         except asyncio.CancelledError:
             self.failed += 1
             task = asyncio.current_task()
             stopping = task is not None and task.cancelling() > 0
-            why = "the responder is stopping" if stopping else "the handler was cancelled"
-            await self._reply_error(msg, 503 if stopping else 500, why, reply_headers)
+            why = _STOPPING if stopping else "the handler was cancelled"
+            error = await self._reply_error(msg, 503 if stopping else 500, why, reply_headers)
             if stopping:
                 raise  # the responder is being stopped (drain deadline)
-            return
+            return error
         if failure is None:
             self.answered += 1
-        else:
-            self.failed += 1
+            return None
+        self.failed += 1
+        return failure[1]
+
+    async def _answer_counted(self, msg: Msg) -> None:
+        """:meth:`_answer`, counted in the micro service endpoint's stats."""
+        endpoint = self._endpoint
+        assert endpoint is not None
+        began = time.perf_counter_ns()
+        try:
+            error = await self._answer(msg)
+        except asyncio.CancelledError:  # only a stopping responder's 503 gets here
+            endpoint.record(time.perf_counter_ns() - began, f"503:{_STOPPING}")
+            raise
+        endpoint.record(time.perf_counter_ns() - began, error)
 
     async def _leftover(self, msg: Msg) -> None:
         """Answer a request the drain deadline left unprocessed: 503, not silence."""
+        began = time.perf_counter_ns()
         self.received += 1
         self.failed += 1
+        error = _NO_REPLY
         if msg.reply:
             _, message_id = read_headers(msg.headers)
             headers = {MESSAGE_ID_HEADER: message_id} if message_id is not None else {}
-            await self._reply_error(msg, 503, "the responder is stopping", headers)
+            error = await self._reply_error(msg, 503, _STOPPING, headers)
+        if self._endpoint is not None:
+            self._endpoint.record(time.perf_counter_ns() - began, error)
 
-    async def _serve(self, msg: Msg, reply_headers: dict[str, str]) -> BaseException | None:
-        """Answer one request; return the failure that got an error reply, if any."""
+    async def _serve(
+        self, msg: Msg, reply_headers: dict[str, str]
+    ) -> tuple[BaseException, str] | None:
+        """Answer one request; return the failure that got an error reply, and that error."""
         try:
             request = self._request_codec.decode(msg.data)
         except DecodeError as exc:
             logger.error("undecodable request on %r: %s", msg.subject, exc)
-            await self._reply_error(msg, 400, f"bad request: {exc}", reply_headers)
-            return exc
+            return exc, await self._reply_error(msg, 400, f"bad request: {exc}", reply_headers)
         try:
             response = await self._handle(request)
             data = self._response_codec.encode(response)
         except ServiceError as exc:
-            await self._reply_error(msg, exc.code, exc.description, reply_headers)
-            return exc
+            return exc, await self._reply_error(msg, exc.code, exc.description, reply_headers)
         except EncodeError as exc:
             logger.error("cannot encode the reply on %r: %s", msg.subject, exc)
-            await self._reply_error(msg, 500, f"cannot encode the reply: {exc}", reply_headers)
-            return exc
+            why = f"cannot encode the reply: {exc}"
+            return exc, await self._reply_error(msg, 500, why, reply_headers)
         except Exception as exc:
             logger.exception(
                 "handler failed for request on %r: %s: %s", msg.subject, type(exc).__name__, exc
             )
-            await self._reply_error(msg, 500, f"{type(exc).__name__}: {exc}", reply_headers)
-            return exc
+            why = f"{type(exc).__name__}: {exc}"
+            return exc, await self._reply_error(msg, 500, why, reply_headers)
         try:
             check_size(msg.reply, reply_headers, data, self._nc.max_payload)
         except PayloadTooLarge as exc:
             logger.error("the reply on %r is too large: %s", msg.subject, exc)
-            await self._reply_error(msg, 500, f"the reply is too large: {exc}", reply_headers)
-            return exc
+            why = f"the reply is too large: {exc}"
+            return exc, await self._reply_error(msg, 500, why, reply_headers)
         await self._reply(msg, data, reply_headers or None)
         return None
 
@@ -178,6 +211,8 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         if self.answered > 0:
             self.answered -= 1
         self.failed += 1
+        if self._endpoint is not None:
+            self._endpoint.fail(f"the server refused the reply: {refusal.reason}")
         if not self._refusals_logged:  # once: every reply is likely refused alike
             self._refusals_logged = True
             logger.error(
@@ -189,13 +224,17 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
 
     async def _finish(self, failure: BaseException | None) -> None:
         self._unobserve()
+        if self._endpoint is not None:
+            self._endpoint.leave()
         await super()._finish(failure)
 
     async def _reply_error(
         self, msg: Msg, code: int, description: str, headers: dict[str, str]
-    ) -> None:
+    ) -> str:
+        """Send an error reply; return it as micro stats tell it: ``code:description``."""
         text = " ".join(description.split())[:_MAX_ERROR_TEXT]  # one header line
         await self._reply(msg, b"", {**headers, ERROR_HEADER: text, ERROR_CODE_HEADER: str(code)})
+        return f"{code}:{text}"
 
 
 class Responder(SubscriberLifecycle["ResponderSubscription[Req, Resp]"], Generic[Req, Resp]):
@@ -207,6 +246,12 @@ class Responder(SubscriberLifecycle["ResponderSubscription[Req, Resp]"], Generic
     chooses its own code). Responders sharing a ``queue`` split the requests, each
     answered once. The handler runs inside a SERVER span, child of the requester's.
 
+    With a ``service`` (a :class:`MicroService`), every subscription started is an
+    endpoint of that NATS micro service, listed by ``$SRV.INFO`` and counted by
+    ``$SRV.STATS`` until it stops. Its queue group is ``queue``, or the micro
+    standard's ``"q"`` when ``queue`` is None: instances of a service split the
+    requests, as services written with nats.go or nats.js do.
+
     Args:
         nc: A connected nats-py client (the caller owns it).
         request_codec: Decodes the requests.
@@ -217,6 +262,7 @@ class Responder(SubscriberLifecycle["ResponderSubscription[Req, Resp]"], Generic
         pending_bytes: Most bytes buffered per subscription.
         drain_timeout: Seconds a drain waits for handlers.
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
+        service: Register the subscriptions as endpoints of this micro service.
 
     Raises:
         ValueError: An option is out of range or the queue name is invalid.
@@ -234,9 +280,14 @@ class Responder(SubscriberLifecycle["ResponderSubscription[Req, Resp]"], Generic
         pending_bytes: int = DEFAULT_PENDING_BYTES,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
         telemetry: Telemetry | None = None,
+        service: MicroService | None = None,
     ) -> None:
+        if queue is None and service is not None:
+            queue_group: str | None = DEFAULT_QUEUE_GROUP
+        else:
+            queue_group = queue
         self._options = DispatchOptions(
-            queue=queue,
+            queue=queue_group,
             concurrency=concurrency,
             pending_messages=pending_messages,
             pending_bytes=pending_bytes,
@@ -245,20 +296,77 @@ class Responder(SubscriberLifecycle["ResponderSubscription[Req, Resp]"], Generic
         self._nc = nc
         self._request_codec = request_codec
         self._response_codec = response_codec
+        self._queue = queue
+        self._service = service
         self._tel = Telemetry.or_default(telemetry)
         super().__init__()
 
+    @property
+    def request_codec(self) -> Codec[Req]:
+        """The codec that decodes the requests."""
+        return self._request_codec
+
+    @property
+    def response_codec(self) -> Codec[Resp]:
+        """The codec that encodes the replies."""
+        return self._response_codec
+
+    @property
+    def queue(self) -> str | None:
+        """The queue group as given (a service's endpoints use ``"q"`` when None)."""
+        return self._queue
+
+    @property
+    def service(self) -> MicroService | None:
+        """The micro service whose endpoints the subscriptions are, if any."""
+        return self._service
+
+    def _facts(self) -> Facts:
+        service = self._service
+        queue = self._queue or (DEFAULT_QUEUE_GROUP if service is not None else None)
+        micro = {} if service is None else {"service": service.name, "version": service.version}
+        return Facts(
+            "nats",
+            codec=self._request_codec,
+            reply_codec=self._response_codec,
+            client=self._nc,
+            queue=queue,
+            micro=micro,
+        )
+
     async def start(
-        self, subject: str, handle: Callable[[Req], Awaitable[Resp]]
+        self,
+        subject: str,
+        handle: Callable[[Req], Awaitable[Resp]],
+        *,
+        endpoint: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> ResponderSubscription[Req, Resp]:
         """Start serving ``subject``; return once the server has the subscription.
 
+        With a micro service, the subscription is its endpoint named ``endpoint``
+        (default: the subject with ``-`` for the characters a name cannot have:
+        ``pricing.quote`` is ``pricing-quote``), with ``metadata``; it is listed, and
+        the service answers discovery, by the time this returns.
+
         Raises:
             InvalidSubject: ``subject`` is not a valid pattern.
-            SubscribeError: The responder is closed or the connection failed.
+            ValueError: The endpoint name is invalid or taken in the service, the
+                metadata does not map str to str, or either is given without a service.
+            SubscribeError: The responder or its service is closed, or the
+                connection failed.
         """
+        service = self._service
+        if service is None and (endpoint is not None or metadata is not None):
+            raise ValueError(
+                f"endpoint= and metadata= need a Responder with service= (serving {subject!r})"
+            )
 
         async def open_subscription() -> ResponderSubscription[Req, Resp]:
+            registered = None
+            if service is not None:
+                queue = self._options.queue or DEFAULT_QUEUE_GROUP
+                registered = service._reserve(endpoint, subject, queue, metadata)
             subscription = ResponderSubscription(
                 self._nc,
                 self._request_codec,
@@ -267,17 +375,39 @@ class Responder(SubscriberLifecycle["ResponderSubscription[Req, Resp]"], Generic
                 handle,
                 self._options,
                 self._tel,
+                registered,
             )
-            await subscription._begin()
+            try:
+                await subscription._begin()
+            except BaseException:
+                if registered is not None:
+                    registered.leave()  # (a failed start has left already, mostly)
+                raise
+            if registered is not None:
+                try:
+                    await registered.join()
+                except BaseException:
+                    await subscription.stop()
+                    raise
             return subscription
 
         return await self._start_subscription(subject, open_subscription)
 
-    async def serve(self, subject: str, handle: Callable[[Req], Awaitable[Resp]]) -> None:
+    async def serve(
+        self,
+        subject: str,
+        handle: Callable[[Req], Awaitable[Resp]],
+        *,
+        endpoint: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
         """Serve ``subject`` until cancelled or the responder is closed, then drain.
+
+        ``endpoint`` and ``metadata`` are as for :meth:`start`.
 
         Raises:
             InvalidSubject: ``subject`` is not a valid pattern.
+            ValueError: As for :meth:`start`.
             SubscribeError: The subscription could not start, or failed.
         """
-        await self._run(await self.start(subject, handle))
+        await self._run(await self.start(subject, handle, endpoint=endpoint, metadata=metadata))

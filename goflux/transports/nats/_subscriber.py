@@ -11,6 +11,7 @@ from nats.aio.msg import Msg
 
 from goflux._codecs import Codec
 from goflux._errors import DecodeError
+from goflux._facts import Facts
 from goflux._interfaces import Handler
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._message import received
@@ -157,6 +158,9 @@ class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Streaming[T], Gener
     def connected(self) -> bool:
         """True while the NATS connection is up (False while it reconnects or is closed)."""
         return bool(self._nc.is_connected)
+
+    def _facts(self) -> Facts:
+        return Facts("nats", codec=self._codec, client=self._nc, queue=self._options.queue)
 
     async def start(self, subject: str, handler: Handler[T]) -> NatsSubscription[T]:
         """Subscribe; return once the server has the subscription (flushed).

@@ -98,7 +98,7 @@ class CoreSubscription(StopOnExit):
         self,
         nc: Client,
         pattern: str,
-        process: Callable[[Msg], Coroutine[Any, Any, None]],
+        process: Callable[[Msg], Coroutine[Any, Any, object]],
         options: DispatchOptions,
         telemetry: Telemetry,
     ) -> None:
@@ -109,7 +109,7 @@ class CoreSubscription(StopOnExit):
         self._tel = telemetry
         self._sub: NatsSubscription | None = None
         self._slots = asyncio.Semaphore(options.concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._loop = asyncio.get_running_loop()
         self._done = self._loop.create_future()
         self._drainer: asyncio.Task[None] | None = None
@@ -256,7 +256,7 @@ class CoreSubscription(StopOnExit):
     async def _leftover(self, msg: Msg) -> None:
         """A message delivered but not processed before the drain deadline (counted later)."""
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         self._slots.release()
 
