@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every check: set up .venv if needed, then lint, format, types, the docs build and the whole
 # test suite.
-#   ./scripts/check.sh                 the full tier (what CI runs), with the Spark tests
+#   ./scripts/check.sh                 the full tier (what CI runs): the tests that start a
+#                                      JVM and the others side by side, with the Spark tests
 #                                      run a second time, on the lowest PySpark we claim
 #                                      (scripts/pyspark-floor.sh; not with ARGS)
 #   ./scripts/check.sh --fast          the fast tier: the same static checks and docs build,
@@ -30,31 +31,42 @@ echo "== mkdocs build --strict"; NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --
 if "$fast"; then
     echo "== pytest -m \"$FAST_TIER\""; .venv/bin/pytest -m "$FAST_TIER" "$@"
 else
-    floor_log=""
-    if [ "$#" -eq 0 ]; then
-        # The Spark tests on the lowest PySpark run alongside the whole suite (its output
-        # follows it): both mostly wait on timers, servers and JVMs, and one after the
-        # other they would take more than 10 minutes on 2 cores. Niced, so that the
-        # suite's timing tests keep the CPU when both want it.
-        PYTHON="$PYTHON" scripts/pyspark-floor.sh --install
-        floor_log="$(mktemp)"
-        nice -n 10 scripts/pyspark-floor.sh > "$floor_log" 2>&1 &
-        floor_pid=$!
-        trap 'kill "$floor_pid" 2>/dev/null || true; rm -f "$floor_log"' EXIT
-    fi
     pyspark="$(.venv/bin/python -c 'from importlib.metadata import version; print(version("pyspark"))')"
-    echo "== pytest with pyspark $pyspark (.venv)"
-    status=0
-    .venv/bin/pytest "$@" || status=$?
-    if [ -n "$floor_log" ]; then
-        floor_status=0
-        wait "$floor_pid" || floor_status=$?
-        cat "$floor_log"
-        if [ "$status" -eq 0 ]; then
-            status=$floor_status
-        fi
-    else
+    if [ "$#" -gt 0 ]; then
+        echo "== pytest with pyspark $pyspark (.venv)"
+        status=0
+        .venv/bin/pytest "$@" || status=$?
         echo "== pyspark floor: skipped (pytest arguments given; ./scripts/pyspark-floor.sh runs it)"
+        exit "$status"
     fi
+    # Three runs side by side, their output one after the other: the tests that start
+    # a JVM (marked spark), the Spark tests again on the lowest PySpark we claim, and
+    # every other test. Most of the suite waits on timers, servers and child
+    # processes, so one after the other they would take more than 10 minutes on 2
+    # cores. The JVM runs are niced, so that the other tests' timing keeps the CPU
+    # when they all want it.
+    PYTHON="$PYTHON" scripts/pyspark-floor.sh --install
+    spark_log="$(mktemp)"
+    floor_log="$(mktemp)"
+    nice -n 10 .venv/bin/pytest -m spark -p no:cacheprovider > "$spark_log" 2>&1 &
+    spark_pid=$!
+    nice -n 10 scripts/pyspark-floor.sh > "$floor_log" 2>&1 &
+    floor_pid=$!
+    trap 'kill "$spark_pid" "$floor_pid" 2>/dev/null || true; rm -f "$spark_log" "$floor_log"' EXIT
+    echo "== pytest -m \"not spark\" with pyspark $pyspark (.venv)"
+    status=0
+    .venv/bin/pytest -m "not spark" || status=$?
+    spark_status=0
+    wait "$spark_pid" || spark_status=$?
+    echo "== pytest -m spark with pyspark $pyspark (.venv)"
+    cat "$spark_log"
+    floor_status=0
+    wait "$floor_pid" || floor_status=$?
+    cat "$floor_log"
+    for run_status in "$spark_status" "$floor_status"; do
+        if [ "$status" -eq 0 ]; then
+            status=$run_status
+        fi
+    done
     exit "$status"
 fi

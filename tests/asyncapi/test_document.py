@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from goflux import Group, JsonCodec, bind_publisher
-from goflux.asyncapi import DescribeError, asyncapi_document, describe_service
+from goflux.asyncapi import DescribeError, asyncapi_document, asyncapi_html, describe_service
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import nats as gnats
@@ -290,3 +290,13 @@ async def test_responders_register_their_reply_codec(nats_url: str) -> None:
     assert document["components"]["messages"]["Receipt"]["payload"] == {
         "$ref": "#/components/schemas/Receipt"
     }
+
+
+def test_the_page_embeds_the_document_safely() -> None:
+    hostile = "</script><script>alert(1)</script>"
+    document = {"asyncapi": "3.0.0", "info": {"title": hostile, "version": "1.0.0"}}
+    page = asyncapi_html(document, renderer="https://example.org/renderer/")
+    assert hostile not in page  # neither in the title nor in the embedded JSON
+    assert "&lt;/script&gt;" in page
+    assert '"title": "<\\/script><script>alert(1)<\\/script>"' in page
+    assert 'src="https://example.org/renderer/browser/standalone/index.js"' in page
