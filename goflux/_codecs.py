@@ -96,7 +96,10 @@ def _may_hold_float(core_schema: object) -> bool:
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if node.get("type") in _FLOAT_SCHEMAS or node.get("extra_fields_behavior") == "allow":
+            kind = node.get("type")  # a model's field called "type" maps to its schema
+            if (isinstance(kind, str) and kind in _FLOAT_SCHEMAS) or node.get(
+                "extra_fields_behavior"
+            ) == "allow":
                 return True  # extra="allow" fields are untyped: they may hold floats
             stack.extend(node.values())
         elif isinstance(node, list | tuple):

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from goflux._headers import check_header_name
 
-__all__ = ("About", "Endpoint", "HeaderDocs", "header_docs", "receiving", "summary_of")
+__all__ = (
+    "About",
+    "Endpoint",
+    "HeaderDocs",
+    "endpoint_name",
+    "header_docs",
+    "receiving",
+    "summary_of",
+)
+
+_NOT_NAME = re.compile(r"[^A-Za-z0-9\-_]+")
 
 HeaderDocs = Mapping[str, str] | Iterable[str]
 """User headers a service declares: names, or names with what each carries."""
@@ -111,3 +122,18 @@ def receiving(
         description=description or summary_of(handler),
         name=name,
     )
+
+
+def endpoint_name(subject: str) -> str:
+    """The endpoint name derived from ``subject``: runs of other characters become ``-``.
+
+    ``pricing.quote`` becomes ``pricing-quote``; wildcard tokens fall away
+    (``orders.*.created`` becomes ``orders-created``).
+
+    Raises:
+        ValueError: Nothing is left to name the endpoint by (``>``).
+    """
+    name = _NOT_NAME.sub("-", subject).strip("-")
+    if not name:
+        raise ValueError(f"cannot name an endpoint after subject {subject!r}: pass endpoint=")
+    return name

@@ -98,6 +98,7 @@ class Group:
         self._stop_requested: asyncio.Event | None = None
         self._start_finished: asyncio.Event | None = None  # set when start() is through
         self._start_through = False
+        self._start_up: asyncio.Task[None] | None = None  # the start-up functions running
 
     # -------------------------------------------------------------- members
 
@@ -416,13 +417,8 @@ class Group:
         self._started = True
         finished = self._start_finished = asyncio.Event()
         try:
-            for fn in self._on_start:
-                try:
-                    await fn()
-                except Exception as exc:  # noqa: BLE001 - raised from start()
-                    name = getattr(fn, "__qualname__", repr(fn))
-                    self._fail(f"start-up function {name!r}", exc)
-                    break
+            if self._on_start:
+                await self._run_start_up()
             if self._stopping is None:  # nothing failed, no stop requested meanwhile
                 await self._start_members()
         finally:
@@ -431,6 +427,33 @@ class Group:
         if self._failure is not None:
             await self.stop()
             raise self._failure
+
+    async def _run_start_up(self) -> None:
+        """Run the start-up functions in order; a stop requested meanwhile cancels them."""
+
+        async def start_up() -> None:
+            for fn in self._on_start:
+                if self._stopping is not None:
+                    return
+                try:
+                    await fn()
+                except Exception as exc:  # noqa: BLE001 - raised from start()
+                    name = getattr(fn, "__qualname__", repr(fn))
+                    self._fail(f"start-up function {name!r}", exc)
+                    return
+
+        task = self._start_up = asyncio.get_running_loop().create_task(
+            start_up(), name="goflux-group-start-up"
+        )
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not task.cancelled() or (current is not None and current.cancelling()):
+                raise  # start() itself is cancelled
+            # cancelled by a stop: start() goes on to let the drain run
+        finally:
+            self._start_up = None
 
     async def _start_members(self) -> None:
         results = await asyncio.gather(
@@ -472,6 +495,9 @@ class Group:
     def _begin_stop(self, timeout: float | None = None) -> asyncio.Task[None]:
         if self._stop_requested is not None:
             self._stop_requested.set()
+        start_up = self._start_up
+        if start_up is not None and start_up is not asyncio.current_task():
+            start_up.cancel()  # what a start-up function was doing is moot now
         if self._stopping is None:
             deadline = self._drain_timeout if timeout is None else timeout
             self._stopping = asyncio.get_running_loop().create_task(

@@ -304,3 +304,17 @@ def test_bytes_travel_as_base64_like_go_byte_slices() -> None:
     codec = JsonCodec(dict[str, bytes])
     assert codec.encode({"blob": b"\x00\xff"}) == b'{"blob":"AP8="}'
     assert codec.decode(b'{"blob":"AP8="}') == {"blob": b"\x00\xff"}
+
+
+class TypedEvent(BaseModel):
+    type: str  # a field called "type", as event models often have
+    score: float
+    kind: dict[str, str] = {}
+
+
+def test_a_field_called_type_is_just_a_field() -> None:
+    codec = JsonCodec(TypedEvent)
+    event = TypedEvent(type="order.created", score=1.5, kind={"type": "x"})
+    assert codec.decode(codec.encode(event)) == event
+    with pytest.raises(EncodeError, match=r"NaN|inf"):
+        codec.encode(TypedEvent(type="t", score=float("nan")))

@@ -49,7 +49,16 @@ class AsyncAPI:
             import yaml  # noqa: PLC0415 - optional: the asyncapi extra
         except ImportError as exc:
             raise DescribeError("YAML output needs PyYAML: pip install 'goflux[asyncapi]'") from exc
-        text: str = yaml.safe_dump(self.document, sort_keys=False, allow_unicode=True, width=100)
+
+        class Plain(yaml.SafeDumper):
+            """Every shared value written out again: no ``&id001`` anchors in a diff."""
+
+            def ignore_aliases(self, data: object) -> bool:
+                return True
+
+        text: str = yaml.dump(
+            self.document, Dumper=Plain, sort_keys=False, allow_unicode=True, width=100
+        )
         return text
 
 

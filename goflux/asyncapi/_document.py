@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from goflux._endpoints import Endpoint
+from goflux._endpoints import Endpoint, endpoint_name
 from goflux._facts import Facts, facts_of
 from goflux._wire import MESSAGE_ID_HEADER, NATS_MSG_ID_HEADER, USER_HEADER_PREFIX
 from goflux.asyncapi._payloads import Mode, Payload, PayloadSchemas, component_key, payload_of
@@ -28,7 +29,7 @@ _TRACE_HEADERS: dict[str, Any] = {
     "tracestate": {"type": "string", "description": "W3C trace state (when tracing is on)."},
 }
 _STANDARD_HEADERS: dict[str, Any] = {
-    "GofluxHeaders": {
+    "goflux.Headers": {
         "type": "object",
         "description": "Headers goflux writes on every message (Go goflux's wire format).",
         "properties": {
@@ -39,10 +40,10 @@ _STANDARD_HEADERS: dict[str, Any] = {
             **_TRACE_HEADERS,
         },
     },
-    "JetStreamHeaders": {
+    "goflux.JetStreamHeaders": {
         "type": "object",
         "description": "goflux's headers on a JetStream message.",
-        "allOf": [{"$ref": "#/components/schemas/GofluxHeaders"}],
+        "allOf": [{"$ref": "#/components/schemas/goflux.Headers"}],
         "properties": {
             NATS_MSG_ID_HEADER: {
                 "type": "string",
@@ -51,7 +52,7 @@ _STANDARD_HEADERS: dict[str, Any] = {
             },
         },
     },
-    "ServiceErrorHeaders": {
+    "goflux.ServiceErrorHeaders": {
         "type": "object",
         "description": "An error reply: the request failed (the body is empty).",
         "required": [_ERROR_HEADER, _ERROR_CODE_HEADER],
@@ -77,7 +78,7 @@ _SERVICE_ERROR_MESSAGE = {
     "name": "ServiceError",
     "title": "Error reply",
     "summary": "The reply when the request failed: error headers, empty body.",
-    "headers": {"$ref": "#/components/schemas/ServiceErrorHeaders"},
+    "headers": {"$ref": "#/components/schemas/goflux.ServiceErrorHeaders"},
     "payload": {"type": "string", "maxLength": 0},
     "correlationId": {"$ref": "#/components/correlationIds/messageId"},
 }
@@ -250,8 +251,8 @@ class _Builder:
             bindings["x-jetstream"] = _plain(facts.jetstream)
         if facts.micro:
             micro = dict(facts.micro)
-            if endpoint.name is not None:
-                micro["endpoint"] = endpoint.name
+            with contextlib.suppress(ValueError):  # no name to derive: the start fails too
+                micro["endpoint"] = endpoint.name or endpoint_name(endpoint.subject)
             bindings["x-nats-micro"] = _plain(micro)
         if bindings:
             bindings["bindingVersion"] = _NATS_BINDING_VERSION
@@ -272,7 +273,7 @@ class _Builder:
     def _headers(self, variant: _Message) -> dict[str, Any]:
         standard = {
             "$ref": "#/components/schemas/"
-            + ("JetStreamHeaders" if variant.jetstream else "GofluxHeaders")
+            + ("goflux.JetStreamHeaders" if variant.jetstream else "goflux.Headers")
         }
         if not variant.headers:
             return standard
@@ -292,6 +293,8 @@ class _Builder:
         written) share one component; names are the payload's, then ``-2``, ``-3``...
         """
         resolved, component_schemas = self.schemas.resolve()
+        for name, why in self.schemas.failures:
+            self.skipped.append(Skipped(f"the schema of payload {name!r}", why))
         messages: dict[str, Any] = {}
         keys: dict[_Message | str, str] = {}
         for variant in self.variants:
@@ -357,7 +360,7 @@ class _Builder:
         servers, security = self.servers.document()
         headers = dict(_STANDARD_HEADERS)
         if not self.uses_errors:
-            del headers["ServiceErrorHeaders"]
+            del headers["goflux.ServiceErrorHeaders"]
         components: dict[str, Any] = {"schemas": {**headers, **component_schemas}}
         if messages:
             components["messages"] = messages

@@ -10,6 +10,8 @@ from goflux._health import ASGIApp, Scope, Send, http_app, send_response
 
 __all__ = ("RENDERER", "asyncapi_app", "asyncapi_html")
 
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
 RENDERER = "https://unpkg.com/@asyncapi/react-component@3.2.1"
 """Where the page loads the renderer from (its standalone bundle and default styles)."""
 
@@ -23,8 +25,9 @@ def asyncapi_html(document: dict[str, Any], *, renderer: str = RENDERER) -> str:
     """
     title = html.escape(str(document.get("info", {}).get("title", "AsyncAPI")))
     base = html.escape(renderer.rstrip("/"), quote=True)
-    # Inside <script>, "</" would end the element: JSON allows "<\/" for it.
-    embedded = json.dumps(document, ensure_ascii=False).replace("</", "<\\/")
+    # Inside <script>, "</script" ends the element and "<!--" changes how it is read:
+    # no "<" (nor ">", "&") stays as it is; JSON strings hold them as \u escapes.
+    embedded = json.dumps(document, ensure_ascii=False).translate(_SCRIPT_SAFE)
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import TypeAdapter
+from pydantic import PydanticUserError, TypeAdapter
 
 from goflux._codecs import BytesCodec, JsonCodec, StrCodec, type_adapter, type_name
 
@@ -18,6 +18,7 @@ Mode = Literal["validation", "serialization"]
 
 SCHEMA_REF = "#/components/schemas/{model}"
 _NOT_A_KEY = re.compile(r"[^A-Za-z0-9._-]+")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,41 @@ class Payload:
     schema: Any = field(default=None, compare=False)  # follows from the name
 
 
+def _name_of(tp: object) -> str:
+    """A stable, readable name of a payload type (``Order``, ``list[Order]``).
+
+    ``Annotated`` metadata is left out (validators would bring their memory
+    addresses), and so are memory addresses anywhere.
+    """
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return _ADDRESS.sub("", type_name(tp))
+
+
+def _fit(schema: Any) -> Any:
+    """A pydantic JSON Schema made fit for AsyncAPI (its Schema Object is draft 7's).
+
+    - ``discriminator`` is a property name there, not OpenAPI's object;
+    - JSON has no NaN or infinity: such values (defaults, examples) are written as
+      pydantic writes them with ``ser_json_inf_nan="strings"``.
+    """
+    if isinstance(schema, dict):
+        fitted = {key: _fit(value) for key, value in schema.items()}
+        discriminator = fitted.get("discriminator")
+        if isinstance(discriminator, dict) and "propertyName" in discriminator:
+            fitted["discriminator"] = discriminator["propertyName"]
+        return fitted
+    if isinstance(schema, list):
+        return [_fit(item) for item in schema]
+    if isinstance(schema, float) and not math.isfinite(schema):
+        return "NaN" if math.isnan(schema) else ("Infinity" if schema > 0 else "-Infinity")
+    return schema
+
+
 def payload_of(codec: object, mode: Mode) -> Payload:
     """The payload a codec reads (``mode="validation"``) or writes (``"serialization"``)."""
     if isinstance(codec, JsonCodec):
-        return Payload(type_name(codec.type), "application/json", json_type=codec.type, mode=mode)
+        return Payload(_name_of(codec.type), "application/json", json_type=codec.type, mode=mode)
     if isinstance(codec, BytesCodec):
         return Payload(
             "bytes", "application/octet-stream", schema={"type": "string", "format": "binary"}
@@ -65,6 +97,7 @@ class PayloadSchemas:
 
     def __init__(self) -> None:
         self._payloads: dict[tuple[str, Mode, int], Payload] = {}
+        self.failures: list[tuple[str, str]] = []  # (payload name, why it has no schema)
 
     @staticmethod
     def _key(payload: Payload) -> tuple[str, Mode, int]:
@@ -77,17 +110,25 @@ class PayloadSchemas:
 
     def resolve(self) -> tuple[dict[tuple[str, Mode, int], Any], dict[str, Any]]:
         """Each JSON payload's schema by key, and the component schemas (sorted by name)."""
-        inputs: Iterable[tuple[tuple[str, Mode, int], Mode, TypeAdapter[Any]]] = [
-            (key, payload.mode, type_adapter(payload.json_type))
-            for key, payload in sorted(self._payloads.items(), key=lambda item: item[0][:2])
-        ]
-        inputs = list(inputs)
+        inputs: list[tuple[tuple[str, Mode, int], Mode, TypeAdapter[Any]]] = []
+        by_key: dict[tuple[str, Mode, int], Any] = {}
+        self.failures = []
+        for key, payload in sorted(self._payloads.items(), key=lambda item: item[0][:2]):
+            adapter = type_adapter(payload.json_type)
+            try:  # alone first: one type without a JSON Schema must not sink the others
+                adapter.json_schema(mode=payload.mode)
+            except PydanticUserError as exc:
+                why = _ADDRESS.sub("", " ".join(str(exc).split("\n")[0].split()))
+                self.failures.append((payload.name, why))
+                by_key[key] = {"description": f"{payload.name}: no JSON Schema ({why})"}
+                continue
+            inputs.append((key, payload.mode, adapter))
         if not inputs:
-            return {}, {}
+            return by_key, {}
         schemas, top = TypeAdapter.json_schemas(inputs, ref_template=SCHEMA_REF)
         definitions: dict[str, Any] = top.get("$defs", {})
-        by_key = {key: schema for (key, _), schema in schemas.items()}
-        return by_key, {name: definitions[name] for name in sorted(definitions)}
+        by_key.update({key: _fit(schema) for (key, _), schema in schemas.items()})
+        return by_key, {name: _fit(definitions[name]) for name in sorted(definitions)}
 
     def schema_of(self, payload: Payload, resolved: dict[tuple[str, Mode, int], Any]) -> Any:
         """The schema of ``payload`` after :meth:`resolve`."""

@@ -33,14 +33,18 @@ def _credentials(client: Any, urls: list[Any]) -> list[str]:
     """Which kinds of credentials a client presents (names of :data:`_SCHEMES`)."""
     options = getattr(client, "options", None) or {}
     kinds: list[str] = []
-    if options.get("user") or any(url.username for url in urls):
+    if options.get("user") or any(url.username and url.password for url in urls):
         kinds.append("userPassword")
-    if options.get("token"):
+    # nats://TOKEN@host: a user name without a password is a token
+    if options.get("token") or any(url.username and not url.password for url in urls):
         kinds.append("token")
     nkey = ("_user_credentials", "_nkeys_seed", "_nkeys_seed_str", "_user_jwt_cb")
     if any(getattr(client, name, None) for name in nkey):
         kinds.append("nkey")
     return kinds
+
+
+_DEFAULT_PORTS = {"nats": 4222, "tls": 4222, "ws": 80, "wss": 443}
 
 
 @dataclass
@@ -71,10 +75,14 @@ class Servers:
         credentials = _credentials(client, given)
         hosts: list[str] = []
         for url in given:
-            host = f"{url.hostname}:{url.port}"
+            name = f"[{url.hostname}]" if ":" in (url.hostname or "") else url.hostname
+            port = url.port or _DEFAULT_PORTS.get(url.scheme, 4222)
+            host = f"{name}:{port}"
             secure = url.scheme in ("tls", "wss") or bool((client.options or {}).get("tls"))
             protocol = "ws" if url.scheme in ("ws", "wss") else "nats"
-            self._servers.setdefault(host, _Server(host, protocol, secure, credentials))
+            server = self._servers.setdefault(host, _Server(host, protocol, secure, []))
+            server.secure = server.secure or secure
+            server.credentials.extend(c for c in credentials if c not in server.credentials)
             hosts.append(host)
         self._by_client[id(client)] = hosts
         return hosts

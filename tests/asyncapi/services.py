@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Annotated, Literal
 
 import nats
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel, Field
+from pydantic_core import CoreSchema, core_schema
 
 from goflux import BytesCodec, Group, JsonCodec, Message, bind_publisher, bind_topic
 from goflux.transports import channel, jetstream
@@ -110,3 +112,69 @@ async def with_credentials(group: Group) -> None:
     """Connects with a user and password in its URL."""
     nc = group.own(await nats.connect(os.environ["NATS_URL"]))
     group.subscribe(group.own(gnats.Subscriber(nc, JsonCodec(Order))), "orders.new", ship)
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: int = 9
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    good: bool = True
+
+
+class Pet(BaseModel):
+    animal: Cat | Dog = Field(discriminator="kind")
+
+
+class Limits(BaseModel):
+    ceiling: float = float("inf")
+    floor: float = float("-inf")
+
+
+class GofluxHeaders(BaseModel):  # the name of goflux's own header schema, once
+    tenant: str
+
+
+class Opaque:
+    """A type with validators and a serializer but no JSON Schema."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: object) -> CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            lambda value: value if isinstance(value, cls) else cls(str(value)),
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda v: v.text),
+        )
+
+
+class Wrapped(BaseModel):
+    inner: Opaque
+
+
+def has_id(order: Order) -> Order:
+    return order
+
+
+async def awkward(group: Group) -> None:
+    """Payload types that need care: unions, validators, infinities, clashing names."""
+    nc = group.own(await nats.connect(os.environ["NATS_URL"]))
+    pets = group.own(gnats.Subscriber(nc, JsonCodec(Pet)))
+    group.subscribe(pets, "pets.new", audit)
+    validated = JsonCodec(Annotated[Order, AfterValidator(has_id)])
+    group.subscribe(group.own(gnats.Subscriber(nc, validated)), "orders.checked", audit)
+    group.subscribe(group.own(gnats.Subscriber(nc, JsonCodec(Limits))), "limits.set", audit)
+    clash = JsonCodec(GofluxHeaders)
+    group.subscribe(group.own(gnats.Subscriber(nc, clash)), "tenants.new", audit)
+    group.subscribe(group.own(gnats.Subscriber(nc, JsonCodec(Wrapped))), "opaque.x", audit)
+    micro = group.own(gnats.MicroService(nc, name="awkward", version="1.0.0"))
+    responder = group.own(gnats.Responder(nc, JsonCodec(Pet), JsonCodec(Pet), service=micro))
+    group.respond(responder, "pets.adopt", adopt)
+
+
+async def adopt(pet: Pet) -> Pet:
+    """Adopt a pet."""
+    return pet

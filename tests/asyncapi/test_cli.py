@@ -150,3 +150,35 @@ def serve_and_check(process: subprocess.Popen[str]) -> None:
     assert yaml.safe_load(httpx.get(base + "/asyncapi.yaml", timeout=10).text) == document
     assert httpx.get(base + "/nothing", timeout=10).status_code == 404
     assert httpx.post(base + "/", timeout=10).status_code == 405
+
+
+def test_awkward_payload_types_validate_and_are_stable(server: NatsServer) -> None:
+    runs = [goflux(server, "tests.asyncapi.services:awkward") for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    first, second = (done.stdout for done in runs)
+    assert first == second, "not the same bytes in two processes"
+    assert " at 0x" not in first  # no memory address (validators, lambdas) in names
+    (verdict,) = parse(first)
+    assert verdict.valid, verdict.diagnostics
+    assert verdict.problems == []
+    json.loads(first)  # strict JSON: no NaN or Infinity tokens
+    document = json.loads(first)
+    schemas = document["components"]["schemas"]
+    assert schemas["Pet"]["properties"]["animal"]["discriminator"] == "kind"
+    assert schemas["Limits"]["properties"]["ceiling"]["default"] == "Infinity"
+    # a user model named like goflux's header schema keeps its name; goflux's are apart
+    assert set(schemas["GofluxHeaders"]["properties"]) == {"tenant"}
+    assert "X-Message-ID" in schemas["goflux.Headers"]["properties"]
+    adopt = document["operations"]["receive.pets.adopt"]["bindings"]["nats"]
+    assert adopt["x-nats-micro"] == {
+        "service": "awkward",
+        "version": "1.0.0",
+        "endpoint": "pets-adopt",
+    }
+    assert "goflux asyncapi: left out the schema of payload 'Wrapped': Cannot generate" in (
+        runs[0].stderr
+    )
+    yaml_text = goflux(server, "tests.asyncapi.services:awkward", "--format", "yaml").stdout
+    assert "&id" not in yaml_text  # no anchors and aliases: every value written out
+    assert yaml.safe_load(yaml_text) == document

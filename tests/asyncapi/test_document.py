@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import nats
 import pytest
@@ -15,6 +16,7 @@ import yaml
 
 from goflux import Group, JsonCodec, bind_publisher
 from goflux.asyncapi import DescribeError, asyncapi_document, asyncapi_html, describe_service
+from goflux.asyncapi._servers import Servers
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import nats as gnats
@@ -130,9 +132,9 @@ async def test_nested_models_appear_once_under_components(everything: dict[str, 
 async def test_headers_standard_and_declared(everything: dict[str, Any]) -> None:
     messages = everything["components"]["messages"]
     schemas = everything["components"]["schemas"]
-    standard = schemas["GofluxHeaders"]["properties"]
+    standard = schemas["goflux.Headers"]["properties"]
     assert set(standard) == {"X-Message-ID", "traceparent", "tracestate"}
-    assert "Nats-Msg-Id" in schemas["JetStreamHeaders"]["properties"]
+    assert "Nats-Msg-Id" in schemas["goflux.JetStreamHeaders"]["properties"]
     # the JetStream subscription declared a user header: its wire name carries the prefix
     declared = [
         message
@@ -140,7 +142,8 @@ async def test_headers_standard_and_declared(everything: dict[str, Any]) -> None
         if "X-Goflux-Tenant" in message["headers"].get("properties", {})
     ]
     assert len(declared) == 1
-    assert declared[0]["headers"]["allOf"] == [{"$ref": "#/components/schemas/JetStreamHeaders"}]
+    standard = {"$ref": "#/components/schemas/goflux.JetStreamHeaders"}
+    assert declared[0]["headers"]["allOf"] == [standard]
     assert declared[0]["headers"]["properties"]["X-Goflux-Tenant"]["description"] == (
         "Whose order it is."
     )
@@ -172,7 +175,7 @@ async def test_request_reply_has_a_reply_channel_errors_and_correlation(
     assert everything["components"]["correlationIds"]["messageId"]["location"] == (
         "$message.header#/X-Message-ID"
     )
-    errors = everything["components"]["schemas"]["ServiceErrorHeaders"]
+    errors = everything["components"]["schemas"]["goflux.ServiceErrorHeaders"]
     assert errors["required"] == ["Nats-Service-Error", "Nats-Service-Error-Code"]
 
 
@@ -263,7 +266,7 @@ async def test_a_group_built_by_hand(nats_url: str) -> None:
     }
     assert list(described.document["operations"]) == ["send.orders.placed"]
     message = described.document["components"]["messages"]["Order"]
-    assert message["headers"] == {"$ref": "#/components/schemas/JetStreamHeaders"}
+    assert message["headers"] == {"$ref": "#/components/schemas/goflux.JetStreamHeaders"}
 
 
 def test_sends_needs_subjects_for_an_unbound_publisher() -> None:
@@ -298,5 +301,46 @@ def test_the_page_embeds_the_document_safely() -> None:
     page = asyncapi_html(document, renderer="https://example.org/renderer/")
     assert hostile not in page  # neither in the title nor in the embedded JSON
     assert "&lt;/script&gt;" in page
-    assert '"title": "<\\/script><script>alert(1)<\\/script>"' in page
+    assert '"title": "\\u003c/script\\u003e\\u003cscript\\u003ealert(1)' in page
     assert 'src="https://example.org/renderer/browser/standalone/index.js"' in page
+
+
+async def test_server_hosts_and_credential_kinds() -> None:
+    async with NatsServer(args=["--auth", "T0KEN-secret"]) as secured:
+        url = secured.url.replace("nats://", "nats://T0KEN-secret@")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("NATS_URL", url)
+            described = await describe_service(services.with_credentials)
+    assert "T0KEN-secret" not in described.to_json()
+    assert described.document["servers"]["nats"]["security"] == [
+        {"$ref": "#/components/securitySchemes/token"}
+    ]
+
+
+def test_ipv6_and_websocket_hosts_are_well_formed() -> None:
+    servers = Servers()
+
+    class Client:
+        def __init__(self, *urls: str) -> None:
+            self.servers = [urlparse(url) for url in urls]
+            self.discovered_servers: list[object] = []
+            self.options: dict[str, object] = {}
+
+    hosts = servers.add(Client("nats://[::1]:4223", "ws://example.org", "wss://example.org"))
+    assert hosts == ["[::1]:4223", "example.org:80", "example.org:443"]
+    document, _ = servers.document()
+    assert [(s["host"], s["protocol"]) for s in document.values()] == [
+        ("[::1]:4223", "nats"),
+        ("example.org:80", "ws"),
+        ("example.org:443", "wss"),
+    ]
+
+
+def test_the_page_survives_a_comment_opener_in_the_document() -> None:
+    document = {
+        "asyncapi": "3.0.0",
+        "info": {"title": "t", "version": "1", "description": "<!--<script>"},
+    }
+    page = asyncapi_html(document)
+    script = page.split("AsyncApiStandalone.render(", 1)[1]
+    assert "<" not in script.split("</script>", 1)[0]

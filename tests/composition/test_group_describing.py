@@ -126,3 +126,49 @@ def test_describe_keeps_what_was_set() -> None:
         "1.0.0",
         None,
     )
+
+
+async def test_a_stop_cancels_the_start_up_functions_and_starts_no_member() -> None:
+    orders = bus()
+    entered = asyncio.Event()
+    ran: list[str] = []
+    group = Group()
+
+    async def stuck() -> None:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ran.append("stuck cancelled")
+            raise
+
+    async def later() -> None:
+        ran.append("later")
+
+    group.on_start(stuck)
+    group.on_start(later)
+    group.subscribe(channel.Subscriber(orders), "orders", Inbox[str]())
+    starting = asyncio.create_task(group.start())
+    await entered.wait()
+    assert group.state == "starting"
+    await group.stop()
+    await starting  # returns: stopped while starting up is no failure
+    assert ran == ["stuck cancelled"]
+    assert group.state == "stopped"
+    assert orders.subscription_count == 0
+
+
+async def test_cancelling_start_cancels_the_start_up_functions() -> None:
+    entered = asyncio.Event()
+    group = Group()
+
+    async def stuck() -> None:
+        entered.set()
+        await asyncio.Event().wait()
+
+    group.on_start(stuck)
+    starting = asyncio.create_task(group.start())
+    await entered.wait()
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting

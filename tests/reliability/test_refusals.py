@@ -27,6 +27,7 @@ from goflux import (
     PermissionDenied,
     PublishError,
     RequestTimeout,
+    ServiceError,
     SubscribeError,
 )
 from goflux.middleware import ExponentialBackoff, retry_publish
@@ -291,6 +292,33 @@ async def test_a_refused_reply_counts_as_an_error_of_the_micro_endpoint(server: 
         (endpoint,) = svc.stats().endpoints
         assert (endpoint.num_requests, endpoint.num_errors) == (2, 2)
         assert endpoint.last_error.startswith("the server refused the reply: ")
+        await responder.close()
+
+
+async def test_a_refused_error_reply_counts_once(server: Server) -> None:
+    """An error reply is an error already: its refusal must not count it again."""
+    responder_nc = await server.connect("noreply")
+    requester_nc = await server.connect("admin")
+
+    async def picky(value: Order) -> Order:
+        if value.id == "o-1":
+            raise ServiceError(409, "not this one")
+        return value
+
+    async with gnats.MicroService(responder_nc, name="rpc", version="1.0.0") as svc:
+        responder = gnats.Responder(responder_nc, CODEC, CODEC, service=svc)
+        subscription = await responder.start("rpc.picky", picky)
+        requester = gnats.Requester(requester_nc, CODEC, CODEC, timeout=0.5)
+        for n in (0, 1):  # an answer, then an error reply: both refused
+            with pytest.raises(RequestTimeout):
+                await requester.request("rpc.picky", order(n))
+        async with asyncio.timeout(5):
+            while len(server.errors) < 2:  # the refusals of both replies are in
+                server.error_seen.clear()
+                await server.error_seen.wait()
+        (endpoint,) = svc.stats().endpoints
+        assert (endpoint.num_requests, endpoint.num_errors) == (2, 2)
+        assert (subscription.answered, subscription.failed) == (0, 2)
         await responder.close()
 
 

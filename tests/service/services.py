@@ -158,3 +158,26 @@ async def stubborn(group: Group) -> None:
 
 async def empty(group: Group) -> None:
     """Adds nothing: a mistake ``goflux run`` should name."""
+
+
+class _Owned:
+    """A resource that says when it is closed (on stdout's log)."""
+
+    async def close(self) -> None:
+        logging.getLogger("services").info("owned resource closed")
+
+
+async def slow_start_up(group: Group) -> None:
+    """A start-up function that waits forever (provisioning against a stuck server)."""
+    group.own(_Owned())
+
+    async def provision() -> None:
+        logging.getLogger("services").info("provisioning")
+        await asyncio.Event().wait()
+
+    async def never() -> None:
+        logging.getLogger("services").info("second start-up function ran")
+
+    group.on_start(provision)
+    group.on_start(never)
+    group.task(asyncio.Event().wait, name="ticker")

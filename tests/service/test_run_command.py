@@ -155,3 +155,13 @@ async def service(group):
         run.wait_for(r"version 3 up", after=seen)
         run.signal(signal.SIGTERM)
         assert run.wait() == 0, run.output
+
+
+def test_sigterm_during_a_start_up_function_cancels_it_and_drains_cleanly() -> None:
+    with GofluxRun(f"{SERVICES}:slow_start_up", "--drain-timeout", "30") as run:
+        run.wait_for("provisioning")
+        run.signal(signal.SIGTERM)
+        # waiting out the start-up function would end at the hard drain limit: exit 1
+        assert run.wait() == 0, run.output
+    assert run.count("owned resource closed") == 1
+    assert run.count("second start-up function ran") == 0

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -25,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.nuid import NUID
 
+from goflux._endpoints import endpoint_name
 from goflux._errors import SubscribeError
 from goflux._lifecycle import CloseOnExit
 from goflux.transports._natspy import flush
@@ -39,28 +39,12 @@ from goflux.transports.nats._micro_types import (
     check_version,
 )
 
-__all__ = ("MicroEndpoint", "MicroService", "endpoint_name")
+__all__ = ("MicroEndpoint", "MicroService")
 
 logger = logging.getLogger("goflux.transports.nats")
 
 _PREFIX = "$SRV"
 _IDS = NUID()
-_NOT_NAME = re.compile(r"[^A-Za-z0-9\-_]+")
-
-
-def endpoint_name(subject: str) -> str:
-    """The endpoint name derived from ``subject``: runs of other characters become ``-``.
-
-    ``pricing.quote`` becomes ``pricing-quote``; wildcard tokens fall away
-    (``orders.*.created`` becomes ``orders-created``).
-
-    Raises:
-        ValueError: Nothing is left to name the endpoint by (``>``).
-    """
-    name = _NOT_NAME.sub("-", subject).strip("-")
-    if not name:
-        raise ValueError(f"cannot name an endpoint after subject {subject!r}: pass endpoint=")
-    return name
 
 
 def _json(value: Mapping[str, object]) -> bytes:

@@ -89,7 +89,7 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         self.failed = 0
         self.unanswerable = 0
         # Replies sent lately, to recognise the server's refusal of one (it comes later).
-        self._replied: OrderedDict[str, None] = OrderedDict()
+        self._replied: OrderedDict[str, bool] = OrderedDict()  # reply -> an answer?
         self._refusals_logged = False
         self._unobserve = refusals(nc).observe(self._on_refusal)
 
@@ -186,14 +186,16 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         await self._reply(msg, data, reply_headers or None)
         return None
 
-    async def _reply(self, msg: Msg, data: bytes, headers: dict[str, str] | None) -> None:
+    async def _reply(
+        self, msg: Msg, data: bytes, headers: dict[str, str] | None, *, answer: bool = True
+    ) -> None:
         try:
             await self._nc.publish(msg.reply, data, headers=headers)
         except nats.errors.Error as exc:
             logger.warning("could not reply on %r: %s", msg.subject, exc)
             return
         replied = self._replied
-        replied[msg.reply] = None
+        replied[msg.reply] = answer
         if len(replied) > _REMEMBERED_REPLIES:
             replied.popitem(last=False)
 
@@ -207,12 +209,12 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
             subject = matches[0] if len(matches) == 1 else ""
         if subject not in self._replied:
             return
-        del self._replied[subject]
-        if self.answered > 0:
-            self.answered -= 1
-        self.failed += 1
-        if self._endpoint is not None:
-            self._endpoint.fail(f"the server refused the reply: {refusal.reason}")
+        if self._replied.pop(subject):  # an error reply counted as failed already
+            if self.answered > 0:
+                self.answered -= 1
+            self.failed += 1
+            if self._endpoint is not None:
+                self._endpoint.fail(f"the server refused the reply: {refusal.reason}")
         if not self._refusals_logged:  # once: every reply is likely refused alike
             self._refusals_logged = True
             logger.error(
@@ -233,7 +235,8 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
     ) -> str:
         """Send an error reply; return it as micro stats tell it: ``code:description``."""
         text = " ".join(description.split())[:_MAX_ERROR_TEXT]  # one header line
-        await self._reply(msg, b"", {**headers, ERROR_HEADER: text, ERROR_CODE_HEADER: str(code)})
+        error_headers = {**headers, ERROR_HEADER: text, ERROR_CODE_HEADER: str(code)}
+        await self._reply(msg, b"", error_headers, answer=False)
         return f"{code}:{text}"
 
 
