@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from goflux import JsonCodec
+from goflux import JsonCodec, ServiceError
 
 
 class Order(BaseModel):
@@ -38,3 +38,12 @@ class Price(BaseModel):
 
 QUOTE = JsonCodec(Quote)
 PRICE = JsonCodec(Price)
+
+
+async def price(quote: Quote) -> Price:
+    """A pricing handler: 2.5 a unit; 404 for the SKU "ghost", a crash for a negative quantity."""
+    if quote.quantity < 0:
+        raise ValueError(f"negative quantity {quote.quantity}")
+    if quote.sku == "ghost":
+        raise ServiceError(404, f"unknown sku {quote.sku}")
+    return Price(sku=quote.sku, total=2.5 * quote.quantity)

@@ -21,21 +21,12 @@ from goflux import (
     PublishError,
     RemoteError,
     RequestTimeout,
-    ServiceError,
     SubscribeError,
 )
 from goflux.transports import nats as gnats
 from tests.conftest import Otel
 from tests.helpers import Inbox
-from tests.models import PRICE, QUOTE, Order, Price, Quote, order
-
-
-async def price(quote: Quote) -> Price:
-    if quote.quantity < 0:
-        raise ValueError(f"negative quantity {quote.quantity}")
-    if quote.sku == "ghost":
-        raise ServiceError(404, f"unknown sku {quote.sku}")
-    return Price(sku=quote.sku, total=2.5 * quote.quantity)
+from tests.models import PRICE, QUOTE, Order, Price, Quote, order, price
 
 
 async def test_typed_request_reply_round_trip(nc: Client) -> None:

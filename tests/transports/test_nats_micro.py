@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from goflux import BytesCodec, Group, JsonCodec, ServiceError, SubscribeError
 from goflux.transports import nats as gnats
-from tests.models import PRICE, QUOTE, Price, Quote
+from tests.models import PRICE, QUOTE, Quote, price
 from tests.nodejs import run_node
 
 TYPES = {
@@ -24,14 +24,6 @@ TYPES = {
     "INFO": "io.nats.micro.v1.info_response",
     "STATS": "io.nats.micro.v1.stats_response",
 }
-
-
-async def price(quote: Quote) -> Price:
-    if quote.quantity < 0:
-        raise ValueError(f"negative quantity {quote.quantity}")
-    if quote.sku == "ghost":
-        raise ServiceError(404, f"unknown sku {quote.sku}")
-    return Price(sku=quote.sku, total=2.5 * quote.quantity)
 
 
 async def ask(nc: Client, subject: str) -> dict[str, Any]:
