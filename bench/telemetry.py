@@ -51,7 +51,7 @@ from bench.jetstream import (
 from bench.payload import ADAPTER, ORDER, Order
 from bench.sizes import Sizes
 from goflux import JsonCodec, Telemetry
-from goflux._semconv import DURATION_BUCKETS
+from goflux._otel.semconv import DURATION_BUCKETS
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 

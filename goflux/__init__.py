@@ -3,53 +3,58 @@
 Application code is written against ``Publisher[T]``, ``Subscriber[T]``,
 ``Requester[Req, Resp]`` and ``Responder[Req, Resp]`` and never sees bytes; transports
 (``goflux.transports.channel``, ``nats``, ``jetstream``, ``spark``) implement them.
+
+The JetStream errors (``StreamNotFound``, ``KeyExists``, ...) are defined by
+:mod:`goflux.transports.jetstream` and importable from here too (the same objects):
+they are loaded on first use, so that importing goflux needs no nats-py.
 """
 
-from goflux._batches import MicroBatches, micro_batches
-from goflux._chain import chain, chain_publishers
+from importlib.util import find_spec as _find_spec
+from typing import TYPE_CHECKING
+
 from goflux._codecs import BytesCodec, Codec, JsonCodec, StrCodec
-from goflux._deadletter import DeadLetter, DeadLetterReason
-from goflux._endpoints import About, Endpoint, HeaderDocs
+from goflux._compose.batches import MicroBatches, micro_batches
+from goflux._compose.chain import chain, chain_publishers
+from goflux._compose.deadletter import DeadLetter, DeadLetterReason
+from goflux._compose.endpoints import About, Endpoint, HeaderDocs
+from goflux._compose.group import Group
+from goflux._compose.pipes import pipe, pipe_flat_map, pipe_map
+from goflux._compose.processing import ProcessStats, process
+from goflux._compose.readiness import Check, GroupState, Readiness
+from goflux._compose.streams import MessageStream, message_stream
+from goflux._compose.topics import (
+    BoundPublisher,
+    BoundSubscriber,
+    Topic,
+    bind_publisher,
+    bind_subscriber,
+    bind_topic,
+)
 from goflux._errors import (
     AckNotConfirmed,
     AlreadySettled,
-    BucketNotFound,
     CodecError,
-    ConsumerNotFound,
     DecodeError,
-    DigestMismatch,
     EncodeError,
-    ExpectationFailed,
     GofluxError,
     HandlerTimeout,
-    IncompatibleConfig,
     InvalidHeader,
-    InvalidKey,
     InvalidSubject,
-    JetStreamUnavailable,
-    KeyExists,
     NonRetryable,
     NoResponders,
-    ObjectNotFound,
     PayloadTooLarge,
     PermissionDenied,
-    ProvisioningError,
     PublishError,
     RemoteError,
     RequestError,
     RequestTimeout,
-    ResourceLimit,
-    RevisionMismatch,
     ServiceError,
     SettlementError,
-    StreamFeatureDisabled,
-    StreamNotFound,
-    SubjectOverlap,
     SubscribeError,
     TransportError,
     is_non_retryable,
 )
-from goflux._group import Group
+from goflux._exports import publish_names as _publish_names
 from goflux._headers import Headers, HeadersLike
 from goflux._interfaces import (
     Closeable,
@@ -66,24 +71,31 @@ from goflux._interfaces import (
     Subscription,
 )
 from goflux._message import Acker, Delivery, Message
-from goflux._pipes import pipe, pipe_flat_map, pipe_map
-from goflux._processing import ProcessStats, process
-from goflux._readiness import Check, GroupState, Readiness
+from goflux._otel.telemetry import Telemetry
 from goflux._receipt import PublishReceipt
-from goflux._streams import MessageStream, message_stream
 from goflux._subjects import MAX_SUBJECT_BYTES
-from goflux._telemetry import Telemetry
-from goflux._topics import (
-    BoundPublisher,
-    BoundSubscriber,
-    Topic,
-    bind_publisher,
-    bind_subscriber,
-    bind_topic,
-)
 from goflux._version import __version__
 
-__all__ = (
+if TYPE_CHECKING:
+    from goflux.transports.jetstream._errors import (
+        BucketNotFound,
+        ConsumerNotFound,
+        DigestMismatch,
+        ExpectationFailed,
+        IncompatibleConfig,
+        InvalidKey,
+        JetStreamUnavailable,
+        KeyExists,
+        ObjectNotFound,
+        ProvisioningError,
+        ResourceLimit,
+        RevisionMismatch,
+        StreamFeatureDisabled,
+        StreamNotFound,
+        SubjectOverlap,
+    )
+
+__all__: tuple[str, ...] = (
     "MAX_SUBJECT_BYTES",
     "About",
     "AckNotConfirmed",
@@ -173,3 +185,23 @@ __all__ = (
     "pipe_map",
     "process",
 )
+
+# The names __all__ lists that no import above binds: the JetStream errors, which
+# goflux.transports.jetstream defines; __getattr__ loads them on first use.
+_LAZY = frozenset(__all__) - frozenset(globals())
+if _find_spec("nats") is None:  # they cannot load: `from goflux import *` leaves them out
+    __all__ = tuple(name for name in __all__ if name not in _LAZY)
+
+_publish_names(__name__, globals())
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from goflux.transports.jetstream import _errors  # noqa: PLC0415 - needs nats-py
+
+        return getattr(_errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

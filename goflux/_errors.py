@@ -1,7 +1,9 @@
 """The goflux error tree.
 
 Every error goflux raises derives from :class:`GofluxError`, and the underlying cause
-(a pydantic ``ValidationError``, a nats-py timeout, ...) is chained as ``__cause__``::
+(a pydantic ``ValidationError``, a nats-py timeout, ...) is chained as ``__cause__``.
+The core defines the errors every transport shares; a transport defines those only
+it raises, under these, in its own package (marked below with its name)::
 
     GofluxError
      ├── CodecError (also ValueError)
@@ -9,33 +11,33 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      │    └── DecodeError           bytes could not be decoded into the payload type
      ├── InvalidSubject (also ValueError)    a subject or pattern breaks NATS rules
      ├── InvalidHeader (also ValueError)     a header name or value cannot travel on the wire
-     ├── InvalidKey (also ValueError)        a Key-Value key or object name breaks the rules
+     ├── InvalidKey (also ValueError)        a Key-Value key or object name is bad [jetstream]
      ├── SettlementError                     a message could not be settled
      │    ├── AlreadySettled                 ack/nak/term after the message was settled
-     │    └── AckNotConfirmed                a confirmed ack got no confirmation (JetStream)
+     │    └── AckNotConfirmed                a confirmed ack got no confirmation
      ├── PublishError                        a publish failed; ``may_be_stored`` says
      │    │                                  whether the broker may still have stored it
      │    ├── ExpectationFailed              optimistic concurrency: the stream was not
-     │    │    │                             in the expected state (JetStream)
+     │    │    │                             in the expected state [jetstream]
      │    │    ├── KeyExists                 Key-Value create: the key has a value
      │    │    └── RevisionMismatch          Key-Value update: the key moved on
      │    ├── StreamFeatureDisabled          the stream does not allow what the publish
-     │    │                                  asks for (a TTL, an atomic batch, ...)
+     │    │                                  asks for (a TTL, an atomic batch, ...) [jetstream]
      │    └── PayloadTooLarge                headers and body exceed the server's limit
      ├── SubscribeError                      a subscription could not start or failed
      ├── PermissionDenied (also PublishError, SubscribeError, RequestError)
      │                                       the server refused an operation on a subject
      ├── TransportError                      the connection or broker failed
-     │    ├── JetStreamUnavailable           JetStream is not enabled for the account
-     │    └── ProvisioningError              a stream/consumer could not be provisioned
+     │    ├── JetStreamUnavailable           JetStream is not enabled for the account [jetstream]
+     │    └── ProvisioningError              a stream/consumer could not be provisioned [jetstream]
      │         ├── StreamNotFound
      │         │    └── BucketNotFound       no such Key-Value or Object store bucket
      │         ├── ConsumerNotFound
      │         ├── SubjectOverlap            the subjects belong to another stream
      │         ├── ResourceLimit             the account or server has no room for it
      │         └── IncompatibleConfig        an existing stream/consumer cannot change so
-     ├── ObjectNotFound (also KeyError)      no such object in an Object store bucket
-     ├── DigestMismatch                      an object read back is not what was stored
+     ├── ObjectNotFound (also KeyError)      no such object in an Object store bucket [jetstream]
+     ├── DigestMismatch                      an object read back is not what was stored [jetstream]
      ├── RequestError                        a request/reply exchange failed
      │    ├── RequestTimeout (also TimeoutError)   no reply within the timeout
      │    ├── NoResponders                   nobody is listening on the subject
@@ -43,10 +45,13 @@ Every error goflux raises derives from :class:`GofluxError`, and the underlying 
      ├── ServiceError                        raised by responders: reply with this code
      ├── HandlerTimeout (also TimeoutError)  a handler ran longer than its timeout
      ├── NonRetryable                        raised by handlers: a permanent failure
-     └── SparkError                          the Spark adapter (goflux.transports.spark)
+     └── SparkError                          the Spark adapter [spark]
           ├── SchemaError (also TypeError)   a payload type has no Spark schema
           ├── SourceOptionError (also ValueError)  a bad source/sink option
           └── DataLossError                  a range the query still needed was deleted
+
+[jetstream]: :mod:`goflux.transports.jetstream` (the JetStream errors are importable
+from :mod:`goflux` too, the same objects); [spark]: :mod:`goflux.transports.spark`.
 
 ``NonRetryable`` is meant to be raised by application handlers (``raise
 NonRetryable("bad order") from cause``); :func:`is_non_retryable` recognises it
@@ -61,42 +66,23 @@ from typing import TypeVar
 __all__ = (
     "AckNotConfirmed",
     "AlreadySettled",
-    "BucketNotFound",
     "CodecError",
-    "ConsumerNotFound",
-    "DataLossError",
     "DecodeError",
-    "DigestMismatch",
     "EncodeError",
-    "ExpectationFailed",
     "GofluxError",
     "HandlerTimeout",
-    "IncompatibleConfig",
     "InvalidHeader",
-    "InvalidKey",
     "InvalidSubject",
-    "JetStreamUnavailable",
-    "KeyExists",
     "NoResponders",
     "NonRetryable",
-    "ObjectNotFound",
     "PayloadTooLarge",
     "PermissionDenied",
-    "ProvisioningError",
     "PublishError",
     "RemoteError",
     "RequestError",
     "RequestTimeout",
-    "ResourceLimit",
-    "RevisionMismatch",
-    "SchemaError",
     "ServiceError",
     "SettlementError",
-    "SourceOptionError",
-    "SparkError",
-    "StreamFeatureDisabled",
-    "StreamNotFound",
-    "SubjectOverlap",
     "SubscribeError",
     "TransportError",
     "find_in_chain",
@@ -150,10 +136,6 @@ class InvalidSubject(GofluxError, ValueError):
 
 class InvalidHeader(GofluxError, ValueError):
     """A header name or value cannot travel on the wire (bad characters, CR/LF, empty)."""
-
-
-class InvalidKey(GofluxError, ValueError):
-    """A Key-Value key or an object name cannot be used (empty, bad characters, ...)."""
 
 
 class SettlementError(GofluxError):
@@ -223,84 +205,6 @@ class PublishError(GofluxError):
         self.err_code = err_code
 
 
-class ExpectationFailed(PublishError):
-    """The stream was not in the state the publish expected (optimistic concurrency).
-
-    Nothing was stored.
-
-    Attributes:
-        expectation: Which expectation failed: ``"stream"``, ``"last_sequence"``,
-            ``"last_subject_sequence"`` or ``"last_message_id"``.
-    """
-
-    def __init__(self, message: str, *, subject: str, expectation: str) -> None:
-        super().__init__(message, subject=subject, may_be_stored=False, permanent=True)
-        self.expectation = expectation
-
-
-class KeyExists(ExpectationFailed):
-    """A Key-Value ``create`` found a value under the key; nothing was written.
-
-    Attributes:
-        bucket: The bucket.
-        key: The key that has a value.
-        revision: The key's current revision, where known.
-    """
-
-    def __init__(
-        self, message: str, *, subject: str, bucket: str, key: str, revision: int | None = None
-    ) -> None:
-        super().__init__(message, subject=subject, expectation="last_subject_sequence")
-        self.bucket = bucket
-        self.key = key
-        self.revision = revision
-
-
-class RevisionMismatch(ExpectationFailed):
-    """A Key-Value ``update`` expected another revision of the key; nothing was written.
-
-    Attributes:
-        bucket: The bucket.
-        key: The key.
-        expected: The revision the update was made against.
-        actual: The key's revision at the server, where known.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        subject: str,
-        bucket: str,
-        key: str,
-        expected: int,
-        actual: int | None = None,
-    ) -> None:
-        super().__init__(message, subject=subject, expectation="last_subject_sequence")
-        self.bucket = bucket
-        self.key = key
-        self.expected = expected
-        self.actual = actual
-
-
-class StreamFeatureDisabled(PublishError):
-    """The stream does not allow what the publish asks for; nothing was stored.
-
-    A per-message TTL needs the stream setting ``allow_msg_ttl``, an atomic batch
-    ``allow_atomic``, a rollup ``allow_rollup_hdrs``, a schedule
-    ``allow_msg_schedules``: set it with ``ensure_stream(..., <setting>=True)``.
-
-    Attributes:
-        stream: The stream that refused the publish.
-        setting: The stream setting that would allow it (``"allow_msg_ttl"``, ...).
-    """
-
-    def __init__(self, message: str, *, subject: str, stream: str, setting: str) -> None:
-        super().__init__(message, subject=subject, permanent=True)
-        self.stream = stream
-        self.setting = setting
-
-
 class PayloadTooLarge(PublishError):
     """The message (headers and body) exceeds the server's ``max_payload``; nothing was sent.
 
@@ -323,120 +227,6 @@ class SubscribeError(GofluxError):
 
 class TransportError(GofluxError):
     """The connection to the broker, or the broker itself, failed."""
-
-
-class JetStreamUnavailable(TransportError):
-    """JetStream is not enabled for the account (or on the server) the connection uses.
-
-    Attributes:
-        err_code: The JetStream error code (10039 for the account), if the server sent one.
-    """
-
-    def __init__(self, message: str, *, err_code: int | None = None) -> None:
-        super().__init__(message)
-        self.err_code = err_code
-
-
-class ProvisioningError(TransportError):
-    """The server refused to create or update a stream or consumer.
-
-    Attributes:
-        code: The server's status code (e.g. 400, 404, 500), if it sent one.
-        err_code: The JetStream error code (e.g. 10065), if it sent one.
-    """
-
-    def __init__(
-        self, message: str, *, code: int | None = None, err_code: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.err_code = err_code
-
-
-class StreamNotFound(ProvisioningError):
-    """The stream does not exist."""
-
-
-class BucketNotFound(StreamNotFound):
-    """No Key-Value or Object store bucket of that name exists.
-
-    Attributes:
-        bucket: The bucket's name.
-    """
-
-    def __init__(self, message: str, *, bucket: str) -> None:
-        super().__init__(message)
-        self.bucket = bucket
-
-
-class ConsumerNotFound(ProvisioningError):
-    """The consumer does not exist on its stream."""
-
-
-class SubjectOverlap(ProvisioningError):
-    """A stream's subjects overlap those of another stream.
-
-    Attributes:
-        streams: Names of the streams already capturing some of the subjects.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        streams: tuple[str, ...] = (),
-        code: int | None = None,
-        err_code: int | None = None,
-    ) -> None:
-        super().__init__(message, code=code, err_code=err_code)
-        self.streams = streams
-
-
-class ResourceLimit(ProvisioningError):
-    """The account or server has no room for the stream or consumer.
-
-    Storage, memory, or the maximum number of streams or consumers (e.g. err_code
-    10047) ran out.
-    """
-
-
-class IncompatibleConfig(ProvisioningError):
-    """An existing stream or consumer cannot be changed to the requested config."""
-
-
-class ObjectNotFound(GofluxError, KeyError):
-    """No object of that name is in the Object store bucket (or it was deleted).
-
-    Attributes:
-        bucket: The bucket.
-        name: The object's name.
-    """
-
-    def __init__(self, message: str, *, bucket: str, name: str) -> None:
-        super().__init__(message)
-        self.bucket = bucket
-        self.name = name
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
-
-
-class DigestMismatch(GofluxError):
-    """An object read back does not match the digest stored with it (corrupt or changed).
-
-    Attributes:
-        bucket: The bucket.
-        name: The object's name.
-        expected: The digest stored with the object (``SHA-256=...``).
-        actual: The digest of what was read.
-    """
-
-    def __init__(self, message: str, *, bucket: str, name: str, expected: str, actual: str) -> None:
-        super().__init__(message)
-        self.bucket = bucket
-        self.name = name
-        self.expected = expected
-        self.actual = actual
 
 
 class RequestError(GofluxError):
@@ -562,48 +352,6 @@ class NonRetryable(GofluxError):
     retrying them. It is recognised through wrapping exceptions; see
     :func:`is_non_retryable`.
     """
-
-
-class SparkError(GofluxError):
-    """A failure in the Spark adapter (:mod:`goflux.transports.spark`)."""
-
-
-class SchemaError(SparkError, TypeError):
-    """A payload type cannot be represented as Spark columns (or rows as the type).
-
-    Raised for unions of unrelated types, ``Any``, dicts with non-string keys and
-    other shapes Spark SQL has no type for; the message names the offending field.
-    """
-
-
-class SourceOptionError(SparkError, ValueError):
-    """A source or sink option is missing, unknown or malformed."""
-
-
-class DataLossError(SparkError):
-    """Messages a query still had to read were deleted from the stream.
-
-    Raised (failing the query) when ``fail_on_data_loss`` is true and the stream's
-    first sequence has moved past the start of the range being read.
-
-    Attributes:
-        stream: The stream name.
-        expected: The first sequence the query needed.
-        first: The stream's first sequence now.
-    """
-
-    def __init__(self, message: str, *, stream: str, expected: int, first: int) -> None:
-        super().__init__(message)
-        self.stream = stream
-        self.expected = expected
-        self.first = first
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_data_loss, (str(self), self.stream, self.expected, self.first))
-
-
-def _rebuild_data_loss(message: str, stream: str, expected: int, first: int) -> DataLossError:
-    return DataLossError(message, stream=stream, expected=expected, first=first)
 
 
 _E = TypeVar("_E", bound=BaseException)

@@ -13,6 +13,7 @@ from goflux._interfaces import Subscription
 from goflux._subjects import validate_pattern
 
 __all__ = (
+    "AcloseOnExit",
     "CloseOnExit",
     "StopOnExit",
     "SubscriberLifecycle",
@@ -51,7 +52,10 @@ def closed_publisher_error(subject: str, why: str = "publisher is closed") -> Pu
 
 
 class CloseOnExit:
-    """Mixin: ``async with obj:`` returns ``obj`` and awaits ``obj.close()`` on exit."""
+    """Mixin: ``async with obj:`` opens ``obj``, returns it, and awaits ``obj.close()`` on exit.
+
+    Opening is :meth:`_open`, which does nothing unless a subclass overrides it.
+    """
 
     __slots__ = ()
 
@@ -59,7 +63,11 @@ class CloseOnExit:
         """Release resources; subclasses implement it."""
         raise NotImplementedError
 
+    async def _open(self) -> None:
+        """Get ready for use as the ``async with`` block starts (nothing by default)."""
+
     async def __aenter__(self) -> Self:
+        await self._open()
         return self
 
     async def __aexit__(
@@ -69,6 +77,20 @@ class CloseOnExit:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class AcloseOnExit(CloseOnExit):
+    """Mixin for async iterators: as :class:`CloseOnExit`, closed by :meth:`aclose`."""
+
+    __slots__ = ()
+
+    async def aclose(self) -> None:
+        """Stop iterating and release resources; subclasses implement it."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """The same as :meth:`aclose`."""
+        await self.aclose()
 
 
 class StopOnExit:

@@ -25,10 +25,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
+from goflux._compose.group import Group
+from goflux._compose.readiness import Readiness
 from goflux._errors import GofluxError
-from goflux._group import Group
-from goflux._health import ASGIApp, health_app
-from goflux._readiness import Readiness
+from goflux.service._health import ASGIApp, health_app
 
 __all__ = ("ServiceLifespan", "ServiceNotRunning")
 

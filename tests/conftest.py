@@ -26,17 +26,11 @@ from goflux.transports import jetstream
 STREAM = "ORDERS"
 
 TESTS = Path(__file__).resolve().parent
-# Test tiers (README "Test tiers"): tests are marked by where they live, so a new test
-# lands in the right tier without decoration; ``./scripts/check.sh --fast`` leaves out
+# Test tiers (README "Test tiers"): tests are marked by the folder they live in, so a
+# new test lands in the right tier without decoration; ``./scripts/check.sh --fast`` leaves out
 # every test marked slow, spark, reliability or e2e. Single slow tests elsewhere carry
 # ``@pytest.mark.slow`` themselves.
-FOLDER_MARKERS = {"reliability": "reliability"}
-FILE_MARKERS = {
-    "test_examples.py": "e2e",
-    "test_docs.py": "e2e",
-    "test_bench.py": "e2e",
-    "service/test_fastapi_example.py": "e2e",
-}
+FOLDER_MARKERS = {"reliability": "reliability", "e2e": "e2e"}
 NATS_LOG_LINES = 200  # the last lines a failing test's report searches for warnings
 SPARK_FIXTURE = "spark"  # tests/spark/conftest.py: the session-wide local SparkSession
 
@@ -52,7 +46,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             parts = item.path.resolve().relative_to(TESTS).parts
         except ValueError:
             continue  # not under tests/
-        markers = {FOLDER_MARKERS.get(parts[0]), FILE_MARKERS.get("/".join(parts))}
+        markers = {FOLDER_MARKERS.get(parts[0])}
         if SPARK_FIXTURE in getattr(item, "fixturenames", ()):
             markers.add("spark")
         for name in sorted(m for m in markers if m is not None):

@@ -7,6 +7,7 @@ payload schemas, and servers. :func:`asyncapi_html` and :func:`asyncapi_app` sho
 document in a browser with AsyncAPI's React component.
 """
 
+from goflux._exports import publish_names as _publish_names
 from goflux.asyncapi._build import AsyncAPI, DescribeError, asyncapi_document, describe_service
 from goflux.asyncapi._document import ASYNCAPI_VERSION, Skipped
 from goflux.asyncapi._html import RENDERER, asyncapi_app, asyncapi_html
@@ -22,3 +23,5 @@ __all__ = (
     "asyncapi_html",
     "describe_service",
 )
+
+_publish_names(__name__, globals())

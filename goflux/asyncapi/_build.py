@@ -7,11 +7,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from goflux._endpoints import summary_of
+from goflux._compose.endpoints import summary_of
+from goflux._compose.group import Group
 from goflux._errors import GofluxError
-from goflux._group import Group
-from goflux._service_load import Service, load_service
 from goflux.asyncapi._document import Skipped, build_document
+from goflux.service._load import Service, load_service
 
 __all__ = ("AsyncAPI", "DescribeError", "asyncapi_document", "describe_service")
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from goflux._endpoints import Endpoint, endpoint_name
+from goflux._compose.endpoints import Endpoint, endpoint_name
 from goflux._facts import Facts, facts_of
 from goflux._wire import MESSAGE_ID_HEADER, NATS_MSG_ID_HEADER, USER_HEADER_PREFIX
 from goflux.asyncapi._payloads import Mode, Payload, PayloadSchemas, component_key, payload_of

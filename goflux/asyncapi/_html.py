@@ -6,7 +6,7 @@ import html
 import json
 from typing import Any
 
-from goflux._health import ASGIApp, Scope, Send, http_app, send_response
+from goflux.service._health import ASGIApp, Scope, Send, http_app, send_response
 
 __all__ = ("RENDERER", "asyncapi_app", "asyncapi_html")
 

@@ -15,7 +15,8 @@ Publisher middleware wraps a ``Publisher[T]``; compose it with
     publisher = chain_publishers(forward_context(), retry_publish(attempts=5))(js_publisher)
 """
 
-from goflux._deadletter import DeadLetter, DeadLetterReason, dead_letter_headers
+from goflux._compose.deadletter import DeadLetter, DeadLetterReason, dead_letter_headers
+from goflux._exports import publish_names as _publish_names
 from goflux._interfaces import GenericMiddleware, GenericPublisherMiddleware
 from goflux.middleware._ack import auto_ack
 from goflux.middleware._backoff import Backoff, BackoffLike, ExponentialBackoff, FixedBackoff
@@ -54,3 +55,5 @@ __all__ = (
     "retry_publish",
     "timeout",
 )
+
+_publish_names(__name__, globals())

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
-from goflux._deadletter import (
+from goflux._compose.deadletter import (
     DeadLetter,
     DeadLetterReason,
     is_dead_letter,
@@ -20,7 +20,7 @@ from goflux._errors import is_non_retryable as _marked_non_retryable
 from goflux._headers import Headers, escape_header_value
 from goflux._interfaces import GenericMiddleware, Handler
 from goflux._message import Message
-from goflux._semconv import error_type
+from goflux._otel.semconv import error_type
 from goflux.middleware._backoff import Backoff, BackoffLike, ExponentialBackoff, as_backoff
 
 __all__ = ("DEFAULT_MAX_ATTEMPTS", "Decision", "RetryPolicy", "retry_ack")
@@ -386,7 +386,7 @@ def retry_ack(policy: RetryPolicy | None = None) -> GenericMiddleware:
     the handler settled itself is left alone. If the dead letter cannot be published
     now, the message is kept (naked with a delay) and dead-lettered on a later
     delivery; one the server refuses for good is logged and the message terminated
-    without it (see :func:`~goflux._deadletter.refused_for_good`).
+    without it (see :func:`~goflux._compose.deadletter.refused_for_good`).
 
     On JetStream the broker redelivers (``nak`` with a delay) and counts the attempts
     (``msg.delivery.num_delivered``). Where messages cannot be redelivered (in-process

@@ -6,8 +6,9 @@ or in several worker processes under a supervisor that restarts those that die, 
 health probes (``/livez``, ``/readyz``) and structured log lines.
 """
 
-from goflux._health import HealthReport, health_app
-from goflux._service_load import Service, ServiceLoadError, load_service
+from goflux._exports import publish_names as _publish_names
+from goflux.service._health import HealthReport, health_app
+from goflux.service._load import Service, ServiceLoadError, load_service
 from goflux.service._logs import LogFormat, configure_logging
 from goflux.service._options import RunOptions
 from goflux.service._run import run_service
@@ -26,3 +27,5 @@ __all__ = (
     "load_service",
     "run_service",
 )
+
+_publish_names(__name__, globals())

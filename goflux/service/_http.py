@@ -8,24 +8,37 @@ import logging
 import socket
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-import uvicorn
-
-from goflux._health import ASGIApp
+from goflux.service._health import ASGIApp
 from goflux.service._options import RunOptions
 
 __all__ = ("HttpServer", "serve_probes")
 
+if TYPE_CHECKING:
+    import uvicorn
+
 logger = logging.getLogger("goflux.run")
 
 
-class _Server(uvicorn.Server):
-    """uvicorn, minus its signal handlers: the process that embeds it handles signals."""
+def _quiet_server(app: ASGIApp) -> uvicorn.Server:
+    """Uvicorn serving ``app`` without its signal handlers and logging setup.
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    The process that embeds it handles signals and logging. uvicorn (the ``service``
+    extra) is imported here, on first use, so that importing :mod:`goflux.service` or
+    :mod:`goflux.asgi` needs no ASGI server.
+    """
+    import uvicorn  # noqa: PLC0415 - see above
+
+    class QuietServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=1
+    )
+    return QuietServer(config)
 
 
 class HttpServer:
@@ -43,7 +56,7 @@ class HttpServer:
         self._host = host
         self._port = port
         self._socket: socket.socket | None = None
-        self._server: _Server | None = None
+        self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -56,14 +69,7 @@ class HttpServer:
     async def __aenter__(self) -> Self:
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         self._socket = socket.create_server((self._host, self._port), family=family, backlog=128)
-        config = uvicorn.Config(
-            self._app,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-        )
-        self._server = _Server(config)
+        self._server = _quiet_server(self._app)
         self._task = asyncio.get_running_loop().create_task(
             self._server.serve(sockets=[self._socket]), name="goflux-health-server"
         )

@@ -13,9 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import watchfiles
-
-from goflux._health import health_app
+from goflux.service._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import LINE_LIMIT, read_reports
 from goflux.service._options import RunOptions
@@ -308,6 +306,8 @@ class _Supervisor:
         return not self._stopping.is_set()
 
     async def _reload(self) -> None:
+        import watchfiles  # noqa: PLC0415 - the service extra, needed only with --reload
+
         dirs = self._options.reload_dirs or (self._options.app_dir,)
         async for changes in watchfiles.awatch(
             *dirs, watch_filter=watchfiles.PythonFilter(), stop_event=self._stopping

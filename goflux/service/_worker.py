@@ -10,11 +10,11 @@ import signal
 from collections.abc import Awaitable
 from typing import Any, NoReturn
 
-from goflux._group import Group
-from goflux._health import health_app
-from goflux._service_load import ServiceLoadError, load_service
+from goflux._compose.group import Group
+from goflux.service._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import WorkerLink
+from goflux.service._load import ServiceLoadError, load_service
 from goflux.service._options import RunOptions
 from goflux.service._signals import stop_signals
 

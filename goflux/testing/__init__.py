@@ -4,6 +4,7 @@
 and provides the ``nats_server`` and ``nats_url`` fixtures.
 """
 
+from goflux._exports import publish_names as _publish_names
 from goflux.testing._cluster import NatsCluster
 from goflux.testing._server import NatsServer, NatsServerError, NatsServerNotFound, find_nats_server
 from goflux.testing._spark import (
@@ -24,3 +25,5 @@ __all__ = (
     "find_nats_server",
     "spark_home",
 )
+
+_publish_names(__name__, globals())

@@ -159,7 +159,7 @@ async def test_non_retryable_is_dead_lettered_once_and_terminated(
     headers = letter.headers
     assert headers["Tenant"] == "acme"
     assert headers["Dead-Letter-Reason"] == "non_retryable"
-    assert headers["Dead-Letter-Error-Type"] == "goflux._errors.NonRetryable"
+    assert headers["Dead-Letter-Error-Type"] == "goflux.NonRetryable"
     assert headers["Dead-Letter-Error"] == "order rejected"
     assert headers["Dead-Letter-Subject"] == "orders.created"
     assert headers["Dead-Letter-Message-Id"] == "order-7"
@@ -285,7 +285,7 @@ async def test_undecodable_payload_is_dead_lettered_by_the_subscriber(
     await sub.close()
     assert letter.payload == b"{not json"
     assert letter.headers["Dead-Letter-Reason"] == "undecodable"
-    assert letter.headers["Dead-Letter-Error-Type"] == "goflux._errors.DecodeError"
+    assert letter.headers["Dead-Letter-Error-Type"] == "goflux.DecodeError"
     assert letter.headers["Tenant"] == "acme"
     assert handled.payloads == [order(1)]
 

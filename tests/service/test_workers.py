@@ -56,9 +56,11 @@ async def until_ready(run: GofluxRun) -> None:
 async def test_two_workers_charge_every_order_exactly_once(
     nats_server: NatsServer, js: JetStreamContext, tmp_path: Path
 ) -> None:
-    ids = await publish_orders(js, ORDERS)
     with workers(nats_server, tmp_path) as run:
         await until_ready(run)
+        # Published once both pull: published before, they would be the first ready
+        # worker's alone on a loaded machine, where the other takes seconds to start.
+        ids = await publish_orders(js, ORDERS)
         async with asyncio.timeout(60):
             await drained(js, "ORDERS", "payments")
         run.signal(signal.SIGTERM)

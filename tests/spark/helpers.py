@@ -19,7 +19,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from goflux import Headers, JsonCodec
 from goflux.transports import jetstream
-from goflux.transports.spark._source import ADMISSION_CONTROL
+from goflux.transports.spark._datasource.reader import ADMISSION_CONTROL
 
 R = TypeVar("R")
 

@@ -10,7 +10,7 @@ import os
 import re
 import socket
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -21,9 +21,9 @@ from goflux import InvalidSubject, JsonCodec, StrCodec, TransportError
 from goflux.transports import channel
 from goflux.transports import spark as gspark
 from goflux.transports.spark._connection import ConnectionOptions
-from goflux.transports.spark._options import SourceOptions, load_type
-from goflux.transports.spark._sink import SinkOptions, _as_batches
-from goflux.transports.spark._source import split_range
+from goflux.transports.spark._datasource.reader import split_range
+from goflux.transports.spark._datasource.writer import _as_batches
+from goflux.transports.spark._options import SinkOptions, SourceOptions, load_type
 from tests.spark.helpers import Sale
 
 
@@ -210,6 +210,27 @@ def test_read_refuses_bad_options_before_spark_runs(
     with pytest.raises(gspark.SourceOptionError, match=message):
         gspark.read(cast(SparkSession, session), Sale, servers="nats://x", stream="S", **kwargs)  # type: ignore[arg-type]
     assert session.loads == []
+
+
+def test_reads_and_sinks_refuse_missing_or_unknown_keywords() -> None:
+    session = cast(SparkSession, FakeSession())
+    typo: dict[str, Any] = {"fetch_sise": 10}
+    with pytest.raises(
+        TypeError, match=r"read_stream\(\) got unexpected keyword argument\(s\) fetch_sise"
+    ):
+        gspark.read_stream(session, Sale, servers="nats://x", stream="S", **typo)
+    with pytest.raises(TypeError, match=r"read\(\) missing required keyword argument 'stream'"):
+        gspark.read(session, Sale, servers="nats://x")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"read\(\) missing required keyword argument 'servers'"):
+        gspark.read(session, Sale, stream="S")  # type: ignore[call-arg]
+    codec = JsonCodec(Sale)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) windw"):
+        gspark.foreach_batch_publisher(codec=codec, servers="nats://x", subject="o", windw=3)
+    publisher = gspark.foreach_batch_publisher(
+        codec=codec, servers="nats://a,nats://b", subject="o"
+    )
+    assert (publisher.options.window, publisher.options.timeout) == (1_000, 10.0)
+    assert publisher.options.connection.servers == ("nats://a", "nats://b")
 
 
 async def test_micro_batches_refuse_bad_arguments_before_spark_runs() -> None:

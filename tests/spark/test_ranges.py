@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from goflux._wire import RepeatedHeaders
 from goflux.testing import NatsServer
 from goflux.transports._natspy import LineKeepingClient
-from goflux.transports.spark._ranges import RangeReader, stream_bounds
+from goflux.transports.spark._datasource.ranges import RangeReader, stream_bounds
 
 
 @pytest.fixture

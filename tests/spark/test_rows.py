@@ -11,11 +11,11 @@ from nats.aio.msg import Msg
 from pydantic import BaseModel
 
 from goflux import DecodeError
-from goflux._errors import SchemaError
 from goflux._wire import RepeatedHeaders
 from goflux.transports.spark._connection import ConnectionOptions
+from goflux.transports.spark._datasource.rows import CORRUPT_COLUMN, RowBuilder, source_schema
+from goflux.transports.spark._errors import SchemaError
 from goflux.transports.spark._options import SourceOptions
-from goflux.transports.spark._rows import CORRUPT_COLUMN, RowBuilder, source_schema
 from tests.spark.helpers import Sale, sale
 
 STORED_NS = 1_767_225_600_123_456_789  # 2026-01-01 00:00:00.123456789 UTC

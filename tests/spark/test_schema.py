@@ -49,7 +49,7 @@ from pyspark.sql.types import (
 from typing_extensions import TypedDict
 
 from goflux import DecodeError, JsonCodec
-from goflux._errors import SchemaError
+from goflux.transports.spark._errors import SchemaError
 from goflux.transports.spark._schema import PayloadColumns, arrow_schema
 from tests.models import Order
 

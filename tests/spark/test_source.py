@@ -20,7 +20,7 @@ from goflux import Headers, JsonCodec
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import spark as gspark
-from goflux.transports.spark._source import ADMISSION_CONTROL
+from goflux.transports.spark._datasource.reader import ADMISSION_CONTROL
 from tests.spark.helpers import (
     Sale,
     delete_stream,

@@ -2,7 +2,7 @@
 
 Lines ending in a type-ignore comment with an error code must produce exactly that
 mypy error; the
-test ``tests/test_typing.py`` strips the comments and checks mypy reports them, and
+test ``tests/core/test_typing.py`` strips the comments and checks mypy reports them, and
 ``mypy --strict`` (warn_unused_ignores) fails if an expected error disappears.
 This file is type-checked, never run.
 """
@@ -14,6 +14,7 @@ from typing import Self, TypeVar, assert_type
 
 from nats.aio.client import Client
 from pydantic import BaseModel
+from pyspark.sql import SparkSession
 from typing_extensions import TypedDict
 
 from goflux import (
@@ -287,3 +288,12 @@ assert_type(
     gspark.BatchPublisher[Order],
 )
 gspark.foreach_batch_publisher(servers="nats://x", subject="o", codec=StrCodec())  # type: ignore[arg-type]
+
+
+# --- Spark source: read and read_stream share typed options (ReadOptions).
+def spark_reads(spark: SparkSession) -> None:
+    gspark.read_stream(spark, Order, servers="nats://x", stream="S", subjects="o.>", user="u")
+    gspark.read(spark, Order, servers=["nats://x"], stream="S", ending=10, fetch_size=100)
+    gspark.read_stream(spark, Order, servers="nats://x", stream="S", fetch_sise=1)  # type: ignore[call-arg]
+    gspark.read(spark, Order, servers="nats://x")  # type: ignore[call-arg]
+    gspark.read(spark, Order, servers="nats://x", stream="S", starting="first")  # type: ignore[arg-type]

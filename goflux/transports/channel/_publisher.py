@@ -7,9 +7,9 @@ from typing import Generic, TypeVar
 from goflux._facts import Facts
 from goflux._headers import Headers, HeadersLike, check_message_id
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
-from goflux._scopes import PublishScopes
+from goflux._otel.scopes import PublishScopes
+from goflux._otel.telemetry import Telemetry
 from goflux._subjects import validate_subject
-from goflux._telemetry import Telemetry
 from goflux.transports.channel._bus import Bus, Envelope
 from goflux.transports.channel._system import SYSTEM
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import Generic, TypeVar, cast
 
+from goflux._compose.streams import Streaming
 from goflux._errors import DecodeError, SubscribeError
 from goflux._facts import Facts
 from goflux._interfaces import Handler
@@ -16,10 +17,9 @@ from goflux._lifecycle import (
     in_handler_context,
 )
 from goflux._message import Message
-from goflux._scopes import ProcessScopes
-from goflux._streams import Streaming
+from goflux._otel.scopes import ProcessScopes
+from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
-from goflux._telemetry import Telemetry
 from goflux.transports.channel._bus import Bus, Envelope, Route
 from goflux.transports.channel._system import SYSTEM
 

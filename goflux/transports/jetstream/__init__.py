@@ -20,27 +20,43 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "goflux.transports.jetstream needs nats-py: pip install 'goflux[nats]'"
     ) from exc
 
-from goflux._errors import (
+from goflux._exports import publish_names as _publish_names
+from goflux.transports.jetstream._acker import JetStreamAcker
+from goflux.transports.jetstream._errors import (
+    BucketNotFound,
     ConsumerNotFound,
+    DigestMismatch,
     ExpectationFailed,
     IncompatibleConfig,
+    InvalidKey,
+    JetStreamUnavailable,
+    KeyExists,
+    ObjectNotFound,
     ProvisioningError,
+    ResourceLimit,
+    RevisionMismatch,
+    StreamFeatureDisabled,
     StreamNotFound,
     SubjectOverlap,
 )
-from goflux.transports.jetstream._acker import JetStreamAcker
-from goflux.transports.jetstream._kv import KeyValue, key_value
-from goflux.transports.jetstream._kv_entry import Entry, Operation
-from goflux.transports.jetstream._kv_watch import EntryFeed, KeyWatcher
-from goflux.transports.jetstream._messages import StoredMessage, get_last
-from goflux.transports.jetstream._objectinfo import ObjectInfo
-from goflux.transports.jetstream._objectread import ObjectReader
-from goflux.transports.jetstream._objects import ObjectStore, object_store
-from goflux.transports.jetstream._objectwatch import ObjectWatch
-from goflux.transports.jetstream._pause import ConsumerPause, pause_consumer, resume_consumer
+from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
+from goflux.transports.jetstream._kv.entry import Entry, Operation
+from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
+from goflux.transports.jetstream._objects.info import ObjectInfo
+from goflux.transports.jetstream._objects.read import ObjectReader
+from goflux.transports.jetstream._objects.store import ObjectStore, object_store
+from goflux.transports.jetstream._objects.watch import ObjectWatch
+from goflux.transports.jetstream._options import SubscriberSettings
 from goflux.transports.jetstream._priority import PRIORITY_POLICIES, unpin_consumer
-from goflux.transports.jetstream._provision import ensure_consumer, ensure_stream
+from goflux.transports.jetstream._provision import (
+    ConsumerPause,
+    ensure_consumer,
+    ensure_stream,
+    pause_consumer,
+    resume_consumer,
+)
 from goflux.transports.jetstream._publisher import Outgoing, Publisher
+from goflux.transports.jetstream._stored import StoredMessage, get_last
 from goflux.transports.jetstream._subscriber import Subscriber
 from goflux.transports.jetstream._subscription import JetStreamSubscription
 from goflux.transports.jetstream._system import SYSTEM
@@ -48,17 +64,23 @@ from goflux.transports.jetstream._system import SYSTEM
 __all__ = (
     "PRIORITY_POLICIES",
     "SYSTEM",
+    "BucketNotFound",
     "ConsumerNotFound",
     "ConsumerPause",
+    "DigestMismatch",
     "Entry",
     "EntryFeed",
     "ExpectationFailed",
     "IncompatibleConfig",
+    "InvalidKey",
     "JetStreamAcker",
     "JetStreamSubscription",
+    "JetStreamUnavailable",
+    "KeyExists",
     "KeyValue",
     "KeyWatcher",
     "ObjectInfo",
+    "ObjectNotFound",
     "ObjectReader",
     "ObjectStore",
     "ObjectWatch",
@@ -66,10 +88,14 @@ __all__ = (
     "Outgoing",
     "ProvisioningError",
     "Publisher",
+    "ResourceLimit",
+    "RevisionMismatch",
     "StoredMessage",
+    "StreamFeatureDisabled",
     "StreamNotFound",
     "SubjectOverlap",
     "Subscriber",
+    "SubscriberSettings",
     "ensure_consumer",
     "ensure_stream",
     "get_last",
@@ -79,3 +105,5 @@ __all__ = (
     "resume_consumer",
     "unpin_consumer",
 )
+
+_publish_names(__name__, globals())

@@ -1,4 +1,8 @@
-"""Settlement of one JetStream message, and where a subscription's settlements are counted.
+"""A delivered message's ``$JS.ACK`` reply subject: the facts it carries, its settlement.
+
+The reply subject of a JetStream delivery names the stream, the consumer, the
+delivery count, both sequences, the store time and the pending count
+(:func:`ack_tokens`, :func:`delivery_of`); settling the message publishes to it.
 
 Every acknowledgement goes through :meth:`JetStreamAcker._send`: it publishes the
 payload (``+ACK``, ``-NAK``, ``+TERM``, ``+WPI``) on the message's ``$JS.ACK`` reply
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import nats.errors
@@ -20,19 +25,101 @@ from opentelemetry.util.types import AttributeValue
 
 from goflux._errors import SettlementError
 from goflux._message import Delivery, Outcome
-from goflux._semconv import GOFLUX_SETTLEMENT_OUTCOME
-from goflux._tally import Count
-from goflux._telemetry import Telemetry
+from goflux._otel.semconv import GOFLUX_SETTLEMENT_OUTCOME
+from goflux._otel.tally import Count
+from goflux._otel.telemetry import Telemetry
 from goflux.transports.jetstream._confirm import Confirmations
-from goflux.transports.jetstream._delivery import ack_tokens, delivery_of
 
-__all__ = ("JetStreamAcker", "Ledger", "hand_back")
+__all__ = (
+    "JetStreamAcker",
+    "LazyDelivery",
+    "Ledger",
+    "ack_tokens",
+    "delivery_of",
+    "hand_back",
+    "write_facts",
+)
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
 _TERM = b"+TERM"
 _PROGRESS = b"+WPI"
 _OUTCOMES: tuple[Outcome, ...] = ("ack", "nak", "term")
+
+
+def ack_tokens(reply: str) -> tuple[list[str], int]:
+    """Split a ``$JS.ACK`` reply subject; return its tokens and the stream name's index.
+
+    The subject is ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer
+    seq>.<timestamp ns>.<pending>``; newer servers put a domain and an account hash
+    after ``ACK``, so the stream name's index is 2 in the original form and 4 in the
+    longer one. The consumer, delivery count, stream sequence, consumer sequence,
+    timestamp and pending count follow the stream name in that order.
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        return tokens, 2
+    if len(tokens) >= 11:
+        return tokens, 4
+    raise ValueError(f"not a JetStream ack subject: {reply!r}")
+
+
+def delivery_of(reply: str) -> Delivery:
+    """The :class:`~goflux.Delivery` facts of the message ``reply`` acknowledges.
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens, offset = ack_tokens(reply)
+    return Delivery(
+        stream=tokens[offset],
+        consumer=tokens[offset + 1],
+        stream_sequence=int(tokens[offset + 3]),
+        consumer_sequence=int(tokens[offset + 4]),
+        num_delivered=int(tokens[offset + 2]),
+        num_pending=int(tokens[offset + 6]),
+        timestamp=datetime.fromtimestamp(int(tokens[offset + 5]) / 1e9, UTC),
+    )
+
+
+def write_facts(reply: str) -> tuple[int, datetime, int]:
+    """The stream sequence, store time and pending count of the delivery ``reply`` acks.
+
+    What a Key-Value entry needs of a delivery, without building a :class:`Delivery`.
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens, offset = ack_tokens(reply)
+    return (
+        int(tokens[offset + 3]),
+        datetime.fromtimestamp(int(tokens[offset + 5]) / 1e9, UTC),
+        int(tokens[offset + 6]),
+    )
+
+
+class LazyDelivery:
+    """The delivery facts of a message, read from its reply subject when first asked for.
+
+    A message of a consumer without acknowledgement (ordered mode) carries this in
+    place of its :class:`~goflux.Delivery`; calling it builds the facts.
+    """
+
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    def __call__(self) -> Delivery:
+        """The delivery facts.
+
+        Raises:
+            ValueError: The reply is not a JetStream ack subject.
+        """
+        return delivery_of(self.reply)
 
 
 class Ledger:
@@ -98,7 +185,7 @@ class JetStreamAcker:
     """Acknowledges one message through its ``$JS.ACK`` reply subject.
 
     The reply subject carries the delivery facts (see
-    :func:`~goflux.transports.jetstream._delivery.ack_tokens`). ``last_progress`` is
+    :func:`~goflux.transports.jetstream._acker.ack_tokens`). ``last_progress`` is
     when the server last heard of the message (its arrival, or the last in-progress
     signal): its ``ack_wait`` runs from then.
 

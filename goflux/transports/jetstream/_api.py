@@ -1,4 +1,10 @@
-"""JetStream API calls that end in a GofluxError, never in a raw nats-py one.
+"""The JetStream API: raw requests, and calls that end in a GofluxError, never a nats-py one.
+
+nats-py's typed calls cover the common requests; :func:`api_request` sends the ones it
+lacks (consumer pause, message get, the stream config JSON with every field the
+server knows), :func:`message_get` reads a stored message back, and the API's times
+are read and written here. Errors of these helpers stay nats-py's (``APIError`` and
+its subclasses).
 
 A call to the JetStream API (stream and consumer info, create, update) can fail in
 ways nats-py reports as raw errors: a refused request (no reply: a timeout), JetStream
@@ -10,38 +16,74 @@ the goflux error that says what happened, naming the stream or consumer.
 
 from __future__ import annotations
 
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
+from nats.js.errors import APIError, ServiceUnavailableError
 
-from goflux._errors import (
-    GofluxError,
+from goflux._errors import GofluxError, TransportError
+from goflux.transports._natspy import HeaderLines, api_prefix, api_timeout, connection
+from goflux.transports._refusals import Accept, Guard, Refusal, closed_reason, refusals
+from goflux.transports.jetstream._errors import (
+    ConsumerNotFound,
+    IncompatibleConfig,
     JetStreamUnavailable,
     ProvisioningError,
     ResourceLimit,
-    TransportError,
+    StreamNotFound,
 )
-from goflux.transports._natspy import api_prefix, api_timeout, connection
-from goflux.transports._refusals import Accept, Guard, Refusal, closed_reason, refusals
+from goflux.transports.jetstream._status import (
+    CONSUMER_NOT_FOUND,
+    JETSTREAM_NOT_ENABLED,
+    JETSTREAM_NOT_ENABLED_FOR_ACCOUNT,
+    NO_MESSAGE_FOUND,
+    RESOURCE_LIMITS,
+    STREAM_NAME_IN_USE,
+    STREAM_NOT_FOUND,
+    is_server_error,
+)
 
-__all__ = ("ApiCall", "api_error", "api_guard", "api_subjects", "known_refusal", "refusal_of")
+__all__ = (
+    "ApiCall",
+    "Stored",
+    "api_error",
+    "api_guard",
+    "api_request",
+    "api_subjects",
+    "check_name",
+    "from_rfc3339",
+    "known_refusal",
+    "message_get",
+    "provisioning_error",
+    "refusal_of",
+    "to_rfc3339",
+)
 
 _SERVER_API: Final = "$JS.API"
+_GO_ZERO_YEAR: Final = 1  # Go's zero time.Time, "0001-01-01T00:00:00Z": no time
+_NAME: Final = re.compile(r"[^.*>\s\x00-\x1f\x7f/\\]+")
 
-JETSTREAM_NOT_ENABLED_FOR_ACCOUNT: Final = 10039
-JETSTREAM_NOT_ENABLED: Final = 10076
-RESOURCE_LIMITS: Final = frozenset(
-    {
-        10023,  # insufficient resources
-        10026,  # maximum consumers limit reached
-        10027,  # maximum streams limit reached
-        10028,  # memory resources exceeded
-        10047,  # storage resources exceeded
-    }
-)
+
+def check_name(kind: str, name: object) -> str:
+    """Return ``name`` if it can name a stream or consumer (``kind`` says which).
+
+    Raises:
+        ValueError: Empty, or with dots, wildcards, slashes or whitespace.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"invalid {kind} name {name!r}: use a non-empty name without dots, "
+            "wildcards, slashes or whitespace"
+        )
+    return name
 
 
 def known_refusal(exc: APIError, what: str) -> GofluxError | None:
@@ -63,6 +105,25 @@ def known_refusal(exc: APIError, what: str) -> GofluxError | None:
             err_code=exc.err_code,
         )
     return None
+
+
+def provisioning_error(exc: APIError, what: str) -> GofluxError:
+    """The goflux error for a refusal of a stream or consumer request about ``what``."""
+    known = known_refusal(exc, what)
+    if known is not None:
+        return known
+    description = exc.description or str(exc)
+    if exc.err_code == STREAM_NOT_FOUND:
+        return StreamNotFound(f"{what}: stream not found", code=exc.code, err_code=exc.err_code)
+    if exc.err_code == CONSUMER_NOT_FOUND:
+        return ConsumerNotFound(f"{what}: consumer not found", code=exc.code, err_code=exc.err_code)
+    if is_server_error(exc.code) or exc.err_code == STREAM_NAME_IN_USE:
+        return IncompatibleConfig(
+            f"{what}: the server refuses the change: {description}",
+            code=exc.code,
+            err_code=exc.err_code,
+        )
+    return ProvisioningError(f"{what}: {description}", code=exc.code, err_code=exc.err_code)
 
 
 def api_error(exc: BaseException, what: str, js: JetStreamContext) -> GofluxError:
@@ -154,3 +215,110 @@ class ApiCall:
             return
         if isinstance(exc, nats.errors.Error | APIError | TimeoutError):
             raise api_error(exc, self._what, self._js) from exc
+
+
+# ---------------------------------------------------------------- raw requests
+
+
+async def api_request(
+    js: JetStreamContext, tail: str, body: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Send the JetStream API request ``tail`` (``"STREAM.INFO.ORDERS"``) with ``body``.
+
+    Returns:
+        The reply's JSON object.
+
+    Raises:
+        APIError: The server replied with an error (nats-py's subclass for its code).
+        ServiceUnavailableError: Nothing answers on the API subject.
+        nats.errors.Error: The request failed (timeout, closed connection).
+    """
+    data = b"" if body is None else json.dumps(body).encode()
+    try:
+        msg = await connection(js).request(
+            f"{api_prefix(js)}.{tail}", data, timeout=api_timeout(js)
+        )
+    except nats.errors.NoRespondersError as exc:
+        raise ServiceUnavailableError(description="no responders") from exc
+    reply: dict[str, Any] = json.loads(msg.data)
+    error = reply.get("error")
+    if error is not None:
+        APIError.from_error(error)  # raises
+    return reply
+
+
+def to_rfc3339(moment: datetime) -> str:
+    """``moment`` (timezone-aware) as the API writes times: RFC 3339 in UTC.
+
+    Raises:
+        ValueError: ``moment`` is naive (its timezone would be a guess).
+    """
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"{moment!r} has no timezone: give an aware datetime (e.g. UTC)")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def from_rfc3339(text: str | None) -> datetime | None:
+    """The aware datetime of an API time (nanoseconds cut to microseconds), or None.
+
+    None for a missing time and for Go's zero time (``0001-01-01T00:00:00Z``).
+    """
+    if not text:
+        return None
+    head, dot, rest = text.partition(".")
+    if dot:  # up to nine fraction digits, then the zone: keep six
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[: min(digits, 6)].ljust(6, '0')}{rest[digits:]}"
+    moment = datetime.fromisoformat(text)
+    if moment.year == _GO_ZERO_YEAR:
+        return None
+    return moment.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A message as the stream stores it, read back with ``STREAM.MSG.GET``.
+
+    Attributes:
+        subject: Its subject.
+        sequence: Its sequence in the stream.
+        time: When the stream stored it (UTC), if the server said.
+        data: Its body.
+        headers: Its headers (:class:`HeaderLines` where read from a stored block:
+            repeated names kept), or None without headers.
+    """
+
+    subject: str
+    sequence: int
+    time: datetime | None
+    data: bytes
+    headers: Mapping[str, str] | None
+
+
+async def message_get(
+    js: JetStreamContext, stream: str, request: Mapping[str, Any]
+) -> Stored | None:
+    """The stored message ``request`` names, or None if ``stream`` has no such message.
+
+    ``request`` is ``{"seq": n}`` or ``{"last_by_subj": subject}``.
+
+    Raises:
+        NotFoundError: The stream does not exist (``err_code`` 10059).
+        APIError: Another refusal.
+        nats.errors.Error: The request failed (timeout, closed connection).
+    """
+    try:
+        reply = await api_request(js, f"STREAM.MSG.GET.{stream}", request)
+    except APIError as exc:
+        if exc.err_code == NO_MESSAGE_FOUND:
+            return None
+        raise
+    stored = reply["message"]
+    block = base64.b64decode(stored.get("hdrs") or "")
+    return Stored(
+        subject=stored["subject"],
+        sequence=int(stored["seq"]),
+        time=from_rfc3339(stored.get("time")),
+        data=base64.b64decode(stored.get("data") or ""),
+        headers=HeaderLines.parsed(block) if block else None,
+    )

@@ -21,17 +21,17 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.nuid import NUID
 
-from goflux._errors import ExpectationFailed, PublishError, StreamFeatureDisabled
+from goflux._errors import PublishError
 from goflux._receipt import PublishReceipt
 from goflux.transports._refusals import Refusal
+from goflux.transports.jetstream._errors import ExpectationFailed, StreamFeatureDisabled
 from goflux.transports.jetstream._inbox import ReplyInbox
 from goflux.transports.jetstream._replies import no_stream, receipt, refused
+from goflux.transports.jetstream._status import ATOMIC_DUPLICATE_ID, NO_RESPONDERS
 
 __all__ = ("AtomicBatch", "AtomicReplies", "batch_headers")
 
 _IDS = NUID()
-_NO_RESPONDERS = "503"
-_DUPLICATE_ID = 10201  # "atomic publish batch contains duplicate message id"
 
 
 def batch_headers(batch_id: str, sequence: int, *, commit: bool) -> dict[str, str]:
@@ -72,7 +72,7 @@ class AtomicBatch:
                 stream=cause.stream,
                 setting=cause.setting,
             )
-        if cause.err_code == _DUPLICATE_ID:
+        if cause.err_code == ATOMIC_DUPLICATE_ID:
             # Found at the commit: the message it names is the commit, not the duplicate.
             return PublishError(
                 f"{where}: a message ID of the batch repeats within it or is already in "
@@ -155,7 +155,7 @@ class AtomicReplies:
         subject = batch.subjects[index]
         last = index == len(batch.subjects) - 1
         headers = msg.headers
-        if headers and headers.get("Status") == _NO_RESPONDERS:
+        if headers and headers.get("Status") == NO_RESPONDERS:
             batch.refused(index, no_stream(subject))
         elif last:
             try:

@@ -1,4 +1,11 @@
-"""The consumers a pull engine reads from: an acknowledged one, or ordered mode's.
+"""The consumer a subscription reads from: how it is created or bound, and its kinds.
+
+A subscription starts by creating its consumer (:func:`create_ephemeral`: an
+ephemeral one, or ordered mode's) or by binding to a durable one that exists
+(:func:`bind_durable`: it must be a pull consumer whose filter lies within the
+subscribed subject). Either gives a :class:`Binding`: the consumer, its ``ack_wait``,
+the :class:`PullLimits` its settings allow, and the subscription's place in its
+priority group.
 
 The engine (:mod:`._pull`) asks its consumer two things: whether to take a delivery
 (:meth:`admit`), and what to do when its pull requests are lost, JetStream is
@@ -13,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -24,26 +32,30 @@ from nats.js.errors import APIError, NotFoundError
 from nats.nuid import NUID
 
 from goflux._errors import PermissionDenied, SubscribeError
-from goflux.transports._natspy import api_prefix
-from goflux.transports.jetstream._api import api_guard
-from goflux.transports.jetstream._delivery import ack_tokens
+from goflux._subjects import covers
+from goflux.transports._natspy import api_prefix, api_timeout, connection
+from goflux.transports.jetstream._acker import ack_tokens
+from goflux.transports.jetstream._api import api_error, api_guard, known_refusal
 from goflux.transports.jetstream._options import EPHEMERAL_INACTIVE_THRESHOLD, SubscriberOptions
+from goflux.transports.jetstream._priority import Priority, check_ungrouped
+from goflux.transports.jetstream._status import STREAM_NOT_FOUND
 
 __all__ = (
     "AcknowledgedConsumer",
     "Admission",
+    "Binding",
     "Cause",
     "OrderedConsumer",
+    "PullLimits",
     "PulledConsumer",
     "Recovery",
+    "bind_durable",
     "create_consumer",
+    "create_ephemeral",
     "ordered_consumer_config",
 )
-
 logger = logging.getLogger("goflux.transports.jetstream")
 
-# The server's error code when the stream itself is gone (else the consumer is).
-_STREAM_NOT_FOUND = 10059
 _NAMES = NUID()
 
 Cause: TypeAlias = Literal["lost", "unavailable", "deleted"]
@@ -141,7 +153,7 @@ class AcknowledgedConsumer:
         try:
             await self._js.consumer_info(self.stream, self.name)
         except NotFoundError as exc:
-            what = "stream" if exc.err_code == _STREAM_NOT_FOUND else "consumer"
+            what = "stream" if exc.err_code == STREAM_NOT_FOUND else "consumer"
             return SubscribeError(f"{what} of {self.name!r} on {self.stream!r} is gone")
         except (nats.errors.Error, APIError, TimeoutError):
             pass  # JetStream unavailable for now
@@ -323,7 +335,7 @@ class OrderedConsumer:
             except PermissionDenied as exc:
                 return exc  # waiting cannot help: the subscription ends with it
             except NotFoundError as exc:
-                if exc.err_code == _STREAM_NOT_FOUND:  # nothing left to resume from
+                if exc.err_code == STREAM_NOT_FOUND:  # nothing left to resume from
                     return SubscribeError(f"stream of {old!r} on {self.stream!r} is gone")
                 logger.warning("could not recreate ordered consumer (%s); retrying", exc)
                 return Recovery.WAIT
@@ -342,3 +354,160 @@ class OrderedConsumer:
         """Delete the current consumer (it is ephemeral)."""
         with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
             await self._js.delete_consumer(self.stream, self.name)
+
+
+# ---------------------------------------------------------------- binding
+
+
+def _filters(info: ConsumerInfo) -> list[str]:
+    config = info.config
+    if config.filter_subjects:
+        return list(config.filter_subjects)
+    if config.filter_subject:
+        return [config.filter_subject]
+    return []
+
+
+class PullLimits:
+    """Pull request sizes for one subscription, within what its consumer accepts.
+
+    Args:
+        options: The subscriber's options (batch, expires, heartbeat).
+        max_batch: The consumer's ``max_batch``, if it sets one.
+        max_expires: The consumer's ``max_expires`` in seconds, if it sets one.
+    """
+
+    __slots__ = ("batch", "expires", "heartbeat")
+
+    def __init__(
+        self,
+        options: SubscriberOptions,
+        *,
+        max_batch: int | None = None,
+        max_expires: float | None = None,
+    ) -> None:
+        self.batch = min(options.batch, max_batch) if max_batch else options.batch
+        self.expires = min(options.expires, max_expires) if max_expires else options.expires
+        self.heartbeat = min(options.heartbeat, self.expires / 2)
+
+
+class Binding(NamedTuple):
+    """The consumer a subscription reads from, and what the subscription needs of it."""
+
+    consumer: PulledConsumer
+    ack_wait: float  # seconds the server waits for an acknowledgement
+    limits: PullLimits
+    priority: Priority | None = None  # its place in the consumer's priority group
+
+
+async def create_ephemeral(
+    js: JetStreamContext, stream: str, subject: str, options: SubscriberOptions
+) -> Binding:
+    """Create the ephemeral (or ordered) consumer for a subscription to ``subject``.
+
+    Raises:
+        SubscribeError: The stream does not exist, the server refused the consumer,
+            ``consumer_config`` is invalid, or the connection failed.
+        PermissionDenied: The server refused the request.
+    """
+    what = f"creating a consumer on stream {stream!r}"
+    try:
+        if options.ordered:
+            consumer_config = ordered_consumer_config(subject, options, None)
+        else:
+            config = {
+                "ack_policy": "explicit",
+                "inactive_threshold": EPHEMERAL_INACTIVE_THRESHOLD,
+                # The server enforces the in-flight bound too.
+                "max_ack_pending": options.max_in_flight,
+                **options.consumer_config,
+            }
+            if not config.get("filter_subject") and not config.get("filter_subjects"):
+                config["filter_subject"] = subject
+            consumer_config = ConsumerConfig(**config)
+        info = await create_consumer(js, stream, consumer_config)
+    except NotFoundError as exc:
+        raise SubscribeError(f"cannot subscribe: stream {stream!r} not found") from exc
+    except APIError as exc:
+        raise known_refusal(exc, what) or SubscribeError(
+            f"cannot create a consumer on stream {stream!r}: {exc.description}"
+        ) from exc
+    except TypeError as exc:
+        raise SubscribeError(f"invalid consumer_config: {exc}") from exc
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise SubscribeError(f"cannot subscribe: {api_error(exc, what, js)}") from exc
+    consumer: PulledConsumer
+    if options.ordered:
+        consumer = OrderedConsumer(js, stream, info, subject=subject, options=options)
+    else:
+        consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=True)
+    return Binding(consumer, info.config.ack_wait or 30.0, PullLimits(options))
+
+
+async def bind_durable(
+    js: JetStreamContext, stream: str, name: str, subject: str, options: SubscriberOptions
+) -> Binding:
+    """Check that the durable consumer ``name`` exists and fits ``subject``.
+
+    Raises:
+        SubscribeError: The stream or consumer does not exist, it is a push consumer,
+            it delivers outside ``subject``, its priority groups do not fit the
+            options, or the connection failed.
+        PermissionDenied: The server refused a request.
+    """
+    # The raw reply also carries max_batch / max_expires and the priority groups,
+    # which nats-py drops.
+    what = f"reading consumer {name!r} on stream {stream!r}"
+    try:
+        with api_guard(js, what, f"CONSUMER.INFO.{stream}.{name}"):
+            reply = await connection(js).request(
+                f"{api_prefix(js)}.CONSUMER.INFO.{stream}.{name}", b"", timeout=api_timeout(js)
+            )
+        raw = json.loads(reply.data)
+        if "error" in raw:
+            raise APIError.from_error(raw["error"])
+    except NotFoundError as exc:
+        missing = "stream" if exc.err_code == STREAM_NOT_FOUND else "consumer"
+        raise SubscribeError(
+            f"cannot subscribe: {missing} not found ({stream!r}/{name!r}); "
+            "create it with ensure_consumer()"
+        ) from exc
+    except APIError as exc:
+        raise known_refusal(exc, what) or SubscribeError(
+            f"cannot read consumer {name!r} on {stream!r}: {exc}"
+        ) from exc
+    except ValueError as exc:
+        raise SubscribeError(f"cannot read consumer {name!r} on {stream!r}: {exc}") from exc
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise SubscribeError(f"cannot subscribe: {api_error(exc, what, js)}") from exc
+    limits_config = dict(raw.get("config", {}))  # from_response converts in place
+    info = ConsumerInfo.from_response(raw)
+    if info.config.deliver_subject:
+        raise SubscribeError(f"consumer {name!r} is a push consumer; goflux needs a pull consumer")
+    filters = _filters(info)
+    if not filters:
+        what = f"reading stream {stream!r}"
+        try:
+            with api_guard(js, what, f"STREAM.INFO.{stream}"):
+                stream_info = await js.stream_info(stream)
+        except (nats.errors.Error, APIError, TimeoutError) as exc:
+            raise SubscribeError(f"cannot subscribe: {api_error(exc, what, js)}") from exc
+        filters = list(stream_info.config.subjects or [])
+    outside = [f for f in filters if not covers(subject, f)]
+    if outside:
+        raise SubscribeError(
+            f"consumer {name!r} delivers {outside}, outside the subscribed subject {subject!r}"
+        )
+    max_expires = limits_config.get("max_expires")
+    limits = PullLimits(
+        options,
+        max_batch=limits_config.get("max_batch") or None,
+        max_expires=max_expires / 1e9 if max_expires else None,
+    )
+    priority = options.priority_of()
+    if priority is None:
+        check_ungrouped(name, limits_config)
+    else:
+        priority.check(name, limits_config)
+    consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=False)
+    return Binding(consumer, info.config.ack_wait or 30.0, limits, priority)

@@ -25,15 +25,15 @@ from nats.js import JetStreamContext
 from goflux._codecs import Codec
 from goflux._errors import DecodeError, SettlementError, SubscribeError
 from goflux._message import Message, received
-from goflux._scopes import NULL_SCOPE, ProcessScopes
-from goflux._semconv import (
+from goflux._otel.scopes import NULL_SCOPE, ProcessScopes
+from goflux._otel.semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
     MESSAGING_NATS_DELIVERY_COUNT,
     MESSAGING_NATS_STREAM,
     MESSAGING_NATS_STREAM_SEQUENCE,
     MESSAGING_SYSTEM,
 )
-from goflux._telemetry import Telemetry
+from goflux._otel.telemetry import Telemetry
 from goflux._wire import read_headers
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import refusals
@@ -42,6 +42,13 @@ from goflux.transports.jetstream._api import api_guard
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._options import SubscriberOptions
 from goflux.transports.jetstream._priority import Priority
+from goflux.transports.jetstream._status import (
+    BAD_REQUEST,
+    CONFLICT,
+    HEARTBEAT,
+    NO_RESPONDERS,
+    PIN_MISMATCH,
+)
 from goflux.transports.jetstream._system import SYSTEM
 from goflux.transports.jetstream._undecodable import reject
 
@@ -208,17 +215,17 @@ class Fetcher(Generic[T]):
         """Whether the status ``msg`` ends the request (raise if it fails it)."""
         headers = msg.headers or {}
         status = headers.get("Status")
-        if status == "100":  # a heartbeat (not asked for)
+        if status == HEARTBEAT:  # a heartbeat (not asked for)
             return False
         description = str(headers.get("Description", ""))
-        if status == "503":
+        if status == NO_RESPONDERS:
             raise SubscribeError(
                 f"{where}: nothing answered the pull request (JetStream is unavailable, "
                 "or the consumer is gone)"
             )
-        if (status == "409" and description.startswith(_REFUSED)) or status == "400":
+        if (status == CONFLICT and description.startswith(_REFUSED)) or status == BAD_REQUEST:
             raise SubscribeError(f"{where}: the server refused it: {description}")
-        if status == "423" and self._priority is not None:
+        if status == PIN_MISMATCH and self._priority is not None:
             # Another client holds the pin now: the next read asks without ours.
             self._priority.unpinned()
         return True  # 404 no messages, 408 expired, 409 max bytes, leadership change
@@ -280,7 +287,7 @@ class Fetcher(Generic[T]):
 def _too_big(msg: Msg) -> bool:
     """Whether ``msg`` ended the request because the next message exceeds max_bytes."""
     headers = msg.headers or {}
-    return headers.get("Status") == "409" and "MaxBytes" in str(headers.get("Description", ""))
+    return headers.get("Status") == CONFLICT and "MaxBytes" in str(headers.get("Description", ""))
 
 
 def _nothing() -> None:

@@ -1,7 +1,7 @@
 """Messages a JetStream subscription handed to a message stream and holds until settled.
 
 A stream's subscription does not run a handler per message: it hands each message to
-the stream's buffer (:meth:`goflux._feed.StreamHandler.hand_off`) and keeps it here,
+the stream's buffer (:meth:`goflux._compose.feed.StreamHandler.hand_off`) and keeps it here,
 with its acker, until the stream's consumer settles it. Meanwhile the message keeps
 its in-flight room in the pull engine (settling through the acker gives it back), the
 keep-alive sends in-progress signals for it, and a drain waits for it until its
@@ -27,7 +27,7 @@ logger = logging.getLogger("goflux.transports.jetstream")
 class HeldMessages:
     """The unsettled messages a subscription handed to a stream, with their ackers.
 
-    It is the subscription's :class:`~goflux._feed.Holding`: the stream reads how many
+    It is the subscription's :class:`~goflux._compose.feed.Holding`: the stream reads how many
     are held and, when it closes during a drain, hands them back at once.
     """
 

@@ -1,6 +1,6 @@
 """One wildcard reply inbox whose replies come back by token.
 
-Pipelined PubAcks (:mod:`._pubacks`) and confirmed acks (:mod:`._confirm`) both send
+Pipelined PubAcks (:class:`~._replies.PubAcks`) and confirmed acks (:mod:`._confirm`) both send
 many requests whose replies come back in any order: each request gets the reply
 subject ``<inbox>.<token>``, and one subscription on ``<inbox>.*`` hands every reply
 to its owner with the token. A refusal of the inbox by the server is reported too.

@@ -1,11 +1,11 @@
-"""Validated options of a JetStream subscriber, shared by its subscriptions."""
+"""A JetStream subscriber's settings (:class:`SubscriberSettings`), checked, with defaults."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from goflux._deadletter import DeadLetter
+from goflux._compose.deadletter import DeadLetter
 from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
 from goflux.transports.jetstream._priority import Priority
 
@@ -16,6 +16,7 @@ __all__ = (
     "DEFAULT_MAX_IN_FLIGHT",
     "EPHEMERAL_INACTIVE_THRESHOLD",
     "SubscriberOptions",
+    "SubscriberSettings",
 )
 
 DEFAULT_MAX_IN_FLIGHT = 256
@@ -27,11 +28,40 @@ DEFAULT_DRAIN_TIMEOUT = 30.0
 EPHEMERAL_INACTIVE_THRESHOLD = 60.0
 
 
+class SubscriberSettings(TypedDict, total=False):
+    """The settings of a JetStream :class:`Subscriber`, all optional.
+
+    What each does, and its default, is in :class:`Subscriber`'s arguments.
+    """
+
+    manual_ack: bool
+    max_in_flight: int
+    concurrency: int
+    batch: int | None
+    expires: float
+    idle_heartbeat: float | None
+    keep_alive: bool
+    drain_timeout: float
+    consumer_config: Mapping[str, Any] | None
+    ordered: bool
+    dead_letter: DeadLetter | None
+    confirm_acks: bool
+    confirm_timeout: float
+    priority_group: str | None
+    min_pending: int | None
+    min_ack_pending: int | None
+    priority: int | None
+
+
+_SETTINGS = frozenset(SubscriberSettings.__annotations__)
+
+
 class SubscriberOptions:
-    """Validated options of a JetStream subscriber, shared by its subscriptions.
+    """A subscriber's settings, checked and with their defaults, shared by its subscriptions.
 
     Raises:
-        ValueError: An option is out of range.
+        ValueError: A setting is out of range.
+        TypeError: An unknown setting.
     """
 
     __slots__ = (
@@ -54,81 +84,65 @@ class SubscriberOptions:
         "priority_group",
     )
 
-    def __init__(
-        self,
-        *,
-        manual_ack: bool,
-        max_in_flight: int,
-        concurrency: int,
-        batch: int | None,
-        expires: float,
-        idle_heartbeat: float | None,
-        keep_alive: bool,
-        drain_timeout: float,
-        consumer_config: Mapping[str, Any] | None,
-        ordered: bool,
-        dead_letter: DeadLetter | None = None,
-        confirm_acks: bool = False,
-        confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
-        priority_group: str | None = None,
-        min_pending: int | None = None,
-        min_ack_pending: int | None = None,
-        priority: int | None = None,
-    ) -> None:
-        if priority_group is None and (
-            min_pending is not None or min_ack_pending is not None or priority is not None
+    def __init__(self, **settings: Unpack[SubscriberSettings]) -> None:
+        unknown = sorted(set(settings) - _SETTINGS)
+        if unknown:
+            raise TypeError(f"unknown subscriber setting(s): {', '.join(unknown)}")
+        self.manual_ack = settings.get("manual_ack", False)
+        self.max_in_flight = settings.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)
+        self.concurrency = settings.get("concurrency", 1)
+        self.batch = settings.get("batch") or self.max_in_flight
+        self.expires = settings.get("expires", DEFAULT_EXPIRES)
+        heartbeat = settings.get("idle_heartbeat")
+        self.heartbeat = heartbeat if heartbeat is not None else min(self.expires / 2, 5.0)
+        self.keep_alive = settings.get("keep_alive", True)
+        self.drain_timeout = settings.get("drain_timeout", DEFAULT_DRAIN_TIMEOUT)
+        self.consumer_config = dict(settings.get("consumer_config") or {})
+        self.ordered = settings.get("ordered", False)
+        self.dead_letter = settings.get("dead_letter")
+        self.confirm_acks = settings.get("confirm_acks", False)
+        self.confirm_timeout = settings.get("confirm_timeout", DEFAULT_CONFIRM_TIMEOUT)
+        self.priority_group = settings.get("priority_group")
+        self.min_pending = settings.get("min_pending")
+        self.min_ack_pending = settings.get("min_ack_pending")
+        self.priority = settings.get("priority")
+        self._check(settings.get("batch"))
+        self.batch = min(self.batch, self.max_in_flight)
+
+    def _check(self, batch: int | None) -> None:
+        if self.priority_group is None and (
+            self.min_pending is not None
+            or self.min_ack_pending is not None
+            or self.priority is not None
         ):
             raise ValueError("min_pending, min_ack_pending and priority need a priority_group")
-        if priority_group is not None:  # validates the group, the minimums and the priority
-            Priority(
-                priority_group,
-                min_pending=min_pending,
-                min_ack_pending=min_ack_pending,
-                priority=priority,
-            )
-        if ordered and (manual_ack or concurrency != 1 or confirm_acks):
+        self.priority_of()  # validates the group, the minimums and the priority
+        if self.ordered and (self.manual_ack or self.concurrency != 1 or self.confirm_acks):
             raise ValueError(
                 "ordered mode delivers in order without acks: no manual_ack or "
                 "confirm_acks, concurrency 1"
             )
-        if not confirm_timeout > 0:  # also refuses NaN
-            raise ValueError(f"confirm_timeout must be > 0 seconds, got {confirm_timeout}")
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        if concurrency > max_in_flight:
+        if not self.confirm_timeout > 0:  # also refuses NaN
+            raise ValueError(f"confirm_timeout must be > 0 seconds, got {self.confirm_timeout}")
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.concurrency > self.max_in_flight:
             raise ValueError(
-                f"concurrency ({concurrency}) cannot exceed max_in_flight ({max_in_flight})"
+                f"concurrency ({self.concurrency}) cannot exceed max_in_flight "
+                f"({self.max_in_flight})"
             )
         if batch is not None and batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
-        if expires < 1.0:
-            raise ValueError(f"expires must be >= 1 second, got {expires}")
-        heartbeat = idle_heartbeat if idle_heartbeat is not None else min(expires / 2, 5.0)
-        if not 0.1 <= heartbeat <= expires / 2:
+        if self.expires < 1.0:
+            raise ValueError(f"expires must be >= 1 second, got {self.expires}")
+        if not 0.1 <= self.heartbeat <= self.expires / 2:
             raise ValueError(
-                f"idle_heartbeat must be between 0.1s and half of expires, got {heartbeat}"
+                f"idle_heartbeat must be between 0.1s and half of expires, got {self.heartbeat}"
             )
-        if drain_timeout < 0:
-            raise ValueError(f"drain_timeout must be >= 0, got {drain_timeout}")
-        self.manual_ack = manual_ack
-        self.max_in_flight = max_in_flight
-        self.concurrency = concurrency
-        self.batch = min(batch or max_in_flight, max_in_flight)
-        self.expires = expires
-        self.heartbeat = heartbeat
-        self.keep_alive = keep_alive
-        self.drain_timeout = drain_timeout
-        self.consumer_config = dict(consumer_config or {})
-        self.ordered = ordered
-        self.dead_letter = dead_letter
-        self.confirm_acks = confirm_acks
-        self.confirm_timeout = confirm_timeout
-        self.priority_group = priority_group
-        self.min_pending = min_pending
-        self.min_ack_pending = min_ack_pending
-        self.priority = priority
+        if self.drain_timeout < 0:
+            raise ValueError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
 
     def priority_of(self) -> Priority | None:
         """A new subscription's place in its consumer's priority group, if it pulls in one."""

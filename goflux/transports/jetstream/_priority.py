@@ -24,10 +24,11 @@ import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
-from goflux._errors import ConsumerNotFound, StreamNotFound, SubscribeError
-from goflux.transports.jetstream._api import ApiCall
-from goflux.transports.jetstream._raw import api_request
-from goflux.transports.jetstream._rawconfig import consumer_info_raw
+from goflux._errors import SubscribeError
+from goflux.transports.jetstream._api import ApiCall, api_request, check_name
+from goflux.transports.jetstream._config import consumer_info_raw
+from goflux.transports.jetstream._errors import ConsumerNotFound, StreamNotFound
+from goflux.transports.jetstream._status import STREAM_NOT_FOUND
 
 __all__ = (
     "PIN_HEADER",
@@ -47,8 +48,6 @@ PIN_HEADER: Final = "Nats-Pin-Id"
 
 _NS = 1_000_000_000
 _GROUP = re.compile(r"[A-Za-z0-9_/=-]{1,16}")  # the server's rule for group names
-_NAME = re.compile(r"[^.*>\s\x00-\x1f\x7f/\\]+")
-_STREAM_NOT_FOUND = 10059
 
 
 def check_group(group: object) -> str:
@@ -211,11 +210,6 @@ def check_ungrouped(consumer: str, config: Mapping[str, Any]) -> None:
         )
 
 
-def _check_name(kind: str, name: object) -> None:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"invalid {kind} name {name!r}")
-
-
 async def unpin_consumer(js: JetStreamContext, stream: str, name: str, group: str) -> None:
     """Unpin the client pinned in ``group`` of consumer ``name``: the server pins another.
 
@@ -231,8 +225,8 @@ async def unpin_consumer(js: JetStreamContext, stream: str, name: str, group: st
         PermissionDenied: The server refused the request.
         TransportError: No answer in time, or the connection closed.
     """
-    _check_name("stream", stream)
-    _check_name("consumer", name)
+    check_name("stream", stream)
+    check_name("consumer", name)
     check_group(group)
     what = f"unpinning group {group!r} of consumer {name!r} on stream {stream!r}"
     tail = f"CONSUMER.UNPIN.{stream}.{name}"
@@ -240,7 +234,7 @@ async def unpin_consumer(js: JetStreamContext, stream: str, name: str, group: st
         try:
             await _unpin(js, tail, group)
         except NotFoundError as exc:
-            if exc.err_code == _STREAM_NOT_FOUND:
+            if exc.err_code == STREAM_NOT_FOUND:
                 raise StreamNotFound(
                     f"{what}: stream not found", code=exc.code, err_code=exc.err_code
                 ) from exc

@@ -1,68 +1,64 @@
-"""Idempotent provisioning of JetStream streams and consumers."""
+"""Streams and consumers at the server: idempotent provisioning, pausing and resuming.
+
+:func:`ensure_stream` and :func:`ensure_consumer` create or update (idempotent).
+nats-server 2.11's ``$JS.API.CONSUMER.PAUSE.<stream>.<consumer>`` request takes
+``{"pause_until": "<RFC 3339>"}`` to pause a consumer (:func:`pause_consumer`), and no
+time to resume it (:func:`resume_consumer`). Clients stay bound while it is paused
+(their pull requests wait), and get messages again once it resumes.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo
+from nats.js.api import ConsumerConfig, ConsumerInfo, StreamInfo
 from nats.js.errors import APIError, NotFoundError
 
-from goflux._errors import (
-    ConsumerNotFound,
-    GofluxError,
-    IncompatibleConfig,
-    ProvisioningError,
-    StreamNotFound,
-    SubjectOverlap,
-)
+from goflux._errors import GofluxError
 from goflux._subjects import validate_pattern
-from goflux.transports.jetstream._api import ApiCall, known_refusal
-from goflux.transports.jetstream._priority import priority_settings
-from goflux.transports.jetstream._raw import api_request
-from goflux.transports.jetstream._rawconfig import (
+from goflux.transports.jetstream._api import (
+    ApiCall,
+    api_request,
+    check_name,
+    from_rfc3339,
+    provisioning_error,
+    to_rfc3339,
+)
+from goflux.transports.jetstream._config import (
     add_consumer_raw,
     consumer_info_raw,
     info_from_raw,
     raw_differences,
+    same_config,
+    stream_json,
 )
-from goflux.transports.jetstream._streamconfig import same_config, stream_json
-
-__all__ = ("ensure_consumer", "ensure_stream")
-
-# JetStream API error codes (nats-server errors.json).
-_STREAM_NOT_FOUND = 10059
-_CONSUMER_NOT_FOUND = 10014
-_SUBJECTS_OVERLAP = 10065
-_STREAM_NAME_IN_USE = 10058
-_NOT_UPDATABLE = frozenset(
-    {
-        10055,  # stream mirror configuration can not be updated
-        10061,  # replicas configuration can not be updated
-    }
+from goflux.transports.jetstream._errors import IncompatibleConfig, StreamNotFound, SubjectOverlap
+from goflux.transports.jetstream._priority import priority_settings
+from goflux.transports.jetstream._status import (
+    MIRROR_NOT_UPDATABLE,
+    REPLICAS_NOT_UPDATABLE,
+    STREAM_NAME_IN_USE,
+    STREAM_NOT_FOUND,
+    SUBJECTS_OVERLAP,
 )
 
-_NAME = re.compile(r"[^.*>\s\x00-\x1f\x7f/\\]+")
+__all__ = (
+    "ConsumerPause",
+    "ensure_consumer",
+    "ensure_stream",
+    "pause_consumer",
+    "resume_consumer",
+)
 
-
-def _check_name(kind: str, name: object) -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(
-            f"invalid {kind} name {name!r}: use a non-empty name without dots, "
-            "wildcards, slashes or whitespace"
-        )
-    return name
-
-
-def _fields(cls: type[Any]) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-_STREAM_FIELDS = _fields(StreamConfig)
-_CONSUMER_FIELDS = _fields(ConsumerConfig)
+_NOT_UPDATABLE: Final = frozenset({MIRROR_NOT_UPDATABLE, REPLICAS_NOT_UPDATABLE})
+_NANOSECONDS: Final = 1_000_000_000
+_CONSUMER_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(ConsumerConfig))
 
 
 def _check_keys(kind: str, given: dict[str, Any], allowed: frozenset[str]) -> None:
@@ -86,24 +82,6 @@ def _same(current: Any, wanted: Any) -> bool:
 
 def _differences(current: Any, wanted: dict[str, Any]) -> list[str]:
     return [key for key, value in wanted.items() if not _same(getattr(current, key), value)]
-
-
-def _provisioning_error(exc: APIError, what: str) -> GofluxError:
-    known = known_refusal(exc, what)
-    if known is not None:
-        return known
-    description = exc.description or str(exc)
-    if exc.err_code == _STREAM_NOT_FOUND:
-        return StreamNotFound(f"{what}: stream not found", code=exc.code, err_code=exc.err_code)
-    if exc.err_code == _CONSUMER_NOT_FOUND:
-        return ConsumerNotFound(f"{what}: consumer not found", code=exc.code, err_code=exc.err_code)
-    if (exc.code is not None and exc.code >= 500) or exc.err_code == _STREAM_NAME_IN_USE:
-        return IncompatibleConfig(
-            f"{what}: the server refuses the change: {description}",
-            code=exc.code,
-            err_code=exc.err_code,
-        )
-    return ProvisioningError(f"{what}: {description}", code=exc.code, err_code=exc.err_code)
 
 
 async def _overlap_error(
@@ -134,7 +112,7 @@ def _stream_error(exc: APIError, what: str) -> GofluxError:
             code=exc.code,
             err_code=exc.err_code,
         )
-    return _provisioning_error(exc, what)
+    return provisioning_error(exc, what)
 
 
 def _stream_subjects(
@@ -172,9 +150,9 @@ async def _create_stream(
     try:
         return await api_request(js, f"STREAM.CREATE.{name}", {"name": name, **wanted})
     except APIError as exc:
-        if exc.err_code == _SUBJECTS_OVERLAP:
+        if exc.err_code == SUBJECTS_OVERLAP:
             raise await _overlap_error(js, name, wanted.get("subjects") or (), exc) from exc
-        if exc.err_code != _STREAM_NAME_IN_USE:
+        if exc.err_code != STREAM_NAME_IN_USE:
             raise _stream_error(exc, what) from exc
         return None
 
@@ -217,7 +195,7 @@ async def ensure_stream(
             mirror's source, ...).
         ProvisioningError: Any other refusal by the server.
     """
-    _check_name("stream", name)
+    check_name("stream", name)
     checked = _stream_subjects(name, subjects, config)
     given = {"subjects": checked, **config} if checked is not None else dict(config)
     wanted = stream_json(name, given)
@@ -227,7 +205,7 @@ async def ensure_stream(
         try:
             reply = await api_request(js, f"STREAM.INFO.{name}")
         except NotFoundError as exc:
-            if exc.err_code != _STREAM_NOT_FOUND:
+            if exc.err_code != STREAM_NOT_FOUND:
                 raise
             created = await _create_stream(js, name, wanted, what)
             if created is not None:
@@ -239,7 +217,7 @@ async def ensure_stream(
         try:
             updated = await api_request(js, f"STREAM.UPDATE.{name}", {**current, **wanted})
         except APIError as exc:
-            if exc.err_code == _SUBJECTS_OVERLAP:
+            if exc.err_code == SUBJECTS_OVERLAP:
                 raise await _overlap_error(js, name, checked or (), exc) from exc
             raise _stream_error(exc, what) from exc
         return _stream_info(updated)
@@ -288,9 +266,9 @@ async def ensure_consumer(
         IncompatibleConfig: The existing consumer cannot be changed so (e.g. ack policy).
         ProvisioningError: Any other refusal by the server.
     """
-    _check_name("stream", stream)
+    check_name("stream", stream)
     if name is not None:
-        _check_name("consumer", name)
+        check_name("consumer", name)
     _check_keys("consumer", config, _CONSUMER_FIELDS - {"name", "durable_name"})
     if config.get("deliver_subject"):
         raise ValueError("goflux consumers are pull consumers: deliver_subject is not allowed")
@@ -315,7 +293,7 @@ async def ensure_consumer(
             try:
                 current = await consumer_info_raw(js, stream, name)
             except NotFoundError as exc:
-                if exc.err_code == _STREAM_NOT_FOUND:
+                if exc.err_code == STREAM_NOT_FOUND:
                     raise StreamNotFound(
                         f"{what}: stream not found", code=exc.code, err_code=exc.err_code
                     ) from exc
@@ -330,5 +308,114 @@ async def ensure_consumer(
         try:
             created = await add_consumer_raw(js, stream, consumer_config, raw)
         except APIError as exc:
-            raise _provisioning_error(exc, what) from exc
+            raise provisioning_error(exc, what) from exc
         return created
+
+
+# ---------------------------------------------------------------- pausing consumers
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPause:
+    """A consumer's pause state, as the server reported it after a pause or resume.
+
+    Attributes:
+        paused: Whether the consumer is paused now (False after a resume, and after a
+            pause until a time already past).
+        until: When the pause ends (timezone-aware, UTC), None without one.
+        remaining: Seconds until the pause ends (0.0 when not paused).
+    """
+
+    paused: bool
+    until: datetime | None
+    remaining: float
+
+
+def _until(until: datetime | timedelta | float) -> datetime:
+    """The end of a pause given as a time, a duration or seconds from now."""
+    if isinstance(until, datetime):
+        if until.tzinfo is None or until.utcoffset() is None:
+            raise ValueError(f"until={until!r} has no timezone: give an aware datetime")
+        return until
+    if isinstance(until, timedelta):
+        seconds = until.total_seconds()
+    elif isinstance(until, int | float) and not isinstance(until, bool):
+        seconds = float(until)
+    else:
+        raise TypeError(
+            f"until must be a datetime, timedelta or seconds, got {type(until).__name__}"
+        )
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"a pause must last zero or more seconds, got {seconds}")
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def _pause_state(reply: dict[str, Any]) -> ConsumerPause:
+    return ConsumerPause(
+        paused=bool(reply.get("paused", False)),
+        until=from_rfc3339(reply.get("pause_until")),
+        remaining=int(reply.get("pause_remaining") or 0) / _NANOSECONDS,
+    )
+
+
+async def _request(
+    js: JetStreamContext, stream: str, name: str, body: dict[str, str] | None
+) -> ConsumerPause:
+    check_name("stream", stream)
+    check_name("consumer", name)
+    what = f"consumer {name!r} on stream {stream!r}"
+    tail = f"CONSUMER.PAUSE.{stream}.{name}"
+    with ApiCall(js, what, tail):
+        try:
+            reply = await api_request(js, tail, body)
+        except APIError as exc:
+            raise provisioning_error(exc, what) from exc
+    return _pause_state(reply)
+
+
+async def pause_consumer(
+    js: JetStreamContext, stream: str, name: str, *, until: datetime | timedelta | float
+) -> ConsumerPause:
+    """Pause the durable consumer ``name`` of ``stream`` until ``until`` (nats-server 2.11+).
+
+    While paused the server delivers nothing from the consumer: bound subscribers
+    stay bound and get messages again once ``until`` passes or
+    :func:`~goflux.transports.jetstream.resume_consumer` is called. Pausing a paused
+    consumer moves the end of the pause.
+
+    Args:
+        js: The JetStream context.
+        stream: The consumer's stream.
+        name: The durable consumer.
+        until: When the pause ends: an aware ``datetime``, or a ``timedelta`` or
+            seconds from now.
+
+    Returns:
+        The pause as the server confirmed it.
+
+    Raises:
+        ValueError: Invalid names, a naive datetime, or a negative duration.
+        TypeError: ``until`` is of another type.
+        StreamNotFound: The stream does not exist.
+        ConsumerNotFound: The consumer does not exist.
+        PermissionDenied: The server refused the request.
+        ProvisioningError: Any other refusal by the server.
+    """
+    body = {"pause_until": to_rfc3339(_until(until))}
+    return await _request(js, stream, name, body)
+
+
+async def resume_consumer(js: JetStreamContext, stream: str, name: str) -> ConsumerPause:
+    """End the pause of the consumer ``name`` of ``stream`` now (a no-op if not paused).
+
+    Returns:
+        The state the server confirmed (``paused`` False).
+
+    Raises:
+        ValueError: Invalid names.
+        StreamNotFound: The stream does not exist.
+        ConsumerNotFound: The consumer does not exist.
+        PermissionDenied: The server refused the request.
+        ProvisioningError: Any other refusal by the server.
+    """
+    return await _request(js, stream, name, None)

@@ -18,15 +18,14 @@ from goflux._errors import PublishError
 from goflux._facts import Facts
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
+from goflux._otel.scopes import NullScope, PublishScope, PublishScopes
+from goflux._otel.telemetry import Telemetry
 from goflux._receipt import PublishReceipt
-from goflux._scopes import NullScope, PublishScope, PublishScopes
-from goflux._telemetry import Telemetry
 from goflux._wire import check_size, outgoing
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import Refusal, Refusals, closed_reason, refusals
 from goflux.transports.jetstream._atomic import AtomicBatch, AtomicReplies, batch_headers
-from goflux.transports.jetstream._pubacks import PubAcks
-from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
+from goflux.transports.jetstream._replies import PubAcks, receipt, send_error, timeout_error
 from goflux.transports.jetstream._server_headers import TTL, expectations
 from goflux.transports.jetstream._server_headers import server_headers as server_headers_of
 from goflux.transports.jetstream._system import SYSTEM

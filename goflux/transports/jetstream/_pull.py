@@ -39,11 +39,24 @@ from goflux.transports._natspy import api_prefix, connection, drain, flush
 from goflux.transports._refusals import Refusal, refusals
 from goflux.transports.jetstream._acker import hand_back
 from goflux.transports.jetstream._api import api_subjects
-from goflux.transports.jetstream._consumers import Admission, Cause, PulledConsumer, Recovery
-from goflux.transports.jetstream._options import SubscriberOptions
+from goflux.transports.jetstream._consumers import (
+    Admission,
+    Cause,
+    PulledConsumer,
+    PullLimits,
+    Recovery,
+)
 from goflux.transports.jetstream._priority import Priority, release_pin
+from goflux.transports.jetstream._status import (
+    BAD_REQUEST,
+    CONFLICT,
+    HEARTBEAT,
+    NO_RESPONDERS,
+    PIN_MISMATCH,
+    REQUEST_TIMEOUT,
+)
 
-__all__ = ("PullEngine", "PullLimits")
+__all__ = ("PullEngine",)
 
 logger = logging.getLogger("goflux.transports.jetstream")
 
@@ -51,29 +64,6 @@ _NS = 1_000_000_000
 # Most seconds between two looks at the connection: a reconnect is noticed this soon
 # (nats-py offers no signal for it that goflux could subscribe to on the user's client).
 _MAX_TICK = 0.5
-
-
-class PullLimits:
-    """Pull request sizes for one subscription, within what its consumer accepts.
-
-    Args:
-        options: The subscriber's options (batch, expires, heartbeat).
-        max_batch: The consumer's ``max_batch``, if it sets one.
-        max_expires: The consumer's ``max_expires`` in seconds, if it sets one.
-    """
-
-    __slots__ = ("batch", "expires", "heartbeat")
-
-    def __init__(
-        self,
-        options: SubscriberOptions,
-        *,
-        max_batch: int | None = None,
-        max_expires: float | None = None,
-    ) -> None:
-        self.batch = min(options.batch, max_batch) if max_batch else options.batch
-        self.expires = min(options.expires, max_expires) if max_expires else options.expires
-        self.heartbeat = min(options.heartbeat, self.expires / 2)
 
 
 class PullEngine:
@@ -383,10 +373,10 @@ class PullEngine:
     async def _on_status(self, msg: Msg) -> None:
         headers = msg.headers or {}
         status = headers.get("Status")
-        if status == "100":  # idle heartbeat: the pull request is alive
+        if status == HEARTBEAT:  # idle heartbeat: the pull request is alive
             return
         description = str(headers.get("Description", ""))
-        if status == "408" or (status == "409" and "Nats-Pending-Messages" in headers):
+        if status == REQUEST_TIMEOUT or (status == CONFLICT and "Nats-Pending-Messages" in headers):
             # A pull request ended; its headers say how much of it was unfilled.
             try:
                 unfilled = int(headers.get("Nats-Pending-Messages", "0"))
@@ -395,11 +385,11 @@ class PullEngine:
             self._requested = max(0, self._requested - unfilled)
             await self.pull()
             return
-        if status == "409" and "Consumer Deleted" in description:
+        if status == CONFLICT and "Consumer Deleted" in description:
             self._requested = 0
             await self._recover("deleted", "consumer deleted")
             return
-        if (status == "409" and "Exceeded MaxRequest" in description) or status == "400":
+        if (status == CONFLICT and "Exceeded MaxRequest" in description) or status == BAD_REQUEST:
             # The consumer refuses requests this big or long, or these requests (no
             # priority group, or one it does not have): retrying cannot help.
             await self._fail(
@@ -408,7 +398,7 @@ class PullEngine:
                 )
             )
             return
-        if status == "423" and self._priority is not None:
+        if status == PIN_MISMATCH and self._priority is not None:
             # Another client is pinned now: our pin id is stale, and so are the
             # requests carrying it. Start over without it (and wait as a standby).
             self._priority.unpinned()
@@ -420,7 +410,7 @@ class PullEngine:
         reason = description.split("\n", maxsplit=1)[0]
         logger.info("pull status %s %s for %r", status, reason, self.consumer.name)
         self._requested = 0
-        if status == "503":
+        if status == NO_RESPONDERS:
             self._loop.create_task(self._recover("unavailable", "no responders"))
 
     async def _watch(self) -> None:

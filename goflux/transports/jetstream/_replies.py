@@ -1,35 +1,62 @@
-"""What a JetStream publish's reply (or its absence) means: a receipt or a PublishError."""
+"""PubAcks: what a publish's reply (or its absence) means, and PubAcks awaited in a pipeline.
+
+A reply is a receipt or a refusal (:func:`receipt`, :func:`refused`); no reply is a
+missing stream or a timeout. :class:`PubAcks` is a publisher's own reply inbox for
+pipelined publishes: each gets a reply subject under one wildcard subscription, and
+its future resolves with the receipt, or fails with the server's refusal (its error
+code and description, read here: nats-py's own pipelining raises a refusal inside its
+reply callback and never resolves the caller's future), or with "no stream" when no
+stream captures the subject.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from pydantic_core import from_json
 
-from goflux._errors import ExpectationFailed, PublishError, StreamFeatureDisabled
+from goflux._errors import PublishError
 from goflux._lifecycle import closed_publisher_error
 from goflux._receipt import PublishReceipt
-from goflux.transports._refusals import closed_reason
+from goflux.transports._refusals import Refusal, closed_reason
+from goflux.transports.jetstream._errors import ExpectationFailed, StreamFeatureDisabled
+from goflux.transports.jetstream._inbox import ReplyInbox
+from goflux.transports.jetstream._status import (
+    ATOMIC_DISABLED,
+    EXPECTED_LAST_MESSAGE_ID,
+    EXPECTED_LAST_SEQUENCE,
+    EXPECTED_STREAM,
+    MESSAGE_HEADERS_TOO_LARGE,
+    MESSAGE_TOO_LARGE,
+    MSG_SCHEDULES_DISABLED,
+    MSG_TTL_DISABLED,
+    NO_RESPONDERS,
+    ROLLUP_DISABLED,
+    is_client_error,
+)
 
-__all__ = ("no_stream", "receipt", "refused", "send_error", "timeout_error")
+__all__ = ("PubAcks", "no_stream", "receipt", "refused", "send_error", "timeout_error")
 
 EXPECTATIONS = {
-    10060: "stream",
-    10070: "last_message_id",
-    10071: "last_sequence",
+    EXPECTED_STREAM: "stream",
+    EXPECTED_LAST_MESSAGE_ID: "last_message_id",
+    EXPECTED_LAST_SEQUENCE: "last_sequence",
 }
 # Refusals of a publish that the stream's settings do not allow: what it asked for,
 # and the setting that would allow it.
 DISABLED = {
-    10166: ("a per-message TTL", "allow_msg_ttl"),
-    10174: ("an atomic batch", "allow_atomic"),
-    10111: ("a rollup", "allow_rollup_hdrs"),
-    10188: ("a message schedule", "allow_msg_schedules"),
+    MSG_TTL_DISABLED: ("a per-message TTL", "allow_msg_ttl"),
+    ATOMIC_DISABLED: ("an atomic batch", "allow_atomic"),
+    ROLLUP_DISABLED: ("a rollup", "allow_rollup_hdrs"),
+    MSG_SCHEDULES_DISABLED: ("a message schedule", "allow_msg_schedules"),
 }
 # Refusals that a retry of the same message cannot overcome whatever their status
 # code: the message or its headers exceed the stream's maximum size.
-PERMANENT_REFUSALS = frozenset({10054, 10097})
+PERMANENT_REFUSALS = frozenset({MESSAGE_TOO_LARGE, MESSAGE_HEADERS_TOO_LARGE})
 
 
 def refused(
@@ -61,7 +88,7 @@ def refused(
         )
     # A 4xx refusal (a sealed stream, a bad request) cannot succeed on retry; a 503
     # (a full stream, JetStream starting up) may.
-    permanent = err_code in PERMANENT_REFUSALS or (code is not None and 400 <= code < 500)
+    permanent = err_code in PERMANENT_REFUSALS or is_client_error(code)
     return PublishError(
         f"publish to {subject!r} refused: {description}",
         subject=subject,
@@ -150,3 +177,80 @@ def send_error(subject: str, exc: BaseException, nc: Client) -> PublishError:
     return PublishError(
         f"publish to {subject!r} failed: {exc}", subject=subject, permanent=permanent
     )
+
+
+class PubAcks:
+    """Reply subjects and futures for PubAcks awaited in a pipeline."""
+
+    __slots__ = ("_inbox", "_pending", "_refused")
+
+    def __init__(self, nc: Client) -> None:
+        self._inbox = ReplyInbox(nc, self._on_reply, self._on_refused)
+        self._pending: dict[str, tuple[asyncio.Future[PublishReceipt], str]] = {}
+        self._refused: Refusal | None = None
+
+    async def open(self) -> None:
+        """Subscribe the inbox (once; again after :meth:`close`).
+
+        Raises:
+            PermissionDenied: The server refused the inbox.
+            nats.errors.Error: The connection is closed or failed.
+        """
+        if self._refused is not None:
+            raise self._refused.error("the inbox for PubAcks")
+        await self._inbox.open()
+
+    def expect(self, subject: str) -> tuple[str, asyncio.Future[PublishReceipt]]:
+        """A reply subject for a publish to ``subject``, and the future of its receipt."""
+        token, reply = self._inbox.new_token()
+        future: asyncio.Future[PublishReceipt] = asyncio.get_running_loop().create_future()
+        self._pending[token] = (future, subject)
+        return reply, future
+
+    def forget(self, future: asyncio.Future[PublishReceipt], reply: str) -> None:
+        """Stop waiting for the PubAck sent to ``reply`` (a late one is ignored)."""
+        self._pending.pop(self._inbox.token_of(reply), None)
+        if not future.done():
+            future.cancel()
+
+    def fail(self, reply: str, error: PublishError) -> None:
+        """Fail the publish awaiting its PubAck on ``reply`` (a late PubAck is ignored)."""
+        entry = self._pending.pop(self._inbox.token_of(reply), None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(error)
+
+    def _on_refused(self, refusal: Refusal) -> None:
+        """The server refused the inbox: no PubAck can come; every waiting publish fails.
+
+        The publishes themselves went out and may have been stored.
+        """
+        self._refused = refusal
+        pending, self._pending = self._pending, {}
+        for future, subject in pending.values():
+            if not future.done():
+                what = f"publish to {subject!r}: the inbox for its PubAck"
+                future.set_exception(refusal.error(what, may_be_stored=True))
+
+    async def _on_reply(self, token: str, msg: Msg) -> None:
+        entry = self._pending.pop(token, None)
+        if entry is None:
+            return  # late: its publish was given up
+        future, subject = entry
+        if future.done():
+            return
+        headers = msg.headers
+        if headers and headers.get("Status") == NO_RESPONDERS:
+            future.set_exception(no_stream(subject))
+            return
+        try:
+            future.set_result(receipt(msg.data, subject))
+        except PublishError as refused:  # receipt() raises nothing else
+            future.set_exception(refused)
+
+    async def close(self) -> None:
+        """Unsubscribe; publishes still waiting get "cancelled"."""
+        for future, _ in self._pending.values():
+            if not future.done():
+                future.cancel()
+        self._pending.clear()
+        await self._inbox.close()

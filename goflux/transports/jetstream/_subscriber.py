@@ -3,64 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar, Unpack
 
-import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, ConsumerInfo
-from nats.js.errors import APIError, NotFoundError
 
 from goflux._codecs import Codec
-from goflux._deadletter import DeadLetter
+from goflux._compose.streams import Streaming
 from goflux._errors import RequestTimeout, SubscribeError
 from goflux._facts import Facts
 from goflux._interfaces import Handler
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._message import Message
-from goflux._streams import Streaming
-from goflux._subjects import covers
-from goflux._telemetry import Telemetry
-from goflux.transports._natspy import api_prefix, api_timeout, connection, keep_header_lines
-from goflux.transports.jetstream._api import api_error, api_guard, known_refusal
-from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
-from goflux.transports.jetstream._consumers import (
-    AcknowledgedConsumer,
-    OrderedConsumer,
-    PulledConsumer,
-    create_consumer,
-    ordered_consumer_config,
-)
+from goflux._otel.telemetry import Telemetry
+from goflux.transports._natspy import connection, keep_header_lines
+from goflux.transports.jetstream._consumers import bind_durable, create_ephemeral
 from goflux.transports.jetstream._fetch import Fetcher, check_fetch
 from goflux.transports.jetstream._options import (
-    DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_EXPIRES,
     DEFAULT_FETCH_EXPIRES,
-    DEFAULT_MAX_IN_FLIGHT,
-    EPHEMERAL_INACTIVE_THRESHOLD,
     SubscriberOptions,
+    SubscriberSettings,
 )
-from goflux.transports.jetstream._priority import check_ungrouped
-from goflux.transports.jetstream._pull import PullLimits
-from goflux.transports.jetstream._subscription import (
-    Binding,
-    JetStreamSubscription,
-    started,
-)
+from goflux.transports.jetstream._subscription import JetStreamSubscription, started
 
 __all__ = ("Subscriber",)
 
 T = TypeVar("T")
-
-
-def _filters(info: ConsumerInfo) -> list[str]:
-    config = info.config
-    if config.filter_subjects:
-        return list(config.filter_subjects)
-    if config.filter_subject:
-        return [config.filter_subject]
-    return []
 
 
 class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], Generic[T]):
@@ -111,43 +78,53 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         codec: Decodes the payloads.
         stream: The stream to consume.
         consumer: A durable consumer to bind to; None creates ephemeral ones.
-        manual_ack: Leave settlement to the handler.
-        max_in_flight: Most messages received and not yet settled. Ephemeral
-            consumers get it as their ``max_ack_pending`` too; give a durable the same
-            ``max_ack_pending`` for a hard server-side bound (the server may otherwise
-            count one more for a moment while an ack and the next pull cross).
-        concurrency: Handlers running at a time (messages beyond one are processed in
-            parallel, so out of order).
-        batch: Most messages asked for per pull request (default: ``max_in_flight``).
-        expires: Seconds a pull request stays open at the server.
-        idle_heartbeat: Seconds between server heartbeats on an idle pull request
-            (default: ``min(expires / 2, 5)``); two missed ones trigger a new pull.
-        keep_alive: Send ``in_progress`` for handlers outliving half the ack_wait.
-        drain_timeout: Seconds a drain may take to finish what was received.
-        consumer_config: Settings for the ephemeral consumers (nats-py
-            ``ConsumerConfig`` fields, such as ``deliver_policy`` or ``ack_wait``).
-        dead_letter: Where undecodable payloads are published (bytes unchanged, with
-            failure headers) before they are terminated; see
-            :class:`goflux.middleware.DeadLetter`. Handler failures are dead-lettered
-            by :func:`goflux.middleware.retry_ack`.
-        confirm_acks: Confirm every ack with the server (see above).
-        confirm_timeout: Seconds to wait for an ack's confirmation before sending it
-            again.
-        ordered: Replay in stream order without acknowledgements, through an
-            ephemeral consumer that is recreated after the last message seen whenever
-            a gap, a missed heartbeat or a reconnect is detected (no durable needed;
-            concurrency 1; settling is a no-op).
-        priority_group: The priority group of the bound ``consumer`` to pull in.
-        min_pending: Pull only while the consumer has at least this many messages
-            pending (``overflow`` policy).
-        min_ack_pending: Pull only while at least this many messages of the consumer
-            await acknowledgement (``overflow`` policy).
-        priority: 0 (served first) to 9 (``prioritized`` policy).
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
+        **settings: :class:`SubscriberSettings`, each optional:
+
+            - ``manual_ack``: Leave settlement to the handler (default False).
+            - ``max_in_flight``: Most messages received and not yet settled (default
+              256). Ephemeral consumers get it as their ``max_ack_pending`` too; give
+              a durable the same ``max_ack_pending`` for a hard server-side bound
+              (the server may otherwise count one more for a moment while an ack and
+              the next pull cross).
+            - ``concurrency``: Handlers running at a time (default 1; messages beyond
+              one are processed in parallel, so out of order).
+            - ``batch``: Most messages asked for per pull request (default:
+              ``max_in_flight``).
+            - ``expires``: Seconds a pull request stays open at the server (default 30).
+            - ``idle_heartbeat``: Seconds between server heartbeats on an idle pull
+              request (default: ``min(expires / 2, 5)``); two missed ones trigger a
+              new pull.
+            - ``keep_alive``: Send ``in_progress`` for handlers outliving half the
+              ack_wait (default True).
+            - ``drain_timeout``: Seconds a drain may take to finish what was received
+              (default 30).
+            - ``consumer_config``: Settings for the ephemeral consumers (nats-py
+              ``ConsumerConfig`` fields, such as ``deliver_policy`` or ``ack_wait``).
+            - ``dead_letter``: Where undecodable payloads are published (bytes
+              unchanged, with failure headers) before they are terminated; see
+              :class:`goflux.middleware.DeadLetter`. Handler failures are
+              dead-lettered by :func:`goflux.middleware.retry_ack`.
+            - ``confirm_acks``: Confirm every ack with the server (see above; default
+              False).
+            - ``confirm_timeout``: Seconds to wait for an ack's confirmation before
+              sending it again (default 2).
+            - ``ordered``: Replay in stream order without acknowledgements, through an
+              ephemeral consumer that is recreated after the last message seen
+              whenever a gap, a missed heartbeat or a reconnect is detected (no
+              durable needed; concurrency 1; settling is a no-op; default False).
+            - ``priority_group``: The priority group of the bound ``consumer`` to pull
+              in.
+            - ``min_pending``: Pull only while the consumer has at least this many
+              messages pending (``overflow`` policy).
+            - ``min_ack_pending``: Pull only while at least this many messages of the
+              consumer await acknowledgement (``overflow`` policy).
+            - ``priority``: 0 (served first) to 9 (``prioritized`` policy).
 
     Raises:
-        ValueError: An option is out of range, or priority options without a bound
+        ValueError: A setting is out of range, or priority settings without a bound
             durable ``consumer`` (or thresholds without a ``priority_group``).
+        TypeError: An unknown setting.
     """
 
     def __init__(
@@ -157,50 +134,16 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
         *,
         stream: str,
         consumer: str | None = None,
-        manual_ack: bool = False,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        concurrency: int = 1,
-        batch: int | None = None,
-        expires: float = DEFAULT_EXPIRES,
-        idle_heartbeat: float | None = None,
-        keep_alive: bool = True,
-        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
-        consumer_config: Mapping[str, Any] | None = None,
-        ordered: bool = False,
-        dead_letter: DeadLetter | None = None,
-        confirm_acks: bool = False,
-        confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT,
-        priority_group: str | None = None,
-        min_pending: int | None = None,
-        min_ack_pending: int | None = None,
-        priority: int | None = None,
         telemetry: Telemetry | None = None,
+        **settings: Unpack[SubscriberSettings],
     ) -> None:
-        self._options = SubscriberOptions(
-            manual_ack=manual_ack,
-            max_in_flight=max_in_flight,
-            concurrency=concurrency,
-            batch=batch,
-            expires=expires,
-            idle_heartbeat=idle_heartbeat,
-            keep_alive=keep_alive,
-            drain_timeout=drain_timeout,
-            consumer_config=consumer_config,
-            ordered=ordered,
-            dead_letter=dead_letter,
-            confirm_acks=confirm_acks,
-            confirm_timeout=confirm_timeout,
-            priority_group=priority_group,
-            min_pending=min_pending,
-            min_ack_pending=min_ack_pending,
-            priority=priority,
-        )
-        if priority_group is not None and consumer is None:
+        self._options = options = SubscriberOptions(**settings)
+        if options.priority_group is not None and consumer is None:
             raise ValueError(
                 "priority_group needs a bound durable consumer (consumer=...) with that "
                 "group; ephemeral and ordered consumers have none"
             )
-        if consumer is not None and (consumer_config or ordered):
+        if consumer is not None and (options.consumer_config or options.ordered):
             raise ValueError(
                 "consumer_config and ordered apply to consumers the subscriber creates, "
                 "not to a bound one"
@@ -249,104 +192,6 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             "jetstream", codec=self._codec, client=connection(self._js), jetstream=described
         )
 
-    async def _create_consumer(self, subject: str) -> Binding:
-        """Create the ephemeral (or ordered) consumer for a subscription to ``subject``."""
-        options, stream = self._options, self._stream
-        what = f"creating a consumer on stream {stream!r}"
-        try:
-            if options.ordered:
-                consumer_config = ordered_consumer_config(subject, options, None)
-            else:
-                config = {
-                    "ack_policy": "explicit",
-                    "inactive_threshold": EPHEMERAL_INACTIVE_THRESHOLD,
-                    # The server enforces the in-flight bound too.
-                    "max_ack_pending": options.max_in_flight,
-                    **options.consumer_config,
-                }
-                if not config.get("filter_subject") and not config.get("filter_subjects"):
-                    config["filter_subject"] = subject
-                consumer_config = ConsumerConfig(**config)
-            info = await create_consumer(self._js, stream, consumer_config)
-        except NotFoundError as exc:
-            raise SubscribeError(f"cannot subscribe: stream {stream!r} not found") from exc
-        except APIError as exc:
-            raise known_refusal(exc, what) or SubscribeError(
-                f"cannot create a consumer on stream {stream!r}: {exc.description}"
-            ) from exc
-        except TypeError as exc:
-            raise SubscribeError(f"invalid consumer_config: {exc}") from exc
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise SubscribeError(f"cannot subscribe: {api_error(exc, what, self._js)}") from exc
-        consumer: PulledConsumer
-        if options.ordered:
-            consumer = OrderedConsumer(self._js, stream, info, subject=subject, options=options)
-        else:
-            consumer = AcknowledgedConsumer(self._js, stream, info.name, ephemeral=True)
-        return Binding(consumer, info.config.ack_wait or 30.0, PullLimits(options))
-
-    async def _bind_consumer(self, subject: str, name: str) -> Binding:
-        """Check that the durable consumer ``name`` exists and fits ``subject``."""
-        js, stream = self._js, self._stream
-        # The raw reply also carries max_batch / max_expires and the priority groups,
-        # which nats-py drops.
-        what = f"reading consumer {name!r} on stream {stream!r}"
-        try:
-            with api_guard(js, what, f"CONSUMER.INFO.{stream}.{name}"):
-                reply = await connection(js).request(
-                    f"{api_prefix(js)}.CONSUMER.INFO.{stream}.{name}", b"", timeout=api_timeout(js)
-                )
-            raw = json.loads(reply.data)
-            if "error" in raw:
-                raise APIError.from_error(raw["error"])
-        except NotFoundError as exc:
-            missing = "stream" if exc.err_code == 10059 else "consumer"
-            raise SubscribeError(
-                f"cannot subscribe: {missing} not found ({stream!r}/{name!r}); "
-                "create it with ensure_consumer()"
-            ) from exc
-        except APIError as exc:
-            raise known_refusal(exc, what) or SubscribeError(
-                f"cannot read consumer {name!r} on {stream!r}: {exc}"
-            ) from exc
-        except ValueError as exc:
-            raise SubscribeError(f"cannot read consumer {name!r} on {stream!r}: {exc}") from exc
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise SubscribeError(f"cannot subscribe: {api_error(exc, what, js)}") from exc
-        limits_config = dict(raw.get("config", {}))  # from_response converts in place
-        info = ConsumerInfo.from_response(raw)
-        if info.config.deliver_subject:
-            raise SubscribeError(
-                f"consumer {name!r} is a push consumer; goflux needs a pull consumer"
-            )
-        filters = _filters(info)
-        if not filters:
-            what = f"reading stream {stream!r}"
-            try:
-                with api_guard(js, what, f"STREAM.INFO.{stream}"):
-                    stream_info = await js.stream_info(stream)
-            except (nats.errors.Error, APIError, TimeoutError) as exc:
-                raise SubscribeError(f"cannot subscribe: {api_error(exc, what, js)}") from exc
-            filters = list(stream_info.config.subjects or [])
-        outside = [f for f in filters if not covers(subject, f)]
-        if outside:
-            raise SubscribeError(
-                f"consumer {name!r} delivers {outside}, outside the subscribed subject {subject!r}"
-            )
-        max_expires = limits_config.get("max_expires")
-        limits = PullLimits(
-            self._options,
-            max_batch=limits_config.get("max_batch") or None,
-            max_expires=max_expires / 1e9 if max_expires else None,
-        )
-        priority = self._options.priority_of()
-        if priority is None:
-            check_ungrouped(name, limits_config)
-        else:
-            priority.check(name, limits_config)
-        consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=False)
-        return Binding(consumer, info.config.ack_wait or 30.0, limits, priority)
-
     async def start(self, subject: str, handler: Handler[T]) -> JetStreamSubscription[T]:
         """Start consuming ``subject``; return once the first pull request is at the server.
 
@@ -361,9 +206,11 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
 
         async def open_subscription() -> JetStreamSubscription[T]:
             if self._consumer is None:
-                binding = await self._create_consumer(subject)
+                binding = await create_ephemeral(self._js, self._stream, subject, options)
             else:
-                binding = await self._bind_consumer(subject, self._consumer)
+                binding = await bind_durable(
+                    self._js, self._stream, self._consumer, subject, options
+                )
             subscription = JetStreamSubscription(
                 self._js,
                 self._codec,
@@ -459,7 +306,9 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             self._binding = asyncio.Lock()
         async with self._binding:
             if self._fetcher is None:
-                binding = await self._bind_consumer(">", self._consumer)
+                binding = await bind_durable(
+                    self._js, self._stream, self._consumer, ">", self._options
+                )
                 self._fetcher = Fetcher(
                     self._js,
                     self._codec,

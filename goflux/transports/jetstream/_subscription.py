@@ -23,7 +23,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Mapping
 from functools import partial
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -31,14 +31,14 @@ from nats.js import JetStreamContext
 from opentelemetry.util.types import AttributeValue
 
 from goflux._codecs import Codec
+from goflux._compose.feed import StreamHandler
 from goflux._errors import DecodeError, PermissionDenied, SettlementError, SubscribeError
-from goflux._feed import StreamHandler
 from goflux._headers import Headers
 from goflux._interfaces import Handler
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
 from goflux._message import Message, received
-from goflux._scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScopes
-from goflux._semconv import (
+from goflux._otel.scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScopes
+from goflux._otel.semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
     MESSAGING_DESTINATION_TEMPLATE,
     MESSAGING_NATS_DELIVERY_COUNT,
@@ -46,37 +46,26 @@ from goflux._semconv import (
     MESSAGING_NATS_STREAM_SEQUENCE,
     MESSAGING_SYSTEM,
 )
+from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
-from goflux._telemetry import Telemetry
 from goflux._wire import read_headers
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import closed_reason
-from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
+from goflux.transports.jetstream._acker import JetStreamAcker, LazyDelivery, Ledger, ack_tokens
 from goflux.transports.jetstream._confirm import Confirmations
-from goflux.transports.jetstream._consumers import PulledConsumer
-from goflux.transports.jetstream._delivery import LazyDelivery, ack_tokens
+from goflux.transports.jetstream._consumers import Binding
 from goflux.transports.jetstream._held import HeldMessages
 from goflux.transports.jetstream._options import SubscriberOptions
-from goflux.transports.jetstream._priority import Priority
-from goflux.transports.jetstream._pull import PullEngine, PullLimits
+from goflux.transports.jetstream._pull import PullEngine
 from goflux.transports.jetstream._system import SYSTEM
 from goflux.transports.jetstream._undecodable import reject
 
-__all__ = ("Binding", "JetStreamSubscription", "started")
+__all__ = ("JetStreamSubscription", "started")
 
 T = TypeVar("T")
 P = TypeVar("P")
 
 logger = logging.getLogger("goflux.transports.jetstream")
-
-
-class Binding(NamedTuple):
-    """The consumer a subscription reads from, and what the subscription needs of it."""
-
-    consumer: PulledConsumer
-    ack_wait: float  # seconds the server waits for an acknowledgement
-    limits: PullLimits
-    priority: Priority | None = None  # its place in the consumer's priority group
 
 
 class _MessageFactory(Protocol):

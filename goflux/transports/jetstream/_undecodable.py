@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
-from goflux._deadletter import DeadLetter, is_dead_letter, refused_for_good
+from goflux._compose.deadletter import DeadLetter, is_dead_letter, refused_for_good
 from goflux._errors import DecodeError
 from goflux._message import Message
 from goflux.transports.jetstream._acker import JetStreamAcker

@@ -23,6 +23,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("goflux.transports.nats needs nats-py: pip install 'goflux[nats]'") from exc
 
+from goflux._exports import publish_names as _publish_names
 from goflux.transports.nats._micro import MicroService
 from goflux.transports.nats._micro_types import (
     EndpointInfo,
@@ -57,3 +58,5 @@ __all__ = (
     "ServiceStats",
     "Subscriber",
 )
+
+_publish_names(__name__, globals())

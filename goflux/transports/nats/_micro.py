@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.nuid import NUID
 
-from goflux._endpoints import endpoint_name
+from goflux._compose.endpoints import endpoint_name
 from goflux._errors import SubscribeError
 from goflux._lifecycle import CloseOnExit
 from goflux.transports._natspy import flush

@@ -13,8 +13,8 @@ from goflux._errors import PublishError
 from goflux._facts import Facts
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
-from goflux._scopes import PublishScopes
-from goflux._telemetry import Telemetry
+from goflux._otel.scopes import PublishScopes
+from goflux._otel.telemetry import Telemetry
 from goflux._wire import check_size, outgoing
 from goflux.transports._natspy import flush
 from goflux.transports._refusals import closed_reason, refusals

@@ -9,17 +9,11 @@ from nats.aio.client import Client
 from opentelemetry.trace import SpanKind
 
 from goflux._codecs import Codec
-from goflux._errors import (
-    NoResponders,
-    PayloadTooLarge,
-    RemoteError,
-    RequestError,
-    RequestTimeout,
-)
+from goflux._errors import NoResponders, PayloadTooLarge, RemoteError, RequestError, RequestTimeout
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit
-from goflux._scopes import PublishScopes
-from goflux._telemetry import Telemetry
+from goflux._otel.scopes import PublishScopes
+from goflux._otel.telemetry import Telemetry
 from goflux._wire import check_size, outgoing
 from goflux.transports._refusals import closed_reason, refusals
 from goflux.transports.nats._system import SYSTEM

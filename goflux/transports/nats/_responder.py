@@ -18,9 +18,9 @@ from goflux._codecs import Codec
 from goflux._errors import DecodeError, EncodeError, PayloadTooLarge, ServiceError
 from goflux._facts import Facts
 from goflux._lifecycle import SubscriberLifecycle
-from goflux._scopes import ProcessScopes
+from goflux._otel.scopes import ProcessScopes
+from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
-from goflux._telemetry import Telemetry
 from goflux._wire import MESSAGE_ID_HEADER, check_size, read_headers
 from goflux.transports._refusals import Refusal, refusals
 from goflux.transports.nats._micro import MicroEndpoint, MicroService

@@ -10,15 +10,15 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from goflux._codecs import Codec
+from goflux._compose.streams import Streaming
 from goflux._errors import DecodeError
 from goflux._facts import Facts
 from goflux._interfaces import Handler
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._message import received
-from goflux._scopes import ProcessScopes
-from goflux._streams import Streaming
+from goflux._otel.scopes import ProcessScopes
+from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
-from goflux._telemetry import Telemetry
 from goflux._wire import read_headers
 from goflux.transports._natspy import keep_header_lines
 from goflux.transports.nats._subscription import (

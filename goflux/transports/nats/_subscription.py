@@ -16,12 +16,12 @@ from opentelemetry.util.types import AttributeValue
 
 from goflux._errors import PermissionDenied, SubscribeError
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
-from goflux._semconv import (
+from goflux._otel.semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
     MESSAGING_DESTINATION_TEMPLATE,
     MESSAGING_SYSTEM,
 )
-from goflux._telemetry import Telemetry
+from goflux._otel.telemetry import Telemetry
 from goflux.transports._natspy import (
     callback_task,
     drain,

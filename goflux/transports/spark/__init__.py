@@ -24,36 +24,45 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("goflux.transports.spark needs pyspark: pip install 'goflux[spark]'") from exc
 
-from goflux._errors import DataLossError, SchemaError, SourceOptionError, SparkError
-from goflux.transports.spark._connection import ConnectionOptions
-from goflux.transports.spark._datasource import FORMAT, JetStreamDataSource, register
+from goflux._exports import publish_names as _publish_names
+from goflux.transports.spark._connection import ConnectionOptions, ConnectionSettings
+from goflux.transports.spark._datasource.source import FORMAT, JetStreamDataSource, register
+from goflux.transports.spark._errors import (
+    DataLossError,
+    SchemaError,
+    SourceOptionError,
+    SparkError,
+)
 from goflux.transports.spark._micro import MicroBatchStats, run_micro_batches
-from goflux.transports.spark._options import SourceOptions
-from goflux.transports.spark._reading import read, read_stream
+from goflux.transports.spark._options import SinkOptions, SourceOptions
+from goflux.transports.spark._read import ReadOptions, read, read_stream
 from goflux.transports.spark._schema import PayloadColumns
 from goflux.transports.spark._session import connect_session, is_connect, local_session
-from goflux.transports.spark._sink import (
+from goflux.transports.spark._write import (
     BatchPublisher,
-    SinkOptions,
     SinkStats,
+    WriteOptions,
     foreach_batch_publisher,
+    write_stream,
 )
-from goflux.transports.spark._writing import write_stream
 
 __all__ = (
     "FORMAT",
     "BatchPublisher",
     "ConnectionOptions",
+    "ConnectionSettings",
     "DataLossError",
     "JetStreamDataSource",
     "MicroBatchStats",
     "PayloadColumns",
+    "ReadOptions",
     "SchemaError",
     "SinkOptions",
     "SinkStats",
     "SourceOptionError",
     "SourceOptions",
     "SparkError",
+    "WriteOptions",
     "connect_session",
     "foreach_batch_publisher",
     "is_connect",
@@ -64,3 +73,5 @@ __all__ = (
     "run_micro_batches",
     "write_stream",
 )
+
+_publish_names(__name__, globals())

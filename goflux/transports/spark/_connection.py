@@ -14,16 +14,17 @@ import math
 import ssl
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Required, TypedDict, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import nats
 from nats.aio.client import Client
 
-from goflux._errors import SourceOptionError, TransportError
+from goflux._errors import TransportError
 from goflux._urls import redact_url
+from goflux.transports.spark._errors import SourceOptionError
 
-__all__ = ("ConnectionOptions", "TaskLoop")
+__all__ = ("ConnectionOptions", "ConnectionSettings", "TaskLoop", "connection_options")
 
 _R = TypeVar("_R")
 _log = logging.getLogger("goflux.transports.spark")
@@ -53,6 +54,45 @@ _SPARK_NAMES: Mapping[str, str] = {
     "tls_key_file": "tlsKeyFile",
     "connect_timeout": "connectTimeout",
 }
+
+
+class ConnectionSettings(TypedDict, total=False):
+    """How to reach NATS, as keyword arguments: :class:`ConnectionOptions`' fields.
+
+    The source's and the sinks' functions take them beside their own options;
+    ``servers`` is required.
+    """
+
+    servers: Required[str | list[str] | tuple[str, ...]]
+    user: str | None
+    password: str | None
+    token: str | None
+    creds_file: str | None
+    nkey_seed_file: str | None
+    tls_ca_file: str | None
+    tls_cert_file: str | None
+    tls_key_file: str | None
+    connect_timeout: float
+
+
+def connection_options(caller: str, settings: Mapping[str, Any]) -> ConnectionOptions:
+    """The :class:`ConnectionOptions` of ``settings`` (what a call left of its keywords).
+
+    Raises:
+        TypeError: ``servers`` is missing, or a keyword is unknown (``caller`` names
+            the function called).
+        SourceOptionError: A setting is malformed.
+    """
+    given = dict(settings)
+    if "servers" not in given:
+        raise TypeError(f"{caller}() missing required keyword argument 'servers'")
+    servers = given.pop("servers")
+    unknown = sorted(set(given) - set(ConnectionSettings.__annotations__))
+    if unknown:
+        raise TypeError(f"{caller}() got unexpected keyword argument(s) {', '.join(unknown)}")
+    return ConnectionOptions(
+        servers=_split_servers(servers) if isinstance(servers, str) else tuple(servers), **given
+    )
 
 
 @dataclass(frozen=True)

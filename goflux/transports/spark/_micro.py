@@ -20,11 +20,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from goflux._batches import micro_batches
 from goflux._codecs import JsonCodec
-from goflux._errors import SchemaError
+from goflux._compose.batches import micro_batches
 from goflux._interfaces import Subscriber
 from goflux._message import Message
+from goflux.transports.spark._errors import SchemaError
 from goflux.transports.spark._schema import PayloadColumns, arrow_schema
 
 __all__ = ("MicroBatchStats", "run_micro_batches")

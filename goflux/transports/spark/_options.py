@@ -1,6 +1,8 @@
-"""The JetStream source's options: parsed once from Spark's string options, picklable.
+"""The source's and the sink's options: parsed once from Spark's string options, picklable.
 
-Option names follow Spark's Kafka source where one exists (``startingOffsets``,
+:class:`SourceOptions` (what to read and how) and :class:`SinkOptions` (how rows become
+messages) travel to executors as Spark's string options and back. Option names
+follow Spark's Kafka source where one exists (``startingOffsets``,
 ``maxMessagesPerTrigger`` for ``maxOffsetsPerTrigger``, ``failOnDataLoss``,
 ``includeHeaders``); keys are case-insensitive, as everywhere in Spark.
 """
@@ -15,12 +17,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from goflux._errors import SourceOptionError
-from goflux._subjects import validate_pattern
+from pyspark.sql.types import BinaryType, StructType
+
+from goflux._subjects import validate_pattern, validate_subject
 from goflux.transports.spark._connection import ConnectionOptions
+from goflux.transports.spark._errors import SourceOptionError
+from goflux.transports.spark._schema import PayloadColumns
 
 __all__ = (
     "DEFAULT_MESSAGES_PER_PARTITION",
+    "SinkOptions",
     "SourceOptions",
     "dump_type",
     "load_type",
@@ -327,3 +333,136 @@ class SourceOptions:
         out["fetchSize"] = str(self.fetch_size)
         out["idleTimeout"] = repr(self.idle_timeout)
         return out
+
+
+_SINK_KEYS = frozenset(
+    {
+        "subject",
+        "subjectcolumn",
+        "payloadtype",
+        "keycolumn",
+        "idprefix",
+        "window",
+        "publishtimeout",
+        "checkpointlocation",
+        "path",
+    }
+)
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """How rows become messages.
+
+    Attributes:
+        connection: How to reach NATS.
+        subject: The subject of every message (or None with ``subject_column``).
+        subject_column: A column holding each row's subject.
+        payload_type: The message type built from each row; None publishes the
+            ``value`` column's bytes as they are (raw mode).
+        key_column: A column whose value is each message's ID (it must identify the
+            row across replays, whatever the partitioning); None: positional IDs.
+        id_prefix: First part of positional IDs (default: the streaming query's ID).
+        window: Most PubAcks outstanding per task.
+        timeout: Seconds to wait for each PubAck.
+    """
+
+    connection: ConnectionOptions
+    subject: str | None = None
+    subject_column: str | None = None
+    payload_type: Any = None
+    key_column: str | None = None
+    id_prefix: str | None = None
+    window: int = 1_000
+    timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if (self.subject is None) == (self.subject_column is None):
+            raise SourceOptionError("give either subject or subject_column")
+        if self.subject is not None:
+            validate_subject(self.subject)
+        if self.window < 1:
+            raise SourceOptionError(f"window must be >= 1, got {self.window}")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise SourceOptionError(f"timeout must be > 0 seconds, got {self.timeout}")
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        """Parse Spark's string options (the sink's and the connection's).
+
+        Raises:
+            SourceOptionError: An option is unknown, missing or malformed.
+        """
+        lowered = {key.lower(): value for key, value in options.items()}
+        connection = ConnectionOptions.from_options(options)
+        known = _SINK_KEYS | {key.lower() for key in connection.to_options()}
+        known |= {"user", "password", "token", "credsfile", "nkeyseedfile"}
+        known |= {"tlscafile", "tlscertfile", "tlskeyfile", "connecttimeout"}
+        unknown = sorted(set(lowered) - known)
+        if unknown:
+            raise SourceOptionError(
+                f"unknown option(s) {', '.join(unknown)} for the goflux JetStream sink"
+            )
+        values: dict[str, Any] = {"connection": connection}
+        for option, name in (
+            ("subject", "subject"),
+            ("subjectcolumn", "subject_column"),
+            ("keycolumn", "key_column"),
+            ("idprefix", "id_prefix"),
+        ):
+            if lowered.get(option, "").strip():
+                values[name] = lowered[option].strip()
+        if lowered.get("payloadtype", "").strip():
+            values["payload_type"] = load_type(lowered["payloadtype"].strip())
+        if "window" in lowered:
+            values["window"] = parse_positive_int("window", lowered["window"])
+        if "publishtimeout" in lowered:
+            values["timeout"] = parse_positive_float("publishTimeout", lowered["publishtimeout"])
+        return cls(**values)
+
+    def to_options(self) -> dict[str, str]:
+        """These options as Spark string options (the inverse of :meth:`parse`)."""
+        out = self.connection.to_options()
+        for name, option in (
+            ("subject", "subject"),
+            ("subject_column", "subjectColumn"),
+            ("key_column", "keyColumn"),
+            ("id_prefix", "idPrefix"),
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                out[option] = value
+        if self.payload_type is not None:
+            out["payloadType"] = dump_type(self.payload_type)
+        out["window"] = str(self.window)
+        out["publishTimeout"] = repr(self.timeout)
+        return out
+
+    def check_columns(self, schema: StructType) -> None:
+        """Check that the DataFrame has the columns these options read.
+
+        Raises:
+            SourceOptionError: A named column is missing, or raw mode lacks a binary
+                ``value`` column.
+            SchemaError: The payload type has no Spark schema.
+        """
+        names = set(schema.fieldNames())
+        for option, column in (
+            ("subject_column", self.subject_column),
+            ("key_column", self.key_column),
+        ):
+            if column is not None and column not in names:
+                raise SourceOptionError(f"{option} {column!r} is not a column of the DataFrame")
+        if self.payload_type is None:
+            if "value" not in names or not isinstance(schema["value"].dataType, BinaryType):
+                raise SourceOptionError(
+                    "raw mode (no payload type) publishes a binary 'value' column, "
+                    "which the DataFrame does not have"
+                )
+        else:
+            missing = [n for n in PayloadColumns(self.payload_type).names if n not in names]
+            if missing:
+                raise SourceOptionError(
+                    f"the DataFrame lacks column(s) {', '.join(missing)} of "
+                    f"{getattr(self.payload_type, '__name__', self.payload_type)}"
+                )

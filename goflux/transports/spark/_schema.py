@@ -89,7 +89,8 @@ from pyspark.sql.types import (
 from typing_extensions import TypeForm
 
 from goflux._codecs import describe_validation, type_adapter, type_name
-from goflux._errors import DecodeError, SchemaError
+from goflux._errors import DecodeError
+from goflux.transports.spark._errors import SchemaError
 
 __all__ = ("VALUE_COLUMN", "PayloadColumns", "arrow_schema", "loosen_nulls")
 

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from goflux._errors import SourceOptionError, SparkError
+from goflux.transports.spark._errors import SourceOptionError, SparkError
 
 __all__ = ("connect_session", "is_connect", "local_session")
 

@@ -1,0 +1,245 @@
+"""The errors only the JetStream transport raises: streams, consumers, buckets, objects.
+
+Each derives from a core error (:mod:`goflux`'s ``PublishError``, ``TransportError``,
+``GofluxError``), so code that catches those catches these too::
+
+    InvalidKey (also ValueError)          a Key-Value key or object name breaks the rules
+    PublishError
+     ├── ExpectationFailed                optimistic concurrency: the stream was not in
+     │    │                               the expected state
+     │    ├── KeyExists                   Key-Value create: the key has a value
+     │    └── RevisionMismatch            Key-Value update: the key moved on
+     └── StreamFeatureDisabled            the stream does not allow what the publish asks
+                                          for (a TTL, an atomic batch, ...)
+    TransportError
+     ├── JetStreamUnavailable             JetStream is not enabled for the account
+     └── ProvisioningError                a stream/consumer could not be provisioned
+          ├── StreamNotFound
+          │    └── BucketNotFound         no such Key-Value or Object store bucket
+          ├── ConsumerNotFound
+          ├── SubjectOverlap              the subjects belong to another stream
+          ├── ResourceLimit               the account or server has no room for it
+          └── IncompatibleConfig          an existing stream/consumer cannot change so
+    ObjectNotFound (also KeyError)        no such object in an Object store bucket
+    DigestMismatch                        an object read back is not what was stored
+
+They are importable from :mod:`goflux` too: the same objects.
+"""
+
+from __future__ import annotations
+
+from goflux._errors import GofluxError, PublishError, TransportError
+
+__all__ = (
+    "BucketNotFound",
+    "ConsumerNotFound",
+    "DigestMismatch",
+    "ExpectationFailed",
+    "IncompatibleConfig",
+    "InvalidKey",
+    "JetStreamUnavailable",
+    "KeyExists",
+    "ObjectNotFound",
+    "ProvisioningError",
+    "ResourceLimit",
+    "RevisionMismatch",
+    "StreamFeatureDisabled",
+    "StreamNotFound",
+    "SubjectOverlap",
+)
+
+
+class InvalidKey(GofluxError, ValueError):
+    """A Key-Value key or an object name cannot be used (empty, bad characters, ...)."""
+
+
+class ExpectationFailed(PublishError):
+    """The stream was not in the state the publish expected (optimistic concurrency).
+
+    Nothing was stored.
+
+    Attributes:
+        expectation: Which expectation failed: ``"stream"``, ``"last_sequence"``,
+            ``"last_subject_sequence"`` or ``"last_message_id"``.
+    """
+
+    def __init__(self, message: str, *, subject: str, expectation: str) -> None:
+        super().__init__(message, subject=subject, may_be_stored=False, permanent=True)
+        self.expectation = expectation
+
+
+class KeyExists(ExpectationFailed):
+    """A Key-Value ``create`` found a value under the key; nothing was written.
+
+    Attributes:
+        bucket: The bucket.
+        key: The key that has a value.
+        revision: The key's current revision, where known.
+    """
+
+    def __init__(
+        self, message: str, *, subject: str, bucket: str, key: str, revision: int | None = None
+    ) -> None:
+        super().__init__(message, subject=subject, expectation="last_subject_sequence")
+        self.bucket = bucket
+        self.key = key
+        self.revision = revision
+
+
+class RevisionMismatch(ExpectationFailed):
+    """A Key-Value ``update`` expected another revision of the key; nothing was written.
+
+    Attributes:
+        bucket: The bucket.
+        key: The key.
+        expected: The revision the update was made against.
+        actual: The key's revision at the server, where known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str,
+        bucket: str,
+        key: str,
+        expected: int,
+        actual: int | None = None,
+    ) -> None:
+        super().__init__(message, subject=subject, expectation="last_subject_sequence")
+        self.bucket = bucket
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+
+class StreamFeatureDisabled(PublishError):
+    """The stream does not allow what the publish asks for; nothing was stored.
+
+    A per-message TTL needs the stream setting ``allow_msg_ttl``, an atomic batch
+    ``allow_atomic``, a rollup ``allow_rollup_hdrs``, a schedule
+    ``allow_msg_schedules``: set it with ``ensure_stream(..., <setting>=True)``.
+
+    Attributes:
+        stream: The stream that refused the publish.
+        setting: The stream setting that would allow it (``"allow_msg_ttl"``, ...).
+    """
+
+    def __init__(self, message: str, *, subject: str, stream: str, setting: str) -> None:
+        super().__init__(message, subject=subject, permanent=True)
+        self.stream = stream
+        self.setting = setting
+
+
+class JetStreamUnavailable(TransportError):
+    """JetStream is not enabled for the account (or on the server) the connection uses.
+
+    Attributes:
+        err_code: The JetStream error code (10039 for the account), if the server sent one.
+    """
+
+    def __init__(self, message: str, *, err_code: int | None = None) -> None:
+        super().__init__(message)
+        self.err_code = err_code
+
+
+class ProvisioningError(TransportError):
+    """The server refused to create or update a stream or consumer.
+
+    Attributes:
+        code: The server's status code (e.g. 400, 404, 500), if it sent one.
+        err_code: The JetStream error code (e.g. 10065), if it sent one.
+    """
+
+    def __init__(
+        self, message: str, *, code: int | None = None, err_code: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.err_code = err_code
+
+
+class StreamNotFound(ProvisioningError):
+    """The stream does not exist."""
+
+
+class BucketNotFound(StreamNotFound):
+    """No Key-Value or Object store bucket of that name exists.
+
+    Attributes:
+        bucket: The bucket's name.
+    """
+
+    def __init__(self, message: str, *, bucket: str) -> None:
+        super().__init__(message)
+        self.bucket = bucket
+
+
+class ConsumerNotFound(ProvisioningError):
+    """The consumer does not exist on its stream."""
+
+
+class SubjectOverlap(ProvisioningError):
+    """A stream's subjects overlap those of another stream.
+
+    Attributes:
+        streams: Names of the streams already capturing some of the subjects.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        streams: tuple[str, ...] = (),
+        code: int | None = None,
+        err_code: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, err_code=err_code)
+        self.streams = streams
+
+
+class ResourceLimit(ProvisioningError):
+    """The account or server has no room for the stream or consumer.
+
+    Storage, memory, or the maximum number of streams or consumers (e.g. err_code
+    10047) ran out.
+    """
+
+
+class IncompatibleConfig(ProvisioningError):
+    """An existing stream or consumer cannot be changed to the requested config."""
+
+
+class ObjectNotFound(GofluxError, KeyError):
+    """No object of that name is in the Object store bucket (or it was deleted).
+
+    Attributes:
+        bucket: The bucket.
+        name: The object's name.
+    """
+
+    def __init__(self, message: str, *, bucket: str, name: str) -> None:
+        super().__init__(message)
+        self.bucket = bucket
+        self.name = name
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class DigestMismatch(GofluxError):
+    """An object read back does not match the digest stored with it (corrupt or changed).
+
+    Attributes:
+        bucket: The bucket.
+        name: The object's name.
+        expected: The digest stored with the object (``SHA-256=...``).
+        actual: The digest of what was read.
+    """
+
+    def __init__(self, message: str, *, bucket: str, name: str, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.bucket = bucket
+        self.name = name
+        self.expected = expected
+        self.actual = actual

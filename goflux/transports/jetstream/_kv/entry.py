@@ -1,0 +1,177 @@
+"""Key-Value entries, and the rules for bucket names, keys and key patterns.
+
+A bucket ``B`` is the stream ``KV_B``; key ``k`` is the subject ``$KV.B.k``; each
+write is a message on it: a put carries the value, a delete or purge an empty body
+and the header ``KV-Operation: DEL`` or ``PURGE``. A key's revision is the stream
+sequence of its write. This is the layout every NATS client uses, so goflux and
+other clients share buckets.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Generic, Literal, TypeAlias, TypeVar
+
+from goflux._codecs import Codec
+from goflux._errors import DecodeError
+from goflux.transports.jetstream._errors import InvalidKey
+
+__all__ = (
+    "OPERATION_HEADER",
+    "Entry",
+    "Operation",
+    "check_bucket",
+    "check_key",
+    "check_key_pattern",
+    "entry_of",
+    "key_subject",
+    "operation_of",
+    "stream_of",
+)
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+Operation: TypeAlias = Literal["put", "delete", "purge"]
+"""What a Key-Value write did."""
+
+OPERATION_HEADER: Final = "KV-Operation"
+_OPERATIONS: Final[dict[str, Operation]] = {"DEL": "delete", "PURGE": "purge"}
+_BUCKET: Final = re.compile(r"[a-zA-Z0-9_-]+")
+_KEY: Final = re.compile(r"[-/_=.a-zA-Z0-9]+")
+_PATTERN: Final = re.compile(r"[-/_=.a-zA-Z0-9*>]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(Generic[T_co]):
+    """One write of a key: its value (None for a delete or purge) and its facts.
+
+    Attributes:
+        bucket: The bucket.
+        key: The key.
+        value: The decoded value; None when ``operation`` is ``"delete"`` or ``"purge"``.
+        revision: The write's revision (its sequence in the bucket's stream).
+        created: When the bucket stored it (timezone-aware, UTC).
+        operation: ``"put"``, ``"delete"`` or ``"purge"``.
+        delta: Writes after this one still to come to a watcher or history read
+            (0 for the latest; 0 for ``get``).
+    """
+
+    bucket: str
+    key: str
+    value: T_co | None
+    revision: int
+    created: datetime
+    operation: Operation
+    delta: int = 0
+
+
+def operation_of(headers: object) -> Operation:
+    """The operation a write's headers say (``KV-Operation``; none: a put)."""
+    if not headers:
+        return "put"
+    get = getattr(headers, "get", None)
+    value = get(OPERATION_HEADER) if get is not None else None
+    if value is None:
+        return "put"
+    return _OPERATIONS.get(str(value), "put")
+
+
+def check_bucket(bucket: object) -> str:
+    """Return ``bucket`` if it is a valid bucket name.
+
+    Raises:
+        InvalidKey: Empty, or other than letters, digits, ``-`` and ``_``.
+    """
+    if not isinstance(bucket, str) or not _BUCKET.fullmatch(bucket):
+        raise InvalidKey(f"invalid bucket name {bucket!r}: use letters, digits, '-' and '_' only")
+    return bucket
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` if it is a valid key.
+
+    Raises:
+        InvalidKey: Empty, with characters other than letters, digits and
+            ``-/_=.``, starting or ending with ``.``, or with an empty token (``a..b``).
+    """
+    if (
+        not isinstance(key, str)
+        or not _KEY.fullmatch(key)
+        or key.startswith(".")
+        or key.endswith(".")
+        or ".." in key
+    ):
+        raise InvalidKey(
+            f"invalid key {key!r}: use letters, digits and -/_=. only, with no leading, "
+            "trailing or double '.'"
+        )
+    return key
+
+
+def check_key_pattern(pattern: object) -> str:
+    """Return ``pattern`` if it is a valid key pattern (``*`` a token, ``>`` the rest).
+
+    Raises:
+        InvalidKey: Not a valid key where each token may also be ``*``, or end in ``>``.
+    """
+    if not isinstance(pattern, str) or not _PATTERN.fullmatch(pattern):
+        raise InvalidKey(f"invalid key pattern {pattern!r}")
+    tokens = pattern.split(".")
+    for index, token in enumerate(tokens):
+        if (
+            not token
+            or (("*" in token or ">" in token) and token not in ("*", ">"))
+            or (token == ">" and index != len(tokens) - 1)
+        ):
+            raise InvalidKey(
+                f"invalid key pattern {pattern!r}: '*' stands for one whole token, '>' "
+                "for the rest and only at the end"
+            )
+    return pattern
+
+
+def stream_of(bucket: str) -> str:
+    """The stream of ``bucket``."""
+    return f"KV_{bucket}"
+
+
+def key_subject(bucket: str, key: str) -> str:
+    """The subject of ``key`` (or key pattern) in ``bucket``."""
+    return f"$KV.{bucket}.{key}"
+
+
+def entry_of(
+    bucket: str,
+    codec: Codec[T],
+    subject: str,
+    data: bytes,
+    headers: object,
+    *,
+    revision: int,
+    created: datetime,
+    delta: int = 0,
+    key: str | None = None,
+) -> Entry[T]:
+    """The entry of the write stored on ``subject`` (``$KV.<bucket>.<key>``).
+
+    Raises:
+        DecodeError: A put's value does not decode (the message names bucket, key and
+            revision).
+    """
+    if key is None:
+        key = subject[len(bucket) + 5 :]  # after "$KV.<bucket>."
+    operation = operation_of(headers)
+    value: T | None = None
+    if operation == "put":
+        try:
+            value = codec.decode(data)
+        except DecodeError as exc:
+            raise DecodeError(
+                f"bucket {bucket!r}, key {key!r}, revision {revision}: {exc}",
+                type_name=exc.type_name,
+                size=exc.size,
+            ) from exc
+    return Entry(bucket, key, value, revision, created, operation, delta)

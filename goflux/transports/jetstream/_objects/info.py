@@ -1,0 +1,121 @@
+"""What an Object store knows about an object: :class:`ObjectInfo` and its meta JSON.
+
+The meta message is the JSON nats.go writes (ADR-20): ``name``, ``description``,
+``headers`` (a header name to its values), ``metadata``, ``options``
+(``max_chunk_size``), ``bucket``, ``nuid``, ``size``, ``mtime``, ``chunks``,
+``digest`` and ``deleted``. Its modification time is the time the stream stored the
+meta message, as nats.go reports it, not the ``mtime`` written in it (nats.go
+writes none).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from goflux._errors import DecodeError
+from goflux.transports.jetstream._api import to_rfc3339
+
+__all__ = ("ObjectInfo", "info_from_json", "meta_json")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object of an Object store bucket: its name, size, digest and metadata.
+
+    Attributes:
+        bucket: The bucket.
+        name: The object's name.
+        size: Its size in bytes (0 once deleted).
+        chunks: How many chunks it is stored in (0 once deleted).
+        digest: ``SHA-256=`` and the base64url SHA-256 of its bytes ("" once deleted).
+        mtime: When it was written (timezone-aware, UTC): when the stream stored its
+            meta message, or, in what ``put`` returns, the writer's clock.
+        nuid: The unique ID of this version; its chunks travel on ``$O.<bucket>.C.<nuid>``.
+        deleted: Whether the object was deleted (only :meth:`ObjectStore.watch`
+            and ``info(..., deleted=True)`` show deleted objects).
+        description: Its description, if any.
+        headers: Its headers, each name with its values.
+        meta: Its metadata, names to values (nats.go's ``Metadata``).
+        chunk_size: The chunk size it was written with, if recorded.
+    """
+
+    bucket: str
+    name: str
+    size: int
+    chunks: int
+    digest: str
+    mtime: datetime
+    nuid: str
+    deleted: bool = False
+    description: str | None = None
+    headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    meta: Mapping[str, str] = field(default_factory=dict)
+    chunk_size: int | None = None
+
+
+def meta_json(info: ObjectInfo) -> bytes:
+    """The meta message of ``info``, as nats.go and nats-py write and read it."""
+    doc: dict[str, Any] = {"name": info.name}
+    if info.description:
+        doc["description"] = info.description
+    if info.headers:
+        doc["headers"] = {key: list(values) for key, values in info.headers.items()}
+    if info.meta:
+        doc["metadata"] = dict(info.meta)
+    if info.chunk_size:
+        doc["options"] = {"max_chunk_size": info.chunk_size}
+    doc.update(
+        bucket=info.bucket,
+        nuid=info.nuid,
+        size=info.size,
+        mtime=to_rfc3339(info.mtime),
+        chunks=info.chunks,
+        digest=info.digest,
+    )
+    if info.deleted:
+        doc["deleted"] = True
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _headers(value: object) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(key): (values,) if isinstance(values, str) else tuple(str(v) for v in values or ())
+        for key, values in value.items()
+    }
+
+
+def info_from_json(data: bytes, *, bucket: str, mtime: datetime) -> ObjectInfo:
+    """The :class:`ObjectInfo` of a meta message of ``bucket`` stored at ``mtime``.
+
+    Raises:
+        DecodeError: The message is not an object's meta JSON.
+    """
+    try:
+        doc = json.loads(data)
+        options = doc.get("options") or {}
+        return ObjectInfo(
+            bucket=str(doc.get("bucket") or bucket),
+            name=str(doc["name"]),
+            size=int(doc.get("size") or 0),
+            chunks=int(doc.get("chunks") or 0),
+            digest=str(doc.get("digest") or ""),
+            mtime=mtime,
+            nuid=str(doc.get("nuid") or ""),
+            deleted=bool(doc.get("deleted")),
+            description=doc.get("description") or None,
+            headers=_headers(doc.get("headers")),
+            meta={str(k): str(v) for k, v in (doc.get("metadata") or {}).items()},
+            chunk_size=int(options["max_chunk_size"]) if options.get("max_chunk_size") else None,
+        )
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise DecodeError(
+            f"bucket {bucket!r}: a meta message is not an object's meta JSON: {exc}",
+            type_name="ObjectInfo",
+            size=len(data),
+        ) from exc

@@ -1,0 +1,637 @@
+"""JetStream transport against a real nats-server: wire format, acks, bounds, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from opentelemetry.sdk.metrics.export import Sum
+
+from goflux import (
+    DecodeError,
+    InvalidSubject,
+    JsonCodec,
+    Message,
+    PublishError,
+    SubscribeError,
+)
+from goflux.testing import NatsServer
+from goflux.transports import jetstream
+from tests.conftest import STREAM, Otel
+from tests.helpers import Inbox, settle_loop
+from tests.models import Order, order
+
+CODEC = JsonCodec(Order)
+
+
+async def consumer_state(js: JetStreamContext, consumer: str) -> tuple[int, int, int]:
+    """(num_ack_pending, num_pending, num_redelivered) as the server sees them."""
+    info = await js.consumer_info(STREAM, consumer)
+    return info.num_ack_pending or 0, info.num_pending or 0, info.num_redelivered or 0
+
+
+async def settled_state(
+    js: JetStreamContext, consumer: str, expected: tuple[int, int, int]
+) -> None:
+    """Wait until the server reflects the acks sent (they are fire-and-forget)."""
+    async with asyncio.timeout(10):
+        while await consumer_state(js, consumer) != expected:
+            await js._nc.flush()
+
+
+# ---------------------------------------------------------------- wire format
+
+
+async def test_a_raw_nats_client_sees_the_goflux_wire_format(
+    nc: Client, js: JetStreamContext, otel: Otel
+) -> None:
+    raw: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def capture(msg: Msg) -> None:
+        await raw.put(msg)
+
+    await nc.subscribe("orders.>", cb=capture)
+    await nc.flush()
+    receipt = await jetstream.Publisher(js, CODEC, telemetry=otel.telemetry).publish(
+        "orders.created", order(1), headers={"Tenant": "acme"}, message_id="order-1"
+    )
+    msg = await asyncio.wait_for(raw.get(), 10)
+    assert msg.data == b'{"id":"o-1","customerId":"c-1","amount":11.0,"lines":[],"created":null}'
+    headers = msg.headers or {}
+    assert headers["X-Message-ID"] == "order-1"
+    assert headers["Nats-Msg-Id"] == "order-1"
+    assert headers["X-Goflux-Tenant"] == "acme"
+    producer = otel.span("send orders.created").context
+    assert producer is not None
+    assert headers["traceparent"] == (  # lowercase key, W3C format, the producer span
+        f"00-{producer.trace_id:032x}-{producer.span_id:016x}-{producer.trace_flags:02x}"
+    )
+    assert "Traceparent" not in headers
+    assert (receipt.stream, receipt.sequence, receipt.duplicate) == (STREAM, 1, False)
+
+
+async def test_repeated_user_headers_travel_as_repeated_lines(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    reader, writer = await asyncio.open_connection(nats_server.host, nats_server.port)
+    await reader.readline()  # INFO
+    writer.write(b'CONNECT {"headers":true,"verbose":false}\r\nSUB orders.tags 1\r\nPING\r\n')
+    await writer.drain()
+    assert (await reader.readline()).startswith(b"PONG")
+    await jetstream.Publisher(js, CODEC).publish(
+        "orders.tags", order(), headers=[("Tag", "a"), ("Tag", "b")]
+    )
+    head = await asyncio.wait_for(reader.readline(), 10)  # HMSG <subject> <sid> <hdr> <total>
+    block = await reader.readexactly(int(head.split()[-1]) + 2)
+    writer.close()
+    lines = block.split(b"\r\n\r\n")[0].split(b"\r\n")
+    assert [line for line in lines if line.startswith(b"X-Goflux-Tag")] == [
+        b"X-Goflux-Tag: a",
+        b"X-Goflux-Tag: b",
+    ]
+
+
+async def test_a_raw_publish_with_traceparent_reaches_a_typed_handler_with_a_link(
+    nc: Client, js: JetStreamContext, otel: Otel
+) -> None:
+    inbox: Inbox[Order] = Inbox()
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, telemetry=otel.telemetry)
+    subscription = await sub.start("orders.raw", inbox)
+    body = json.dumps({"id": "go-1", "customerId": "c", "amount": 2.5}).encode()
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    await nc.jetstream().publish("orders.raw", body, headers={"Traceparent": traceparent})
+    [msg] = await inbox.wait_for(1)
+    await subscription.stop()
+    assert msg.payload == Order(id="go-1", customerId="c", amount=2.5)
+    assert msg.headers == {}
+    span = otel.span("process orders.raw")
+    assert span.parent is None
+    [link] = span.links
+    assert f"{link.context.trace_id:032x}" == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert f"{link.context.span_id:016x}" == "00f067aa0ba902b7"
+    attrs = dict(span.attributes or {})
+    assert attrs["messaging.system"] == "nats-jetstream"
+    assert attrs["messaging.consumer.group.name"] == subscription.consumer
+    assert attrs["messaging.nats.stream"] == STREAM
+    assert attrs["messaging.nats.stream.sequence"] == 1
+    assert attrs["messaging.nats.delivery.count"] == 1
+
+
+# ----------------------------------------------------------------- publishing
+
+
+async def test_the_same_message_id_is_stored_once(js: JetStreamContext) -> None:
+    pub = jetstream.Publisher(js, CODEC)
+    first = await pub.publish("orders.created", order(), message_id="once")
+    second = await pub.publish("orders.created", order(), message_id="once")
+    assert (first.sequence, first.duplicate) == (1, False)
+    assert (second.sequence, second.duplicate) == (1, True)
+    assert type(first.duplicate) is bool
+    assert (await js.stream_info(STREAM)).state.messages == 1
+
+
+async def test_expectations_make_publishes_conditional(js: JetStreamContext) -> None:
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish("orders.a", order(1), message_id="m1")
+    ok = await pub.publish("orders.a", order(2), expected_last_sequence=1, expected_stream=STREAM)
+    assert ok.sequence == 2
+    cases = [
+        ({"expected_last_sequence": 1}, "last_sequence"),
+        ({"expected_last_subject_sequence": 1}, "last_sequence"),
+        ({"expected_last_message_id": "m1"}, "last_message_id"),
+        ({"expected_stream": "ELSEWHERE"}, "stream"),
+    ]
+    for options, expectation in cases:
+        with pytest.raises(jetstream.ExpectationFailed, match="nothing stored") as info:
+            await pub.publish("orders.a", order(3), **options)  # type: ignore[arg-type]
+        assert info.value.expectation == expectation
+        assert not info.value.may_be_stored
+    assert (await js.stream_info(STREAM)).state.messages == 2
+
+
+async def test_a_publish_without_a_stream_or_too_slow_is_a_clear_error(
+    js: JetStreamContext,
+) -> None:
+    pub = jetstream.Publisher(js, CODEC)
+    with pytest.raises(PublishError, match="no stream answered") as info:
+        await pub.publish("nowhere.x", order())
+    assert not info.value.may_be_stored
+    # A timeout does not mean "not stored": the server may already have the message.
+    with pytest.raises(PublishError, match="may still have been stored") as info:
+        await pub.publish("orders.slow", order(), message_id="slow-1", timeout=1e-6)
+    assert info.value.may_be_stored
+    retry = await pub.publish("orders.slow", order(), message_id="slow-1")
+    assert (await js.stream_info(STREAM)).state.messages == 1
+    assert retry.sequence == 1
+
+
+async def test_publish_many_keeps_order_and_reports_each_outcome(js: JetStreamContext) -> None:
+    pub = jetstream.Publisher(js, CODEC)
+    outgoing = [
+        jetstream.Outgoing(f"orders.{n % 3}", order(n), message_id=f"m{n}") for n in range(500)
+    ]
+    receipts = await pub.publish_many(outgoing, window=32)
+    assert [r.sequence for r in receipts] == list(range(1, 501))
+    again = await pub.publish_many(outgoing[:10], window=4)
+    assert all(r.duplicate for r in again)
+    mixed = [
+        jetstream.Outgoing("orders.ok", order(1)),
+        jetstream.Outgoing("nowhere.x", order(2)),
+        jetstream.Outgoing("orders.ok", order(3)),
+    ]
+    results = await pub.publish_many(mixed, return_exceptions=True)
+    assert isinstance(results[1], PublishError)
+    assert [r.sequence for r in (results[0], results[2])] == [501, 502]  # type: ignore[union-attr]
+    with pytest.raises(PublishError, match="no stream answered"):
+        await pub.publish_many(mixed)
+
+
+async def test_publish_many_accepts_async_iterators_and_stops_at_bad_input(
+    js: JetStreamContext,
+) -> None:
+    pub = jetstream.Publisher(js, CODEC)
+
+    async def stream_of() -> AsyncIterator[jetstream.Outgoing[Order]]:
+        for n in range(5):
+            yield jetstream.Outgoing("orders.ok", order(n))
+        yield jetstream.Outgoing("orders.*", order(99))  # invalid subject
+        yield jetstream.Outgoing("orders.ok", order(100))
+
+    with pytest.raises(InvalidSubject):
+        await pub.publish_many(stream_of(), window=2)
+    assert (await js.stream_info(STREAM)).state.messages == 5
+    with pytest.raises(TypeError, match=r"Outgoing messages, got \('orders.ok'"):
+        await pub.publish_many([jetstream.Outgoing("orders.ok", order(6)), ("orders.ok", order(7))])  # type: ignore[list-item]
+    assert (await js.stream_info(STREAM)).state.messages == 6
+
+
+# ---------------------------------------------------------------- consuming
+
+
+async def test_auto_ack_on_return_and_nak_on_raise(js: JetStreamContext) -> None:
+    attempts: Counter[str] = Counter()
+    deliveries: list[int] = []
+    done = asyncio.Event()
+
+    async def flaky(msg: Message[Order]) -> None:
+        attempts[msg.payload.id] += 1
+        assert msg.delivery is not None
+        deliveries.append(msg.delivery.num_delivered)
+        if msg.payload.id == "o-1" and attempts["o-1"] == 1:
+            raise RuntimeError("transient")
+        if sum(attempts.values()) == 3:
+            done.set()
+
+    await jetstream.ensure_consumer(js, stream=STREAM, name="auto", filter_subject="orders.>")
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="auto")
+    subscription = await sub.start("orders.>", flaky)
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish("orders.a", order(1))
+    await pub.publish("orders.a", order(2))
+    async with asyncio.timeout(10):
+        await done.wait()
+    await settled_state(js, "auto", (0, 0, 0))  # all acked (o-1 after one redelivery)
+    await sub.close()
+    assert attempts == {"o-1": 2, "o-2": 1}
+    assert sorted(deliveries) == [1, 1, 2]
+    assert (subscription.handled, subscription.failed, subscription.redelivered) == (2, 1, 1)
+
+
+async def test_manual_ack_nak_and_term(js: JetStreamContext) -> None:
+    seen: list[tuple[str, int]] = []
+    done = asyncio.Event()
+
+    async def handler(msg: Message[Order]) -> None:
+        assert msg.delivery is not None
+        seen.append((msg.payload.id, msg.delivery.num_delivered))
+        if msg.payload.id == "o-1":
+            await msg.ack()
+        elif msg.payload.id == "o-2" and msg.delivery.num_delivered == 1:
+            await msg.nak()
+        elif msg.payload.id == "o-2":
+            await msg.ack()
+            done.set()
+        else:
+            await msg.term("not for us")
+
+    await jetstream.ensure_consumer(js, stream=STREAM, name="manual", filter_subject="orders.>")
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="manual", manual_ack=True)
+    await sub.start("orders.>", handler)
+    pub = jetstream.Publisher(js, CODEC)
+    for n in (1, 2, 3):
+        await pub.publish("orders.a", order(n))
+    async with asyncio.timeout(10):
+        await done.wait()
+    await settled_state(js, "manual", (0, 0, 0))
+    await sub.close()
+    assert sorted(seen) == [("o-1", 1), ("o-2", 1), ("o-2", 2), ("o-3", 1)]  # o-3 never again
+
+
+async def test_an_undecodable_payload_is_terminated_once(
+    nc: Client, js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    inbox: Inbox[Order] = Inbox()
+    await jetstream.ensure_consumer(js, stream=STREAM, name="strict", filter_subject="orders.>")
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="strict")
+    subscription = await sub.start("orders.>", inbox)
+    with caplog.at_level(logging.ERROR, logger="goflux.transports.jetstream"):
+        await nc.jetstream().publish("orders.bad", b'{"id": 42')
+        await jetstream.Publisher(js, CODEC).publish("orders.good", order(7))
+        await inbox.wait_for(1)
+        await settled_state(js, "strict", (0, 0, 0))
+    await sub.close()
+    assert inbox.payloads == [order(7)]
+    assert subscription.undecodable == 1
+    assert "undecodable message 1 on 'orders.bad' terminated" in caplog.text
+    assert isinstance(caplog.records[0].exc_info[1], DecodeError)  # type: ignore[index]
+
+
+async def test_max_in_flight_bounds_what_the_server_has_outstanding(js: JetStreamContext) -> None:
+    release = asyncio.Event()
+    started: Inbox[Order] = Inbox()
+
+    async def slow(msg: Message[Order]) -> None:
+        await started(msg)
+        await release.wait()
+
+    await jetstream.ensure_consumer(js, stream=STREAM, name="bounded", filter_subject="orders.>")
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(50))
+    sub = jetstream.Subscriber(
+        js, CODEC, stream=STREAM, consumer="bounded", max_in_flight=5, concurrency=2
+    )
+    subscription = await sub.start("orders.>", slow)
+    await started.wait_for(2)
+    ack_pending, pending, _ = await consumer_state(js, "bounded")
+    assert (ack_pending, pending) == (5, 45)
+    assert subscription.outstanding == 5
+    release.set()
+    await started.wait_for(50)
+    await settled_state(js, "bounded", (0, 0, 0))
+    await sub.close()
+
+
+def test_settings_are_typed_once_and_checked(js: JetStreamContext) -> None:
+    defaults = jetstream.Subscriber(js, CODEC, stream=STREAM)._options
+    assert (defaults.max_in_flight, defaults.batch, defaults.concurrency) == (256, 256, 1)
+    assert (defaults.expires, defaults.heartbeat, defaults.drain_timeout) == (30.0, 5.0, 30.0)
+    assert (defaults.manual_ack, defaults.keep_alive, defaults.ordered) == (False, True, False)
+    settings: jetstream.SubscriberSettings = {"max_in_flight": 8, "expires": 4.0, "batch": 3}
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, **settings)
+    assert (sub._options.max_in_flight, sub._options.batch) == (8, 3)
+    assert (sub._options.expires, sub._options.heartbeat) == (4.0, 2.0)
+    typo = {"max_inflight": 3}
+    with pytest.raises(TypeError, match=r"unknown subscriber setting\(s\): max_inflight"):
+        jetstream.Subscriber(js, CODEC, stream=STREAM, **typo)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="concurrency \\(9\\) cannot exceed max_in_flight \\(8\\)"):
+        jetstream.Subscriber(js, CODEC, stream=STREAM, max_in_flight=8, concurrency=9)
+
+
+async def test_workers_start_on_demand_up_to_concurrency(js: JetStreamContext) -> None:
+    """Four handlers at most run at once; a roomy concurrency spawns only what is used."""
+    release = asyncio.Event()
+    started: Inbox[Order] = Inbox()
+    running = peak = 0
+
+    async def slow(msg: Message[Order]) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await started(msg)
+        await release.wait()
+        running -= 1
+
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(12))
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, max_in_flight=12, concurrency=4)
+    subscription = await sub.start("orders.a", slow)
+    await started.wait_for(4)  # times out unless four workers run
+    release.set()
+    await started.wait_for(12)
+    await subscription.stop()
+    assert (peak, subscription.handled) == (4, 12)
+
+    roomy = jetstream.Subscriber(js, CODEC, stream=STREAM, max_in_flight=200, concurrency=200)
+    release.clear()
+    three: Inbox[Order] = Inbox()
+
+    async def hold(msg: Message[Order]) -> None:
+        await three(msg)
+        await release.wait()
+
+    await pub.publish_many(jetstream.Outgoing("orders.b", order(n)) for n in range(3))
+    held = await roomy.start("orders.b", hold)
+    await three.wait_for(3)
+    prefix = f"goflux-jetstream-{held.consumer}-"
+    workers = [t for t in asyncio.all_tasks() if t.get_name().removeprefix(prefix).isdigit()]
+    assert len(workers) == 3
+    release.set()
+    await held.stop()
+    assert held.handled == 3
+
+
+async def test_stop_works_off_what_was_received_and_leaves_nothing_unacknowledged(
+    js: JetStreamContext,
+) -> None:
+    await jetstream.ensure_consumer(
+        js, stream=STREAM, name="shared", filter_subject="orders.>", ack_wait=60
+    )
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(20))
+    release = asyncio.Event()
+    received_all = asyncio.Event()
+    handled_by: dict[str, list[str]] = {"a": [], "b": []}
+
+    async def slow(msg: Message[Order]) -> None:
+        await release.wait()
+        handled_by["a"].append(msg.payload.id)
+
+    a = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="shared", max_in_flight=10)
+    subscription = await a.start("orders.>", slow)
+    while subscription.outstanding < 10:  # one runs, nine wait behind it
+        await js._nc.flush()
+    received_all.set()
+    stopping = asyncio.create_task(subscription.stop(timeout=30))
+    await settle_loop()
+    assert not stopping.done(), "stop() must wait for the running handler"
+    release.set()
+    await stopping
+    # What was received is worked off in order; nothing new is taken.
+    assert handled_by["a"] == [f"o-{n}" for n in range(10)]
+    # The acks are fire-and-forget: wait for the server's view (a lost ack times out,
+    # long before the 60 s ack_wait could bring anything back).
+    async with asyncio.timeout(10):
+        while (await js.consumer_info(STREAM, "shared")).num_ack_pending:
+            await js._nc.flush()
+
+    b_inbox: Inbox[Order] = Inbox()
+    b = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="shared")
+    await b.start("orders.>", b_inbox)
+    await b_inbox.wait_for(10)
+    await b.close()
+    assert [m.payload.id for m in b_inbox.messages] == [f"o-{n}" for n in range(10, 20)]
+    assert all(m.delivery and m.delivery.num_delivered == 1 for m in b_inbox.messages)
+
+
+async def test_stop_hands_back_at_once_what_its_deadline_leaves(js: JetStreamContext) -> None:
+    await jetstream.ensure_consumer(
+        js, stream=STREAM, name="shared", filter_subject="orders.>", ack_wait=60
+    )
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(10))
+
+    async def stuck(msg: Message[Order]) -> None:
+        await asyncio.Event().wait()  # cancelled at the deadline
+
+    a = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="shared", max_in_flight=10)
+    subscription = await a.start("orders.>", stuck)
+    while subscription.outstanding < 10:
+        await js._nc.flush()
+    await subscription.stop(timeout=0.1)
+    b_inbox: Inbox[Order] = Inbox()
+    b = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="shared")
+    await b.start("orders.>", b_inbox)
+    async with asyncio.timeout(10):  # far below the 60 s ack_wait: handed back by nak
+        await b_inbox.wait_for(10)
+    await b.close()
+    assert sorted(m.payload.id for m in b_inbox.messages) == sorted(f"o-{n}" for n in range(10))
+    assert all(m.delivery and m.delivery.num_delivered == 2 for m in b_inbox.messages)
+
+
+async def test_consumption_resumes_by_itself_after_a_server_restart(
+    nats_server: NatsServer,
+) -> None:
+    reconnected = asyncio.Event()
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    client = await nats.connect(
+        nats_server.url,
+        reconnect_time_wait=0.05,
+        max_reconnect_attempts=-1,
+        reconnected_cb=on_reconnect,
+    )
+    js = client.jetstream()
+    await jetstream.ensure_stream(js, name=STREAM, subjects=["orders.>"])
+    await jetstream.ensure_consumer(js, stream=STREAM, name="durable", filter_subject="orders.>")
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(100))
+    seen: Counter[str] = Counter()
+    progress = asyncio.Event()
+
+    async def handle(msg: Message[Order]) -> None:
+        seen[msg.payload.id] += 1
+        progress.set()
+
+    sub = jetstream.Subscriber(
+        js,
+        CODEC,
+        stream=STREAM,
+        consumer="durable",
+        max_in_flight=10,
+        idle_heartbeat=0.5,
+        expires=2.0,
+    )
+    await sub.start("orders.>", handle)
+    await progress.wait()
+    nats_server.kill()
+    await nats_server.restart()
+    async with asyncio.timeout(20):
+        await reconnected.wait()
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(100, 200))
+    async with asyncio.timeout(30):
+        while len(seen) < 200:
+            progress.clear()
+            await progress.wait()
+    await sub.close()
+    await client.close()
+    assert set(seen) == {f"o-{n}" for n in range(200)}  # every message at least once
+
+
+@pytest.mark.slow
+async def test_long_handlers_are_kept_alive_past_ack_wait(js: JetStreamContext) -> None:
+    calls: Counter[str] = Counter()
+    done = asyncio.Event()
+
+    async def long_running(msg: Message[Order]) -> None:
+        calls[msg.payload.id] += 1
+        await asyncio.sleep(2.5)  # outlives the 1 s ack_wait: simulated long work
+        done.set()
+
+    await jetstream.ensure_consumer(
+        js, stream=STREAM, name="long", filter_subject="orders.>", ack_wait=1.0
+    )
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="long")
+    subscription = await sub.start("orders.>", long_running)
+    await jetstream.Publisher(js, CODEC).publish("orders.a", order())
+    async with asyncio.timeout(10):
+        await done.wait()
+    await settled_state(js, "long", (0, 0, 0))
+    await sub.close()
+    assert calls == {"o-1": 1}
+    assert subscription.redelivered == 0
+
+
+async def test_the_ordered_mode_replays_a_stream_in_order(js: JetStreamContext) -> None:
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing(f"orders.{n % 4}", order(n)) for n in range(300))
+    inbox: Inbox[Order] = Inbox()
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, ordered=True, max_in_flight=50)
+    subscription = await sub.start("orders.>", inbox)
+    await inbox.wait_for(300)
+    names = {c.name for c in await js.consumers_info(STREAM)}
+    assert subscription.consumer in names
+    info = await js.consumer_info(STREAM, subscription.consumer)
+    assert info.config.ack_policy == "none"
+    assert not info.config.durable_name
+    await sub.close()
+    assert [m.payload.id for m in inbox.messages] == [f"o-{n}" for n in range(300)]
+    assert [m.delivery.stream_sequence for m in inbox.messages if m.delivery] == list(range(1, 301))
+    assert subscription.consumer not in {c.name for c in await js.consumers_info(STREAM)}
+
+
+async def test_the_ordered_mode_resumes_after_its_consumer_disappears(js: JetStreamContext) -> None:
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(50))
+    inbox: Inbox[Order] = Inbox()
+    sub = jetstream.Subscriber(
+        js,
+        CODEC,
+        stream=STREAM,
+        ordered=True,
+        max_in_flight=10,
+        idle_heartbeat=0.5,
+        expires=2.0,
+    )
+    subscription = await sub.start("orders.>", inbox)
+    await inbox.wait_for(10)
+    first = subscription.consumer
+    await js.delete_consumer(STREAM, first)  # as if the server lost it
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(50, 80))
+    await inbox.wait_for(80, timeout=20)
+    await sub.close()
+    assert subscription.consumer != first
+    assert [m.payload.id for m in inbox.messages] == [f"o-{n}" for n in range(80)]
+
+
+async def test_settlement_and_redelivery_metrics(js: JetStreamContext, otel: Otel) -> None:
+    attempts: Counter[str] = Counter()
+    done = asyncio.Event()
+
+    async def handler(msg: Message[Order]) -> None:
+        attempts[msg.payload.id] += 1
+        if msg.payload.id == "o-1" and attempts["o-1"] == 1:
+            raise RuntimeError("retry me")
+        if msg.payload.id == "o-2":
+            await msg.term("poison")
+        if sum(attempts.values()) == 3:
+            done.set()
+
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, telemetry=otel.telemetry)
+    await sub.start("orders.>", handler)
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish("orders.a", order(1))
+    await pub.publish("orders.a", order(2))
+    async with asyncio.timeout(10):
+        await done.wait()
+    await sub.close()
+    metrics = otel.metrics()
+    data = metrics["goflux.consumer.settlements"].data
+    assert isinstance(data, Sum)
+    outcomes = {
+        str(dict(p.attributes or {})["goflux.settlement.outcome"]): p.value
+        for p in data.data_points
+    }
+    assert outcomes == {"nak": 1, "ack": 1, "term": 1}
+    redeliveries = metrics["goflux.consumer.redeliveries"].data
+    assert isinstance(redeliveries, Sum)
+    assert sum(p.value for p in redeliveries.data_points) == 1
+
+
+# ----------------------------------------------------------- binding errors
+
+
+async def test_binding_to_a_missing_or_mismatched_consumer_is_refused(js: JetStreamContext) -> None:
+    with pytest.raises(SubscribeError, match=r"consumer not found.*ensure_consumer"):
+        await jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="ghost").start(
+            "orders.>", Inbox[Order]()
+        )
+    with pytest.raises(SubscribeError, match="stream 'NOPE' not found"):
+        await jetstream.Subscriber(js, CODEC, stream="NOPE").start("orders.>", Inbox[Order]())
+    await jetstream.ensure_consumer(js, stream=STREAM, name="eu", filter_subject="orders.eu.>")
+    with pytest.raises(SubscribeError, match=r"delivers \['orders.eu.>'\], outside .*orders.us"):
+        await jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="eu").start(
+            "orders.us.*", Inbox[Order]()
+        )
+    ok = await jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="eu").start(
+        "orders.>", Inbox[Order]()
+    )
+    await ok.stop()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": 5, "max_in_flight": 2}, "cannot exceed"),
+        ({"expires": 0.5}, "expires"),
+        ({"idle_heartbeat": 20.0}, "idle_heartbeat"),
+        ({"ordered": True, "manual_ack": True}, "ordered"),
+        ({"consumer": "x", "consumer_config": {"ack_wait": 5}}, "bound one"),
+    ],
+)
+async def test_invalid_subscriber_options(
+    js: JetStreamContext, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        jetstream.Subscriber(js, CODEC, stream=STREAM, **options)  # type: ignore[arg-type]

@@ -1,0 +1,112 @@
+"""The consumers the pull engine reads from: admission and recovery, on a real server."""
+
+from __future__ import annotations
+
+import pytest
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from goflux import JsonCodec, SubscribeError
+from goflux.transports import jetstream
+from goflux.transports.jetstream._consumers import (
+    AcknowledgedConsumer,
+    Admission,
+    OrderedConsumer,
+    Recovery,
+    ordered_consumer_config,
+)
+from goflux.transports.jetstream._options import SubscriberOptions
+from tests.conftest import STREAM
+from tests.models import Order, order
+
+CODEC = JsonCodec(Order)
+
+OPTIONS = SubscriberOptions(max_in_flight=10, drain_timeout=1.0, ordered=True)
+
+
+def delivery(js: JetStreamContext, consumer: str, stream_seq: int, consumer_seq: int) -> Msg:
+    """A delivery as the server addresses it: the facts are in the reply subject."""
+    reply = f"$JS.ACK.{STREAM}.{consumer}.1.{stream_seq}.{consumer_seq}.1700000000000000000.0"
+    return Msg(js._nc, subject="orders.a", reply=reply, data=b"{}")
+
+
+async def ordered(js: JetStreamContext) -> OrderedConsumer:
+    info = await js.add_consumer(STREAM, ordered_consumer_config("orders.>", OPTIONS, None))
+    return OrderedConsumer(js, STREAM, info, subject="orders.>", options=OPTIONS)
+
+
+async def test_an_ordered_consumer_takes_only_the_next_delivery(js: JetStreamContext) -> None:
+    consumer = await ordered(js)
+    name = consumer.name
+    assert consumer.admit(delivery(js, name, 1, 1)) is Admission.TAKE
+    assert consumer.admit(delivery(js, name, 2, 2)) is Admission.TAKE
+    assert consumer.admit(delivery(js, "replaced", 3, 3)) is Admission.SKIP
+    # Stream sequences may jump (a filter); consumer sequences may not.
+    assert consumer.admit(delivery(js, name, 5, 3)) is Admission.TAKE
+    assert consumer.admit(delivery(js, name, 7, 5)) is Admission.GAP  # 4 went missing
+    assert consumer.admit(delivery(js, name, 6, 4)) is Admission.TAKE  # still expected
+
+
+async def test_an_ordered_consumer_replaces_itself_after_the_last_message_taken(
+    js: JetStreamContext,
+) -> None:
+    await jetstream.Publisher(js, CODEC).publish_many(
+        jetstream.Outgoing("orders.a", order(n)) for n in range(5)
+    )
+    consumer = await ordered(js)
+    first = consumer.name
+    for seq in (1, 2, 3):
+        assert consumer.admit(delivery(js, first, seq, seq)) is Admission.TAKE
+    assert await consumer.recover("lost", "test") is Recovery.PULL
+    assert consumer.name != first
+    assert consumer.next_subject.endswith(f".CONSUMER.MSG.NEXT.{STREAM}.{consumer.name}")
+    names = {info.name for info in await js.consumers_info(STREAM)}
+    assert names == {consumer.name}  # the old one is deleted
+    info = await js.consumer_info(STREAM, consumer.name)
+    assert (info.config.deliver_policy, info.config.opt_start_seq) == ("by_start_sequence", 4)
+    # The new consumer's first delivery is consumer sequence 1 again.
+    assert consumer.admit(delivery(js, consumer.name, 4, 1)) is Admission.TAKE
+    await consumer.remove()
+    assert await js.consumers_info(STREAM) == []
+
+
+@pytest.mark.parametrize("policy", ["new", "last_per_subject"])
+async def test_an_ordered_consumer_replaced_before_taking_anything_misses_nothing_written(
+    js: JetStreamContext, policy: str
+) -> None:
+    options = SubscriberOptions(
+        max_in_flight=10,
+        drain_timeout=1.0,
+        consumer_config={"deliver_policy": policy},
+        ordered=True,
+    )
+    info = await js.add_consumer(STREAM, ordered_consumer_config("orders.>", options, None))
+    consumer = OrderedConsumer(js, STREAM, info, subject="orders.>", options=options)
+    await jetstream.Publisher(js, CODEC).publish_many(  # written while it was lost
+        jetstream.Outgoing("orders.a", order(n)) for n in range(4)
+    )
+    assert await consumer.recover("lost", "test") is Recovery.PULL
+    replaced = await js.consumer_info(STREAM, consumer.name)
+    assert (replaced.config.deliver_policy, replaced.config.opt_start_seq) == (
+        "by_start_sequence",
+        1,
+    )
+    assert replaced.num_pending == 4
+    await consumer.remove()
+
+
+async def test_an_acknowledged_consumer_fails_only_when_it_is_gone(js: JetStreamContext) -> None:
+    await jetstream.ensure_consumer(js, stream=STREAM, name="billing", filter_subject="orders.>")
+    consumer = AcknowledgedConsumer(js, STREAM, "billing", ephemeral=False)
+    assert consumer.admit(delivery(js, "anyone", 9, 9)) is Admission.TAKE
+    assert await consumer.recover("lost", "reconnected") is Recovery.PULL
+    assert await consumer.recover("unavailable", "503") is Recovery.WAIT  # it still exists
+    deleted = await consumer.recover("deleted", "409")
+    assert isinstance(deleted, SubscribeError)
+    assert "'billing' was deleted" in str(deleted)
+    await consumer.remove()  # a durable is not the subscription's to delete
+    assert (await js.consumer_info(STREAM, "billing")).name == "billing"
+    await js.delete_consumer(STREAM, "billing")
+    gone = await consumer.recover("unavailable", "503")
+    assert isinstance(gone, SubscribeError)
+    assert "consumer of 'billing'" in str(gone)
