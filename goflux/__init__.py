@@ -5,11 +5,11 @@ Application code is written against ``Publisher[T]``, ``Subscriber[T]``,
 (``goflux.transports.channel``, ``nats``, ``jetstream``, ``spark``) implement them.
 
 The JetStream errors (``StreamNotFound``, ``KeyExists``, ...) are defined by
-:mod:`goflux.transports.jetstream` and importable from here too (the same objects):
-they are loaded on first use, so that importing goflux needs no nats-py.
+:mod:`goflux.transports.jetstream` and importable from here too (the same objects),
+with or without nats-py; they are loaded on first use, so that importing goflux
+imports no nats-py.
 """
 
-from importlib.util import find_spec as _find_spec
 from typing import TYPE_CHECKING
 
 from goflux._codecs import BytesCodec, Codec, JsonCodec, StrCodec
@@ -40,6 +40,7 @@ from goflux._errors import (
     HandlerTimeout,
     InvalidHeader,
     InvalidSubject,
+    MissingDependency,
     NonRetryable,
     NoResponders,
     PayloadTooLarge,
@@ -95,7 +96,7 @@ if TYPE_CHECKING:
         SubjectOverlap,
     )
 
-__all__: tuple[str, ...] = (
+__all__ = (
     "MAX_SUBJECT_BYTES",
     "About",
     "AckNotConfirmed",
@@ -139,6 +140,7 @@ __all__: tuple[str, ...] = (
     "MessageStream",
     "MicroBatches",
     "Middleware",
+    "MissingDependency",
     "NoResponders",
     "NonRetryable",
     "ObjectNotFound",
@@ -187,19 +189,18 @@ __all__: tuple[str, ...] = (
 )
 
 # The names __all__ lists that no import above binds: the JetStream errors, which
-# goflux.transports.jetstream defines; __getattr__ loads them on first use.
+# goflux.transports.jetstream defines; __getattr__ loads them on first use (they need
+# no nats-py; with it installed, that package loads it).
 _LAZY = frozenset(__all__) - frozenset(globals())
-if _find_spec("nats") is None:  # they cannot load: `from goflux import *` leaves them out
-    __all__ = tuple(name for name in __all__ if name not in _LAZY)
 
 _publish_names(__name__, globals())
 
 
 def __getattr__(name: str) -> object:
     if name in _LAZY:
-        from goflux.transports.jetstream import _errors  # noqa: PLC0415 - needs nats-py
+        from goflux.transports import jetstream  # noqa: PLC0415 - see above
 
-        return getattr(_errors, name)
+        return getattr(jetstream, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

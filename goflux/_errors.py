@@ -45,6 +45,7 @@ it raises, under these, in its own package (marked below with its name)::
      ├── ServiceError                        raised by responders: reply with this code
      ├── HandlerTimeout (also TimeoutError)  a handler ran longer than its timeout
      ├── NonRetryable                        raised by handlers: a permanent failure
+     ├── MissingDependency (also ImportError)  an optional dependency is not installed
      └── SparkError                          the Spark adapter [spark]
           ├── SchemaError (also TypeError)   a payload type has no Spark schema
           ├── SourceOptionError (also ValueError)  a bad source/sink option
@@ -73,6 +74,7 @@ __all__ = (
     "HandlerTimeout",
     "InvalidHeader",
     "InvalidSubject",
+    "MissingDependency",
     "NoResponders",
     "NonRetryable",
     "PayloadTooLarge",
@@ -339,6 +341,14 @@ class HandlerTimeout(GofluxError, TimeoutError):
     def __init__(self, message: str, *, seconds: float) -> None:
         super().__init__(message)
         self.seconds = seconds
+
+
+class MissingDependency(GofluxError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it.
+
+    Raised where goflux imports it on first use (nats-py, uvicorn, watchfiles), so
+    that importing goflux needs none of them.
+    """
 
 
 class NonRetryable(GofluxError):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
+from goflux._extras import require
 from goflux.service._health import ASGIApp
 from goflux.service._options import RunOptions
 
@@ -28,6 +29,7 @@ def _quiet_server(app: ASGIApp) -> uvicorn.Server:
     extra) is imported here, on first use, so that importing :mod:`goflux.service` or
     :mod:`goflux.asgi` needs no ASGI server.
     """
+    require("uvicorn", "service", "an HTTP server (the health probes, asyncapi --serve)")
     import uvicorn  # noqa: PLC0415 - see above
 
     class QuietServer(uvicorn.Server):
@@ -67,9 +69,10 @@ class HttpServer:
         return port
 
     async def __aenter__(self) -> Self:
+        server = _quiet_server(self._app)  # first: without uvicorn, nothing is bound
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         self._socket = socket.create_server((self._host, self._port), family=family, backlog=128)
-        self._server = _quiet_server(self._app)
+        self._server = server
         self._task = asyncio.get_running_loop().create_task(
             self._server.serve(sockets=[self._socket]), name="goflux-health-server"
         )

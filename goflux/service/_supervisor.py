@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from goflux._extras import require
 from goflux.service._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import LINE_LIMIT, read_reports
@@ -347,6 +348,8 @@ class _Supervisor:
             return await self._run()
 
     async def _run(self) -> int:
+        if self._options.reload:  # before any worker starts: a clear error, at once
+            require("watchfiles", "service", "goflux run --reload")
         async with contextlib.AsyncExitStack() as stack:
             if self._options.health_port is not None:
                 app = health_app(

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pyarrow as pa
 import pytest
 from pydantic import BaseModel
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 
 from goflux import InvalidSubject, JsonCodec, StrCodec, TransportError
 from goflux.transports import channel
@@ -227,10 +227,17 @@ def test_reads_and_sinks_refuse_missing_or_unknown_keywords() -> None:
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) windw"):
         gspark.foreach_batch_publisher(codec=codec, servers="nats://x", subject="o", windw=3)
     publisher = gspark.foreach_batch_publisher(
-        codec=codec, servers="nats://a,nats://b", subject="o"
+        codec=codec, servers=["nats://a", "nats://b"], subject="o"
     )
     assert (publisher.options.window, publisher.options.timeout) == (1_000, 10.0)
     assert publisher.options.connection.servers == ("nats://a", "nats://b")
+    df = cast(DataFrame, None)  # never reached: the call fails first
+    with pytest.raises(
+        TypeError, match=r"write_stream\(\) missing required keyword argument 'servers'"
+    ):
+        gspark.write_stream(df, codec=codec, subject="o")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"read\(\) missing required keyword argument 'servers'"):
+        gspark.read(session, Sale)  # type: ignore[call-arg]
 
 
 async def test_micro_batches_refuse_bad_arguments_before_spark_runs() -> None:

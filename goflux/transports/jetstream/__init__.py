@@ -11,17 +11,14 @@
     await subscriber.start("orders.*", handle)
 
 The caller owns the nats-py connection and its JetStream context.
+
+The errors (``StreamNotFound``, ``KeyExists``, ...) need no nats-py, and ``goflux``
+re-exports them: without nats-py this package holds them alone, and every other name
+raises ``ImportError`` saying which extra to install.
 """
 
-try:
-    import nats  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError(
-        "goflux.transports.jetstream needs nats-py: pip install 'goflux[nats]'"
-    ) from exc
-
+from goflux._errors import MissingDependency
 from goflux._exports import publish_names as _publish_names
-from goflux.transports.jetstream._acker import JetStreamAcker
 from goflux.transports.jetstream._errors import (
     BucketNotFound,
     ConsumerNotFound,
@@ -39,27 +36,35 @@ from goflux.transports.jetstream._errors import (
     StreamNotFound,
     SubjectOverlap,
 )
-from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
-from goflux.transports.jetstream._kv.entry import Entry, Operation
-from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
-from goflux.transports.jetstream._objects.info import ObjectInfo
-from goflux.transports.jetstream._objects.read import ObjectReader
-from goflux.transports.jetstream._objects.store import ObjectStore, object_store
-from goflux.transports.jetstream._objects.watch import ObjectWatch
-from goflux.transports.jetstream._options import SubscriberSettings
-from goflux.transports.jetstream._priority import PRIORITY_POLICIES, unpin_consumer
-from goflux.transports.jetstream._provision import (
-    ConsumerPause,
-    ensure_consumer,
-    ensure_stream,
-    pause_consumer,
-    resume_consumer,
-)
-from goflux.transports.jetstream._publisher import Outgoing, Publisher
-from goflux.transports.jetstream._stored import StoredMessage, get_last
-from goflux.transports.jetstream._subscriber import Subscriber
-from goflux.transports.jetstream._subscription import JetStreamSubscription
-from goflux.transports.jetstream._system import SYSTEM
+
+try:
+    import nats  # noqa: F401
+except ImportError as exc:
+    _NO_NATS: ImportError | None = exc
+else:
+    _NO_NATS = None
+    from goflux.transports.jetstream._acker import JetStreamAcker
+    from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
+    from goflux.transports.jetstream._kv.entry import Entry, Operation
+    from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
+    from goflux.transports.jetstream._objects.info import ObjectInfo
+    from goflux.transports.jetstream._objects.read import ObjectReader
+    from goflux.transports.jetstream._objects.store import ObjectStore, object_store
+    from goflux.transports.jetstream._objects.watch import ObjectWatch
+    from goflux.transports.jetstream._options import SubscriberSettings
+    from goflux.transports.jetstream._priority import PRIORITY_POLICIES, unpin_consumer
+    from goflux.transports.jetstream._provision import (
+        ConsumerPause,
+        ensure_consumer,
+        ensure_stream,
+        pause_consumer,
+        resume_consumer,
+    )
+    from goflux.transports.jetstream._publisher import Outgoing, Publisher
+    from goflux.transports.jetstream._stored import StoredMessage, get_last
+    from goflux.transports.jetstream._subscriber import Subscriber
+    from goflux.transports.jetstream._subscription import JetStreamSubscription
+    from goflux.transports.jetstream._system import SYSTEM
 
 __all__ = (
     "PRIORITY_POLICIES",
@@ -105,5 +110,15 @@ __all__ = (
     "resume_consumer",
     "unpin_consumer",
 )
+
+
+def __getattr__(name: str) -> object:
+    if _NO_NATS is not None and name in __all__:
+        raise MissingDependency(
+            f"goflux.transports.jetstream.{name} needs nats-py, which is not installed: "
+            "pip install 'goflux[nats]'"
+        ) from _NO_NATS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _publish_names(__name__, globals())

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict, Unpack
+from typing import Any, Unpack
+
+from typing_extensions import TypedDict
 
 from goflux._compose.deadletter import DeadLetter
 from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT

@@ -23,6 +23,10 @@ try:
     import pyspark  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("goflux.transports.spark needs pyspark: pip install 'goflux[spark]'") from exc
+try:
+    import nats  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError("goflux.transports.spark needs nats-py: pip install 'goflux[nats]'") from exc
 
 from goflux._exports import publish_names as _publish_names
 from goflux.transports.spark._connection import ConnectionOptions, ConnectionSettings

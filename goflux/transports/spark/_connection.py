@@ -14,17 +14,24 @@ import math
 import ssl
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Required, TypedDict, TypeVar, cast
+from typing import Any, Required, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import nats
 from nats.aio.client import Client
+from typing_extensions import TypedDict
 
 from goflux._errors import TransportError
 from goflux._urls import redact_url
 from goflux.transports.spark._errors import SourceOptionError
 
-__all__ = ("ConnectionOptions", "ConnectionSettings", "TaskLoop", "connection_options")
+__all__ = (
+    "ConnectionOptions",
+    "ConnectionSettings",
+    "TaskLoop",
+    "connection_options",
+    "require_keywords",
+)
 
 _R = TypeVar("_R")
 _log = logging.getLogger("goflux.transports.spark")
@@ -75,6 +82,17 @@ class ConnectionSettings(TypedDict, total=False):
     connect_timeout: float
 
 
+def require_keywords(caller: str, given: Mapping[str, Any], *names: str) -> None:
+    """Fail as Python does when a required keyword argument of ``caller`` is missing.
+
+    Raises:
+        TypeError: The first of ``names`` not in ``given``.
+    """
+    for name in names:
+        if name not in given:
+            raise TypeError(f"{caller}() missing required keyword argument {name!r}")
+
+
 def connection_options(caller: str, settings: Mapping[str, Any]) -> ConnectionOptions:
     """The :class:`ConnectionOptions` of ``settings`` (what a call left of its keywords).
 
@@ -83,15 +101,14 @@ def connection_options(caller: str, settings: Mapping[str, Any]) -> ConnectionOp
             the function called).
         SourceOptionError: A setting is malformed.
     """
+    require_keywords(caller, settings, "servers")
     given = dict(settings)
-    if "servers" not in given:
-        raise TypeError(f"{caller}() missing required keyword argument 'servers'")
     servers = given.pop("servers")
     unknown = sorted(set(given) - set(ConnectionSettings.__annotations__))
     if unknown:
         raise TypeError(f"{caller}() got unexpected keyword argument(s) {', '.join(unknown)}")
     return ConnectionOptions(
-        servers=_split_servers(servers) if isinstance(servers, str) else tuple(servers), **given
+        servers=(servers,) if isinstance(servers, str) else tuple(servers), **given
     )
 
 

@@ -8,7 +8,11 @@ from typing import Any, Final, Literal, Required, Unpack
 
 from pyspark.sql import DataFrame, SparkSession
 
-from goflux.transports.spark._connection import ConnectionSettings, connection_options
+from goflux.transports.spark._connection import (
+    ConnectionSettings,
+    connection_options,
+    require_keywords,
+)
 from goflux.transports.spark._datasource.reader import ADMISSION_CONTROL
 from goflux.transports.spark._datasource.rows import source_schema
 from goflux.transports.spark._datasource.source import FORMAT, register
@@ -72,9 +76,8 @@ def _source_options(
         SchemaError: ``payload_type`` has no Spark schema.
         InvalidSubject: A subject filter is not a valid pattern.
     """
+    require_keywords(caller, options, "servers", "stream")
     connection: dict[str, Any] = dict(options)
-    if "stream" not in connection:
-        raise TypeError(f"{caller}() missing required keyword argument 'stream'")
     stream = connection.pop("stream")
     given = {**_DEFAULTS, **{key: connection.pop(key) for key in _DEFAULTS if key in connection}}
     subjects = given.pop("subjects")

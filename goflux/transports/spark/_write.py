@@ -24,7 +24,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from goflux._codecs import BytesCodec, JsonCodec
-from goflux.transports.spark._connection import ConnectionSettings, connection_options
+from goflux.transports.spark._connection import (
+    ConnectionSettings,
+    connection_options,
+    require_keywords,
+)
 from goflux.transports.spark._datasource.source import FORMAT, register
 from goflux.transports.spark._datasource.writer import publish_partition, task
 from goflux.transports.spark._errors import SourceOptionError, SparkError
@@ -285,6 +289,14 @@ def foreach_batch_publisher(
         TypeError: ``codec`` is neither a ``JsonCodec`` nor a ``BytesCodec``.
         SchemaError: The payload type has no Spark schema.
     """
+    return _batch_publisher("foreach_batch_publisher", codec, options)
+
+
+def _batch_publisher(
+    caller: str, codec: JsonCodec[T] | BytesCodec, options: WriteOptions
+) -> BatchPublisher[T]:
+    """The publisher of a ``foreach_batch_publisher`` or ``write_stream`` call."""
+    require_keywords(caller, options, "servers")
     if isinstance(codec, JsonCodec):
         payload_type: Any = codec.type
         PayloadColumns(payload_type)
@@ -296,7 +308,7 @@ def foreach_batch_publisher(
     sink = {key: connection.pop(key) for key in _SINK_KEYS if key in connection}
     return BatchPublisher(
         SinkOptions(
-            connection=connection_options("foreach_batch_publisher", connection),
+            connection=connection_options(caller, connection),
             payload_type=payload_type,
             **sink,
         )
@@ -318,7 +330,7 @@ def write_stream(
         SchemaError: The payload type has no Spark schema.
         TypeError: ``codec`` is neither a ``JsonCodec`` nor a ``BytesCodec``.
     """
-    publisher = foreach_batch_publisher(codec=codec, **options)
+    publisher = _batch_publisher("write_stream", codec, options)
     publisher.options.check_columns(df.schema)
     register(df.sparkSession)
     return df.writeStream.format(FORMAT).options(**publisher.options.to_options())
