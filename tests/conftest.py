@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
+import pytest_timeout
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -21,6 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from goflux import Telemetry
 from goflux.testing import NatsServer, SparkConnectServer
+from goflux.testing._process import load_factor
 from goflux.transports import jetstream
 
 STREAM = "ORDERS"
@@ -74,11 +78,72 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """A test marked spark gets its timeout times the machine's load factor.
+
+    Its JVMs start, and its jobs run, that much slower on an overloaded machine (the
+    factor is ``max(1, load average / CPUs)``, as for the servers' start-up
+    timeouts); on an idle one nothing changes.
+    """
+    factor = load_factor()
+    if factor <= 1 or item.get_closest_marker("spark") is None:
+        return None
+    scaled = settings._replace(timeout=settings.timeout * factor)
+    started: bool = pytest_timeout.pytest_timeout_set_timer(item=item, settings=scaled)
+    return started
+
+
+class ConnectServers:
+    """The run's Spark Connect server: one for every test, a new one if it died.
+
+    A server that failed to start fails the test that asked for it; the next test
+    tries again.
+    """
+
+    def __init__(self) -> None:
+        self.server: SparkConnectServer | None = None
+        self.started = 0
+
+    def get(self) -> SparkConnectServer:
+        """The server, after checking it runs and accepts connections."""
+        if self.server is not None and not self.answers(self.server):
+            self.stop()
+        if self.server is None:
+            server = SparkConnectServer("local[2]", driver_memory="1g")
+            server.start()  # stops what it started if it fails
+            self.server = server
+            self.started += 1
+        return self.server
+
+    @staticmethod
+    def answers(server: SparkConnectServer) -> bool:
+        """True if its JVM runs and its port accepts a connection."""
+        if not server.running:
+            return False
+        try:
+            socket.create_connection((server.host, server.port), timeout=10).close()
+        except OSError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop()
+
+
 @pytest.fixture(scope="session")
-def connect_server() -> Iterator[SparkConnectServer]:
-    """A real Spark Connect server (local[2]) for the whole run, from pyspark's own jars."""
-    with SparkConnectServer("local[2]", driver_memory="1g") as server:
-        yield server
+def connect_servers() -> Iterator[ConnectServers]:
+    servers = ConnectServers()
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def connect_server(connect_servers: ConnectServers) -> SparkConnectServer:
+    """A real Spark Connect server (local[2]) from pyspark's own jars, shared by the run."""
+    return connect_servers.get()
 
 
 @dataclass

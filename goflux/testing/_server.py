@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import os
 import re
 import select
 import shutil
 import signal
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -23,6 +20,8 @@ from types import TracebackType
 from typing import Self
 
 from goflux._errors import GofluxError
+from goflux.testing import _process
+from goflux.testing._process import LoggedProcess
 
 if sys.platform != "win32":
     import fcntl
@@ -146,101 +145,63 @@ def _sweep_abandoned_stores() -> None:
             os.close(fd)
 
 
-class _Process:
-    """One nats-server process and the thread that reads its log."""
+class _Process(LoggedProcess):
+    """One nats-server process, and what its log said: its port, readiness, reloads."""
 
     def __init__(self, argv: list[str]) -> None:
-        self.lines: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
-        self.ready = threading.Event()
-        self.exited = threading.Event()
+        # Set before the reader thread starts calling on_line.
+        self.ready = False
         self.address: tuple[str, int] | None = None
         # Configuration reloads the server reported (see NatsServer.reload).
-        self.reloads = threading.Condition()
         self.reloaded = 0
         self.reload_failures: list[str] = []
-        self.popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            # Same process group as us: Ctrl-C in a terminal or a CI runner's
-            # group-wide SIGTERM stops the server together with its owner.
-        )
-        self._reader = threading.Thread(target=self._read, name="nats-server-log", daemon=True)
-        self._reader.start()
+        super().__init__("nats-server", argv, keep_lines=_LOG_LINES)
 
-    def _read(self) -> None:
-        stream = self.popen.stderr
-        assert stream is not None
-        try:
-            for line in stream:
-                self.lines.append(line.rstrip("\n"))
-                if self.address is None and (m := _LISTENING.search(line)):
-                    self.address = (m.group(1), int(m.group(2)))
-                if _READY in line:
-                    self.ready.set()
-                if _RELOADED in line or _RELOAD_FAILED in line:
-                    with self.reloads:
-                        if _RELOADED in line:
-                            self.reloaded += 1
-                        else:
-                            self.reload_failures.append(line[line.index(_RELOAD_FAILED) :])
-                        self.reloads.notify_all()
-        finally:
-            stream.close()
-            self.exited.set()
-            self.ready.set()  # wake a waiter; it checks whether the process lives
-            with self.reloads:
-                self.reloads.notify_all()
+    def on_line(self, line: str) -> None:
+        """Note the client port, readiness and reloads the server reports."""
+        if self.address is None and (m := _LISTENING.search(line)):
+            self.address = (m.group(1), int(m.group(2)))
+        if _READY in line:
+            self.ready = True
+        if _RELOADED in line:
+            self.reloaded += 1
+        elif _RELOAD_FAILED in line:
+            self.reload_failures.append(line[line.index(_RELOAD_FAILED) :])
 
     def wait_reload(self, reloaded: int, failed: int, timeout: float) -> str:
         """Wait for the server's word on a reload asked after ``reloaded`` / ``failed``.
 
         Returns "" once it logged a new successful reload, else why it did not.
         """
-        with self.reloads:
-            self.reloads.wait_for(
-                lambda: (
-                    self.reloaded > reloaded
-                    or len(self.reload_failures) > failed
-                    or self.exited.is_set()
-                ),
-                timeout,
-            )
+        self.wait_until(
+            lambda: self.reloaded > reloaded or len(self.reload_failures) > failed, timeout
+        )
+        with self.changed:
             if len(self.reload_failures) > failed:
                 return self.reload_failures[failed]
             if self.reloaded > reloaded:
                 return ""
-            if self.exited.is_set():
+            if self.exited:
                 return "the server exited"
             return f"no reload reported within {timeout}s"
 
     def wait_ready(self, timeout: float) -> None:
-        if not self.ready.wait(timeout):
+        """Block until the server is ready.
+
+        Raises:
+            NatsServerError: It exited first, or was not ready within ``timeout``
+                seconds (then it is killed).
+        """
+        if not self.wait_until(lambda: self.ready, timeout) and not self.exited:
             self.terminate(kill=True)
             raise NatsServerError(
-                f"nats-server did not become ready within {timeout}s:\n{self.log_tail()}"
+                f"nats-server did not become ready within {timeout:.1f}s:\n{self.log_tail()}"
             )
-        if self.popen.poll() is not None or self.exited.is_set() or self.address is None:
+        if self.popen.poll() is not None or self.exited or self.address is None:
             code = self.popen.wait()
             raise NatsServerError(
                 f"nats-server exited during startup (code {code}):\n{self.log_tail()}"
             )
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(list(self.lines)[-lines:])
-
-    def terminate(self, *, kill: bool, timeout: float = 10.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        self.exited.wait(timeout)
 
 
 class _Resources:
@@ -286,10 +247,14 @@ class NatsServer:
         store_dir: JetStream store directory; default: a temporary one, deleted on stop.
         args: Extra command-line arguments for nats-server.
         binary: Path of the nats-server binary; default: see :func:`find_nats_server`.
-        startup_timeout: Seconds to wait for readiness.
+        startup_timeout: Seconds to wait for readiness; default:
+            ``$GOFLUX_NATS_STARTUP_TIMEOUT`` if set, else 10 times the machine's load
+            factor (``max(1, load average / CPUs)``, when the object is made).
 
     Raises:
         NatsServerNotFound: No nats-server binary is available.
+        ValueError: ``startup_timeout`` or ``$GOFLUX_NATS_STARTUP_TIMEOUT`` is not a
+            positive number of seconds.
     """
 
     def __init__(
@@ -301,7 +266,7 @@ class NatsServer:
         store_dir: str | os.PathLike[str] | None = None,
         args: Sequence[str] = (),
         binary: str | os.PathLike[str] | None = None,
-        startup_timeout: float = 10.0,
+        startup_timeout: float | None = None,
     ) -> None:
         self.binary = find_nats_server(binary)
         self.jetstream = jetstream
@@ -309,7 +274,9 @@ class NatsServer:
         self._port = port
         self._store_dir = os.fspath(store_dir) if store_dir is not None else None
         self.args = tuple(args)
-        self.startup_timeout = startup_timeout
+        self.startup_timeout = _process.startup_timeout(
+            startup_timeout, 10.0, _process.NATS_STARTUP_TIMEOUT
+        )
         self.startup_seconds: float | None = None
         _sweep_abandoned_stores()
         self._resources = _Resources()
@@ -471,7 +438,7 @@ class NatsServer:
         process = self._resources.process
         if process is None or not self.running:
             raise NatsServerError("reload() needs a running server")
-        with process.reloads:
+        with process.changed:
             reloaded, failed = process.reloaded, len(process.reload_failures)
         process.popen.send_signal(signal.SIGHUP)
         problem = await asyncio.to_thread(process.wait_reload, reloaded, failed, timeout)

@@ -11,16 +11,12 @@ log says so (never after a fixed sleep). Nothing is downloaded.
 
 from __future__ import annotations
 
-import collections
 import importlib.util
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -29,6 +25,8 @@ from types import TracebackType
 from typing import Self
 
 from goflux._errors import GofluxError
+from goflux.testing import _process
+from goflux.testing._process import LoggedProcess
 
 __all__ = ("SparkConnectServer", "SparkProcessError", "SparkStandaloneCluster", "spark_home")
 
@@ -60,47 +58,15 @@ def spark_home() -> Path:
     return home
 
 
-class _Jvm:
+class _Jvm(LoggedProcess):
     """One Spark JVM, its log (kept in memory and in a file), and what the log said."""
 
     def __init__(
         self, name: str, argv: list[str], env: Mapping[str, str], cwd: Path, log: Path
     ) -> None:
-        self.name = name
-        self.lines: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
-        self.log_path = log
-        self._seen = threading.Condition()
-        self._matches: list[re.Match[str]] = []
-        self._exited = False
-        self.popen = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
+        super().__init__(
+            name, argv, log_stdout=True, cwd=cwd, env=env, log_path=log, keep_lines=_LOG_LINES
         )
-        self._reader = threading.Thread(target=self._read, name=f"{name}-log", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        stream = self.popen.stdout
-        assert stream is not None
-        try:
-            with self.log_path.open("a", encoding="utf-8") as log:
-                for line in stream:
-                    log.write(line)
-                    log.flush()
-                    with self._seen:
-                        self.lines.append(line.rstrip("\n"))
-                        self._seen.notify_all()
-        finally:
-            stream.close()
-            with self._seen:
-                self._exited = True
-                self._seen.notify_all()
 
     def _first(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
         for line in self.lines:
@@ -114,39 +80,24 @@ class _Jvm:
         Raises:
             SparkProcessError: The process exited, or no line matched in time.
         """
-        deadline = time.monotonic() + timeout
-        with self._seen:
-            while (found := self._first(pattern)) is None:
-                if self._exited:
-                    code = self.popen.wait()
-                    raise SparkProcessError(
-                        f"{self.name} exited during startup (code {code}):\n{self.log_tail()}"
-                    )
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SparkProcessError(
-                        f"{self.name} did not report {pattern.pattern!r} within {timeout}s:\n"
-                        f"{self.log_tail()}"
-                    )
-                self._seen.wait(left)
-        return found
+        found = self.wait_until(lambda: self._first(pattern), timeout)
+        if found is not None:
+            return found
+        if self.exited:
+            code = self.popen.wait()
+            raise SparkProcessError(
+                f"{self.name} exited during startup (code {code}):\n{self.log_tail()}"
+            )
+        raise SparkProcessError(
+            f"{self.name} did not report {pattern.pattern!r} within {timeout:.1f}s:\n"
+            f"{self.log_tail()}"
+        )
 
     def log_tail(self, lines: int = 30) -> str:
         """The first error lines (the cause), then the last ``lines`` lines."""
         kept = list(self.lines)
         causes = [line for line in kept if _CAUSE.search(line)][:5]
         return "\n".join([*causes, "...", *kept[-lines:]] if causes else kept[-lines:])
-
-    def terminate(self, timeout: float = 30.0) -> None:
-        """SIGTERM (Spark stops cleanly), then SIGKILL after ``timeout``."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        self._reader.join(timeout)
 
 
 class _Resources:
@@ -158,7 +109,7 @@ class _Resources:
 
     def release(self) -> None:
         for process in reversed(self.processes):
-            process.terminate()
+            process.terminate(timeout=30.0)  # SIGTERM: Spark stops cleanly
         self.processes.clear()
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -169,11 +120,14 @@ class _SparkProcesses:
     """What both servers share: the environment, the temporary directory, the lifecycle."""
 
     _prefix = "goflux-spark-"
+    _startup_timeout = 60.0  # seconds, on an idle machine (see startup_timeout())
 
-    def __init__(self, host: str, startup_timeout: float, daemon_memory: str) -> None:
+    def __init__(self, host: str, startup_timeout: float | None, daemon_memory: str) -> None:
         self.home = spark_home()
         self.host = host
-        self.startup_timeout = startup_timeout
+        self.startup_timeout = _process.startup_timeout(
+            startup_timeout, self._startup_timeout, _process.SPARK_STARTUP_TIMEOUT
+        )
         self.daemon_memory = daemon_memory
         self.startup_seconds: float | None = None
         self._resources = _Resources()
@@ -288,13 +242,18 @@ class SparkConnectServer(_SparkProcesses):
         host: Interface to listen on.
         driver_memory: The server JVM's heap (``--driver-memory``).
         conf: Extra Spark settings for the server.
-        startup_timeout: Seconds to wait for "Spark Connect server started".
+        startup_timeout: Seconds to wait for "Spark Connect server started"; default:
+            ``$GOFLUX_SPARK_STARTUP_TIMEOUT`` if set, else 120 times the machine's
+            load factor (``max(1, load average / CPUs)``, when the object is made).
 
     Raises:
         SparkProcessError: pyspark is not installed.
+        ValueError: ``startup_timeout`` or ``$GOFLUX_SPARK_STARTUP_TIMEOUT`` is not a
+            positive number of seconds.
     """
 
     _prefix = "goflux-spark-connect-"
+    _startup_timeout = 120.0
 
     def __init__(
         self,
@@ -303,7 +262,7 @@ class SparkConnectServer(_SparkProcesses):
         host: str = "127.0.0.1",
         driver_memory: str = "1g",
         conf: Mapping[str, str] | None = None,
-        startup_timeout: float = 120.0,
+        startup_timeout: float | None = None,
     ) -> None:
         super().__init__(host, startup_timeout, driver_memory)
         self.master = master
@@ -365,10 +324,14 @@ class SparkStandaloneCluster(_SparkProcesses):
         memory: Memory each worker offers its executors.
         host: Interface everything listens on.
         daemon_memory: The heap of the master and worker daemons themselves.
-        startup_timeout: Seconds to wait for each process's readiness line.
+        startup_timeout: Seconds to wait for each process's readiness line; default:
+            ``$GOFLUX_SPARK_STARTUP_TIMEOUT`` if set, else 60 times the machine's load
+            factor (``max(1, load average / CPUs)``, when the object is made).
 
     Raises:
         SparkProcessError: pyspark is not installed.
+        ValueError: ``workers`` or ``cores`` is below 1, or ``startup_timeout`` or
+            ``$GOFLUX_SPARK_STARTUP_TIMEOUT`` is not a positive number of seconds.
     """
 
     _prefix = "goflux-spark-cluster-"
@@ -381,7 +344,7 @@ class SparkStandaloneCluster(_SparkProcesses):
         memory: str = "2g",
         host: str = "127.0.0.1",
         daemon_memory: str = "256m",
-        startup_timeout: float = 60.0,
+        startup_timeout: float | None = None,
     ) -> None:
         if workers < 1 or cores < 1:
             raise ValueError(f"workers and cores must be >= 1, got {workers} and {cores}")

@@ -3,24 +3,26 @@
 The Spark Connect server fixture is in tests/conftest.py (it makes no SparkContext here).
 
 A Python process holds at most one SparkContext (one driver), so the local[2] session
-and the standalone-cluster session of test_cluster.py take turns in :class:`OneContext`:
-the cluster tests stop the local session while their module runs, and the next test
-that asks for ``spark`` gets a new local[2] session (a few seconds, once). Any order of
-tests works; a test never gets a stopped session.
+and the standalone-cluster session of test_cluster.py take turns in
+:class:`~tests.spark.jvm.OneContext`: the cluster tests stop the local session while
+their module runs, and the next test that asks for ``spark`` gets a new local[2]
+session (a few seconds, once). Any order of tests works; a test never gets a stopped
+session. A test that fails makes the next one check the session first, and a broken
+session (its JVM dead, its Py4J connection out of step after a timeout) is replaced
+with a new JVM: one failure fails one test, not every test after it.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 from pyspark import util as pyspark_util
 from pyspark.sql import SparkSession
 
-from goflux.transports import spark as gspark
+from tests.spark.jvm import OneContext
 
 HERE = Path(__file__).resolve().parent
 # PySpark before 4.2 leaves the socket that collect() and toArrow() read from to the
@@ -43,41 +45,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(ignore)
 
 
-class OneContext:
-    """The one SparkContext of this process: the local[2] session or a borrowed one."""
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Tell the SparkContext when a test that used it failed (see tests/spark/jvm.py).
 
-    def __init__(self) -> None:
-        self._local: SparkSession | None = None
-        self._borrowed = False
-
-    def local(self) -> SparkSession:
-        """The local[2] session, started (again) if there is none."""
-        if self._borrowed:
-            raise RuntimeError("a test asked for the local session while another one runs")
-        if self._local is None:
-            self._local = gspark.local_session("local[2]", app_name="goflux-tests")
-            self._local.sparkContext.setLogLevel("ERROR")
-        return self._local
-
-    @contextmanager
-    def borrowed(self, make: Callable[[], SparkSession]) -> Iterator[SparkSession]:
-        """Stop the local session, run ``make``'s session, stop it when done."""
-        self.stop()
-        self._borrowed = True
-        try:
-            session = make()
-            try:
-                yield session
-            finally:
-                session.stop()
-        finally:
-            self._borrowed = False
-
-    def stop(self) -> None:
-        """Stop the local session, if one runs."""
-        local, self._local = self._local, None
-        if local is not None:
-            local.stop()
+    An exception that is no ``Exception`` (pytest-timeout's, KeyboardInterrupt) may
+    have been raised in the middle of a Py4J call: the JVM is replaced unasked.
+    """
+    report = yield
+    funcargs: dict[str, object] = getattr(item, "funcargs", None) or {}
+    context = funcargs.get("spark_context")
+    if report.failed and isinstance(context, OneContext):
+        error = call.excinfo.value if call.excinfo is not None else None
+        context.failed(interrupted=error is not None and not isinstance(error, Exception))
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -89,5 +72,5 @@ def spark_context() -> Iterator[OneContext]:
 
 @pytest.fixture
 def spark(spark_context: OneContext) -> SparkSession:
-    """The shared local[2] session (the same one from test to test while it runs)."""
+    """The shared local[2] session (the same one from test to test while it works)."""
     return spark_context.local()

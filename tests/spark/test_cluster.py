@@ -22,7 +22,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from goflux import JsonCodec
-from goflux.testing import NatsServer, SparkStandaloneCluster
+from goflux.testing import NatsServer, SparkProcessError, SparkStandaloneCluster
 from goflux.transports import spark as gspark
 from tests.spark.helpers import (
     Sale,
@@ -39,7 +39,7 @@ from tests.spark.helpers import (
 )
 
 if TYPE_CHECKING:
-    from tests.spark.conftest import OneContext
+    from tests.spark.jvm import OneContext
 
 # Slow: the cluster and its executor take 15-25 s to start on 2 cores, once per module.
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(240)]
@@ -52,14 +52,17 @@ WORKER_MAIN = "org.apache.spark.deploy.worker.Worker"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SparkStandaloneCluster]:
+    # One that fails to start fails this module's tests with its SparkProcessError
+    # (and its log), before they take the SparkContext from the local session.
     with SparkStandaloneCluster(workers=1, cores=2, memory="1g") as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def cluster_spark(
+def cluster_sessions(
     spark_context: OneContext, cluster: SparkStandaloneCluster
-) -> Iterator[SparkSession]:
+) -> Iterator[Callable[[], SparkSession]]:
+    """Hands out this module's session on the cluster, made again if a test broke it."""
     conf = {
         "spark.driver.host": "127.0.0.1",  # executors connect back to the driver here
         "spark.driver.bindAddress": "127.0.0.1",
@@ -76,13 +79,24 @@ def cluster_spark(
     }
 
     def make() -> SparkSession:
-        return gspark.local_session(cluster.master_url, app_name="goflux-cluster-tests", **conf)
-
-    with spark_context.borrowed(make) as session:
+        session = gspark.local_session(cluster.master_url, app_name="goflux-cluster-tests", **conf)
         session.sparkContext.setLogLevel("ERROR")
         assert session.sparkContext.master == cluster.master_url
         assert session.sparkContext._jsc.sc().getExecutorIds().size() == 1
-        yield session
+        return session
+
+    with spark_context.borrowed(make) as current:
+        yield current
+
+
+@pytest.fixture
+def cluster_spark(
+    cluster_sessions: Callable[[], SparkSession], cluster: SparkStandaloneCluster
+) -> SparkSession:
+    """The cluster session; a cluster that stopped fails the test with its log."""
+    if not cluster.running:
+        raise SparkProcessError(f"the standalone cluster stopped:\n{cluster.log_tail()}")
+    return cluster_sessions()
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,6 +27,9 @@ from tests.spark.helpers import (
     sale,
     stream_state,
 )
+
+if TYPE_CHECKING:
+    from tests.conftest import ConnectServers
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -48,6 +51,24 @@ def job(server: SparkConnectServer, nats: NatsServer, name: str, **args: Any) ->
     assert done.returncode == 0, f"{name} failed:\n{done.stderr[-4000:]}"
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def test_a_server_that_died_is_replaced_for_the_next_test(
+    connect_servers: ConnectServers,
+) -> None:
+    # First in the module: the tests after it run on the server started here.
+    server = connect_servers.get()
+    started = connect_servers.started
+    assert connect_servers.get() is server  # alive and listening: the same one
+    for process in server._resources.processes:  # as if the OOM killer took the JVM
+        process.popen.kill()
+        process.popen.wait()
+
+    fresh = connect_servers.get()
+    assert fresh is not server
+    assert connect_servers.started == started + 1
+    assert not server.running
+    assert connect_servers.answers(fresh)
 
 
 @needs_admission_control
