@@ -7,7 +7,7 @@
 #                                      (scripts/pyspark-floor.sh; not with ARGS)
 #   ./scripts/check.sh --fast          the fast tier: the same static checks and docs build,
 #                                      then every test not marked slow, spark, reliability
-#                                      or e2e
+#                                      or e2e, on every CPU (pytest-xdist)
 #   ./scripts/check.sh [--fast] ARGS   ARGS go to pytest (paths, -k, -x, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ echo "== mypy --strict goflux tests/typing examples"; .venv/bin/mypy goflux test
 # mkdocs-material's banner about its end of life, which is no build warning.)
 echo "== mkdocs build --strict"; NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
 if "$fast"; then
-    echo "== pytest -m \"$FAST_TIER\""; .venv/bin/pytest -m "$FAST_TIER" "$@"
+    echo "== pytest -m \"$FAST_TIER\" -n auto"; .venv/bin/pytest -m "$FAST_TIER" -n auto "$@"
 else
     pyspark="$(.venv/bin/python -c 'from importlib.metadata import version; print(version("pyspark"))')"
     if [ "$#" -gt 0 ]; then

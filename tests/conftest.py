@@ -62,7 +62,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Add what the test's nats-servers logged as warnings or errors to a failure.
 
     The server answers some refusals only with a fixed sentence ("error creating store
-    for stream") and writes the cause to its own log.
+    for stream") and writes the cause to its own log. Every captured section is made
+    UTF-8 clean, for pytest-xdist.
     """
     report = yield
     if report.failed:
@@ -75,7 +76,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 ]
                 if lines:
                     report.sections.append((f"nats-server {name} warnings", "\n".join(lines)))
+    # Captured output may hold lone surrogates (tests of undecodable text log them);
+    # pytest-xdist's workers send reports as UTF-8 and would crash on them.
+    report.sections = [(title, _utf8(text)) for title, text in report.sections]
     return report
+
+
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @pytest.hookimpl(tryfirst=True)
