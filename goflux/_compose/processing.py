@@ -9,8 +9,16 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from goflux._backoff import (
+    REDELIVERY_BACKOFF,
+    Backoff,
+    BackoffLike,
+    as_backoff,
+    redelivery_delay,
+)
 from goflux._compose.settling import settle
 from goflux._compose.streams import MessageStream
+from goflux._errors import SettlementError, is_non_retryable
 from goflux._interfaces import Handler
 from goflux._message import Message
 
@@ -39,13 +47,16 @@ async def process(
     handler: Handler[T],
     *,
     concurrency: int = 1,
+    redelivery_backoff: BackoffLike | None = REDELIVERY_BACKOFF,
 ) -> ProcessStats:
     """Run ``handler`` on every message of ``messages``, ``concurrency`` at a time.
 
     Settlement follows auto-ack: a handler that returns has its message acked, one that
-    raises has it nak'd (redelivered at once); a message the handler (or middleware
-    such as :func:`goflux.middleware.retry_ack`) settled itself is left alone. A failure
-    is logged and counted and does not stop the others. At most ``concurrency``
+    raises has it nak'd with a delay growing with its delivery count
+    (``redelivery_backoff``; None redelivers at once), or terminated when the error is
+    a :class:`~goflux.NonRetryable`; a message the handler (or middleware such as
+    :func:`goflux.middleware.retry_ack`) settled itself is left alone. A failure is
+    logged and counted and does not stop the others. At most ``concurrency``
     messages are taken from the stream at a time, so a bounded stream stays bounded.
 
     With a :class:`~goflux.MessageStream`, each handler runs in the context the message
@@ -63,14 +74,16 @@ async def process(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    return await _Processor(handler, concurrency).run(messages)
+    backoff = None if redelivery_backoff is None else as_backoff(redelivery_backoff)
+    return await _Processor(handler, concurrency, backoff).run(messages)
 
 
 class _Processor(Generic[T]):
     """The state of one :func:`process` call."""
 
-    def __init__(self, handler: Handler[T], concurrency: int) -> None:
+    def __init__(self, handler: Handler[T], concurrency: int, backoff: Backoff | None) -> None:
         self._handler = handler
+        self._backoff = backoff
         self._slots = asyncio.Semaphore(concurrency)
         self._running: set[asyncio.Task[None]] = set()
         self.stats = ProcessStats()
@@ -95,12 +108,26 @@ class _Processor(Generic[T]):
                 type(exc).__name__,
                 exc,
             )
-            await settle(message, ack=False)
+            await self._failed(message, exc)
         else:
             stats.handled += 1
             await settle(message, ack=True)
         finally:
             self._slots.release()
+
+    async def _failed(self, message: Message[T], exc: Exception) -> None:
+        """Settle a failure the handler left unsettled: term if permanent, else a late nak."""
+        if message.settled is not None:
+            return
+        if is_non_retryable(exc):
+            try:
+                await message.term(f"goflux: non-retryable failure: {exc}"[:200])
+            except SettlementError as failure:
+                logger.warning("could not terminate message on %r: %s", message.subject, failure)
+            return
+        delivery = message.delivery
+        count = 1 if delivery is None else delivery.num_delivered
+        await settle(message, ack=False, delay=redelivery_delay(self._backoff, count))
 
     async def _next(
         self, stream: MessageStream[T] | None, iterator: AsyncIterator[Message[T]] | None

@@ -13,15 +13,16 @@ __all__ = ("settle", "settle_all")
 logger = logging.getLogger("goflux._compose.settling")
 
 
-async def settle(message: Message[object], *, ack: bool) -> bool:
-    """Ack (or nak) ``message`` unless it is settled already; False if the send failed.
+async def settle(message: Message[object], *, ack: bool, delay: float | None = None) -> bool:
+    """Ack (or nak, with ``delay``) ``message`` unless it is settled already.
 
-    A failed send is logged; the broker redelivers the message after its ack_wait.
+    Returns False if the send failed; a failed send is logged, and the broker
+    redelivers the message after its ack_wait.
     """
     if message.settled is not None:
         return True
     try:
-        await (message.ack() if ack else message.nak())
+        await (message.ack() if ack else message.nak(delay))
     except SettlementError as exc:
         logger.warning("could not settle message on %r: %s", message.subject, exc)
         return False

@@ -47,7 +47,7 @@ else:
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
-    from goflux.transports.jetstream._objects.info import ObjectInfo
+    from goflux.transports.jetstream._objects.info import InvalidObjectMeta, ObjectInfo, ObjectList
     from goflux.transports.jetstream._objects.read import ObjectReader
     from goflux.transports.jetstream._objects.store import ObjectStore, object_store
     from goflux.transports.jetstream._objects.watch import ObjectWatch
@@ -78,6 +78,7 @@ __all__ = (
     "ExpectationFailed",
     "IncompatibleConfig",
     "InvalidKey",
+    "InvalidObjectMeta",
     "JetStreamAcker",
     "JetStreamSubscription",
     "JetStreamUnavailable",
@@ -85,6 +86,7 @@ __all__ = (
     "KeyValue",
     "KeyWatcher",
     "ObjectInfo",
+    "ObjectList",
     "ObjectNotFound",
     "ObjectReader",
     "ObjectStore",

@@ -11,15 +11,15 @@ writes none).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from goflux._errors import DecodeError
 from goflux.transports.jetstream._api import to_rfc3339
 
-__all__ = ("ObjectInfo", "info_from_json", "meta_json")
+__all__ = ("InvalidObjectMeta", "ObjectInfo", "ObjectList", "info_from_json", "meta_json")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,39 @@ class ObjectInfo:
     headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     meta: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int | None = None
+
+
+class InvalidObjectMeta(NamedTuple):
+    """A meta message of a bucket that is not an object's meta JSON (written by hand, say).
+
+    Attributes:
+        bucket: The bucket.
+        subject: The meta message's subject (``$O.<bucket>.M.<base64url name>``).
+        mtime: When the stream stored it.
+        error: Why it does not read (its ``__cause__`` is the parser's error).
+    """
+
+    bucket: str
+    subject: str
+    mtime: datetime
+    error: DecodeError
+
+
+class ObjectList(list[ObjectInfo]):
+    """What :meth:`ObjectStore.list` returns: the objects that read, sorted by name.
+
+    Attributes:
+        invalid: The meta messages that are not an object's meta JSON, skipped (each
+            also logged as a warning); empty when every object read.
+    """
+
+    invalid: tuple[InvalidObjectMeta, ...]
+
+    def __init__(
+        self, infos: Iterable[ObjectInfo] = (), invalid: Iterable[InvalidObjectMeta] = ()
+    ) -> None:
+        super().__init__(infos)
+        self.invalid = tuple(invalid)
 
 
 def meta_json(info: ObjectInfo) -> bytes:

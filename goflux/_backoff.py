@@ -10,11 +10,13 @@ from typing import Final, Protocol, TypeAlias
 
 __all__ = (
     "MAX_DELAY",
+    "REDELIVERY_BACKOFF",
     "Backoff",
     "BackoffLike",
     "ExponentialBackoff",
     "FixedBackoff",
     "as_backoff",
+    "redelivery_delay",
 )
 
 
@@ -26,7 +28,7 @@ class Backoff(Protocol):
         ...
 
 
-BackoffLike: TypeAlias = "Backoff | Sequence[float]"
+BackoffLike: TypeAlias = Backoff | Sequence[float]
 """A :class:`Backoff`, or a list of delays in seconds (see :class:`FixedBackoff`)."""
 
 
@@ -150,3 +152,23 @@ def as_backoff(backoff: BackoffLike) -> Backoff:
     if not callable(getattr(backoff, "delay", None)):
         raise TypeError(f"backoff must be a Backoff or a list of delays, got {backoff!r}")
     return backoff
+
+
+REDELIVERY_BACKOFF: Final = ExponentialBackoff(initial=0.5, multiplier=2.0, max=60.0, jitter=0.1)
+"""How long a transport waits before redelivering a message whose handler failed.
+
+Delivery ``n`` that fails is redelivered after about ``0.5 * 2 ** (n - 1)`` seconds,
+at most a minute: a handler that always fails sees its message about 6 times in its
+first 10 s, not thousands of times, and the messages beside it flow at full speed.
+"""
+
+
+def redelivery_delay(backoff: Backoff | None, num_delivered: int) -> float | None:
+    """Seconds before delivery ``num_delivered`` (after it failed) comes back.
+
+    ``None`` (the nak's "redeliver at once") when ``backoff`` is None; a delivery count
+    below 1 (a transport that does not count) counts as the first delivery.
+    """
+    if backoff is None:
+        return None
+    return backoff.delay(max(num_delivered, 1))
