@@ -22,8 +22,9 @@ from goflux._otel.scopes import NullScope, PublishScope, PublishScopes
 from goflux._otel.telemetry import Telemetry
 from goflux._receipt import PublishReceipt
 from goflux._wire import check_size, outgoing
+from goflux.transports._limits import in_flight_error
 from goflux.transports._natspy import connection
-from goflux.transports._refusals import Refusal, Refusals, closed_reason, refusals
+from goflux.transports._refusals import Overflowed, Refusal, Refusals, closed_reason, refusals
 from goflux.transports.jetstream._atomic import AtomicBatch, AtomicReplies, batch_headers
 from goflux.transports.jetstream._replies import PubAcks, receipt, send_error, timeout_error
 from goflux.transports.jetstream._server_headers import TTL, expectations
@@ -162,6 +163,12 @@ class Publisher(CloseOnExit, Generic[T]):
             ExpectationFailed: An ``expected_*`` condition did not hold; nothing stored.
             StreamFeatureDisabled: The stream does not allow the TTL, rollup or
                 schedule asked for; nothing stored.
+            PayloadTooLarge: Headers and body exceed the server's ``max_payload``
+                (also when it lowered the limit and closed the connection for this
+                message); nothing stored.
+            MaxPayloadLowered: The server closed the connection for another message
+                over a ``max_payload`` it lowered, before the PubAck came
+                (``may_be_stored``).
             PublishError: No stream captures ``subject``, the server refused it, the
                 connection is closed, or no PubAck arrived in time (then
                 ``may_be_stored`` is True).
@@ -194,11 +201,22 @@ class Publisher(CloseOnExit, Generic[T]):
             check_size(subject, wire, data, self._nc.max_payload)
             try:
                 with self._refusals.guard(
-                    "publish", subject, f"publish to {subject!r}", request=True
+                    "publish", subject, f"publish to {subject!r}", request=True, overflow=True
                 ):
                     reply = await self._nc.request(
                         subject, data, timeout=wait, headers=wire or None
                     )
+            except Overflowed as exc:  # the server closed the connection (max_payload)
+                raise await in_flight_error(
+                    self._nc,
+                    exc.overflow,
+                    subject,
+                    wire,
+                    data,
+                    waiting_for="its PubAck",
+                    retry="publish it again with the same message_id",
+                    timeout=wait,
+                ) from exc
             except nats.errors.TimeoutError as exc:
                 raise timeout_error(subject, wait, self._nc) from exc
             except nats.errors.Error as exc:
