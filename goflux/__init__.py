@@ -80,9 +80,11 @@ from goflux._version import __version__
 if TYPE_CHECKING:
     from goflux.transports.jetstream._errors import (
         BucketNotFound,
+        ConfigNotApplied,
         ConsumerNotFound,
         DigestMismatch,
         ExpectationFailed,
+        FeatureUnsupported,
         IncompatibleConfig,
         InvalidKey,
         JetStreamUnavailable,
@@ -110,6 +112,7 @@ __all__ = (
     "Closeable",
     "Codec",
     "CodecError",
+    "ConfigNotApplied",
     "ConsumerNotFound",
     "DeadLetter",
     "DeadLetterReason",
@@ -119,6 +122,7 @@ __all__ = (
     "EncodeError",
     "Endpoint",
     "ExpectationFailed",
+    "FeatureUnsupported",
     "GenericMiddleware",
     "GenericPublisherMiddleware",
     "GofluxError",

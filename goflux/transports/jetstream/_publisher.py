@@ -24,7 +24,14 @@ from goflux._receipt import PublishReceipt
 from goflux._wire import check_size, outgoing
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import Refusal, Refusals, closed_reason, refusals
+from goflux.transports.jetstream._account import (
+    is_no_stream,
+    jetstream_refused,
+    no_stream_error,
+    unavailable,
+)
 from goflux.transports.jetstream._atomic import AtomicBatch, AtomicReplies, batch_headers
+from goflux.transports.jetstream._features import ATOMIC_BATCH, check_headers, require
 from goflux.transports.jetstream._replies import PubAcks, receipt, send_error, timeout_error
 from goflux.transports.jetstream._server_headers import TTL, expectations
 from goflux.transports.jetstream._server_headers import server_headers as server_headers_of
@@ -187,6 +194,8 @@ class Publisher(CloseOnExit, Generic[T]):
                     expected_last_message_id,
                 ),
             )
+            if server:
+                check_headers(self._nc, server, f"publish to {subject!r}", subject)
         wait = self._timeout if timeout is None else timeout
         data, wire = self._prepare(subject, value, headers, message_id, server)
         with self._scopes.open(subject, wire, message_id=message_id) as scope:
@@ -201,6 +210,8 @@ class Publisher(CloseOnExit, Generic[T]):
                     )
             except nats.errors.TimeoutError as exc:
                 raise timeout_error(subject, wait, self._nc) from exc
+            except nats.errors.NoRespondersError as exc:
+                raise await no_stream_error(self._js, subject) from exc
             except nats.errors.Error as exc:
                 raise send_error(subject, exc, self._nc) from exc
             return receipt(reply.data, subject)
@@ -268,11 +279,28 @@ class Publisher(CloseOnExit, Generic[T]):
                 self._batches -= 1
                 if self._closed and not self._batches:
                     await self._close_inboxes()
+        await self._explain_no_stream(batch.results)
         if not return_exceptions:
             for result in batch.results:
                 if isinstance(result, PublishError):
                     raise result
         return batch.results
+
+    async def _explain_no_stream(self, results: list[PublishReceipt | PublishError]) -> None:
+        """Replace "no stream answered" errors of an account without JetStream (asked once)."""
+        asked = False
+        refusal: tuple[str, int | None] | None = None
+        for position, result in enumerate(results):
+            if not (isinstance(result, PublishError) and is_no_stream(result)):
+                continue
+            if not asked:
+                asked = True
+                refusal = await jetstream_refused(self._js)
+            if refusal is None:
+                return
+            error = unavailable(result.subject, *refusal)
+            error.__cause__ = result
+            results[position] = error
 
     async def _feed(
         self,
@@ -302,6 +330,8 @@ class Publisher(CloseOnExit, Generic[T]):
             batch.results.append(closed_publisher_error(subject, why + closed_reason(self._nc)))
             return
         server = server_headers_of(item.server_headers, ttl=item.ttl)
+        if server:
+            check_headers(self._nc, server, f"publish to {subject!r} (item {index})", subject)
         data, wire = self._prepare(subject, item.value, item.headers, item.message_id, server)
         scope = self._scopes.open(subject, wire, message_id=item.message_id)
         scope.__enter__()
@@ -386,7 +416,13 @@ class Publisher(CloseOnExit, Generic[T]):
                 raise TypeError(
                     f"publish_atomic takes Outgoing messages, got {item!r} (item {index})"
                 )
+            if index == 0:
+                what = f"atomic batch of {len(items)} messages"
+                require(self._nc, ATOMIC_BATCH, what, subject=item.subject)
             server = server_headers_of(item.server_headers, ttl=item.ttl)
+            if server:
+                what = f"atomic batch: message {index + 1} to {item.subject!r}"
+                check_headers(self._nc, server, what, item.subject)
             data, wire = self._prepare(
                 item.subject, item.value, item.headers, item.message_id, server
             )
@@ -445,6 +481,13 @@ class Publisher(CloseOnExit, Generic[T]):
         subject = batch.subjects[-1]
         try:
             return await asyncio.wait_for(asyncio.shield(batch.commit), wait)
+        except PublishError as exc:
+            cause = batch.failure[1] if batch.failure is not None else None
+            if cause is not None and is_no_stream(cause):
+                refusal = await jetstream_refused(self._js)
+                if refusal is not None:
+                    raise unavailable(cause.subject, *refusal) from exc
+            raise
         except TimeoutError as exc:
             if self._nc.is_closed:
                 raise timeout_error(subject, wait, self._nc) from exc

@@ -32,6 +32,7 @@ from goflux.transports._natspy import api_prefix, api_timeout, connection
 from goflux.transports._refusals import Guard
 from goflux.transports.jetstream._api import api_error, api_guard
 from goflux.transports.jetstream._errors import BucketNotFound, DigestMismatch, ObjectNotFound
+from goflux.transports.jetstream._features import BATCH_DIRECT_GET, require
 from goflux.transports.jetstream._objects.info import ObjectInfo
 from goflux.transports.jetstream._objects.names import (
     chunk_subject,
@@ -134,6 +135,7 @@ class ChunkReader(CloseOnExit):
         if self._sub is not None or self._done or self._closed:
             return
         nc = connection(self._js)
+        require(nc, BATCH_DIRECT_GET, self._what)
         with self._guard():
             try:
                 self._inbox = nc.new_inbox()
