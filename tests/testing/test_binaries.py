@@ -62,8 +62,10 @@ def waiting_for(lock: Path, pid: int, within: float) -> None:
     while True:
         for line in Path("/proc/locks").read_text().splitlines():
             fields = line.split()
-            if "->" in fields and str(pid) in fields and any(
-                f.endswith(f":{inode}") for f in fields
+            if (
+                "->" in fields
+                and str(pid) in fields
+                and any(f.endswith(f":{inode}") for f in fields)
             ):
                 return
         assert time.monotonic() < deadline, f"process {pid} never waited for {lock}"
