@@ -223,6 +223,7 @@ async def unpin_consumer(js: JetStreamContext, stream: str, name: str, group: st
         ValueError: An invalid stream, consumer or group name.
         StreamNotFound: The stream does not exist.
         ConsumerNotFound: The consumer does not exist.
+        FeatureUnsupported: The server is older than 2.11 (no priority groups).
         ProvisioningError: Another refusal, such as a group the consumer does not have.
         PermissionDenied: The server refused the request.
         TransportError: No answer in time, or the connection closed.

@@ -224,6 +224,13 @@ async def ensure_stream(
         SubjectOverlap: Another stream captures some of the subjects.
         IncompatibleConfig: The existing stream cannot be changed so (storage, a
             mirror's source, ...).
+        FeatureUnsupported: A setting needs a newer nats-server than the connected
+            one (``allow_msg_ttl`` 2.11, ``allow_atomic`` 2.12, ...): nothing was
+            sent. Or the server hosting the stream (older than the connected one)
+            dropped it: the stream was created or updated without it.
+        ConfigNotApplied: The server took the config but dropped or changed another
+            setting asked for (the message names each, asked and held).
+        JetStreamUnavailable: The account has no JetStream.
         ProvisioningError: Any other refusal by the server.
     """
     check_name("stream", name)
@@ -298,6 +305,13 @@ async def ensure_consumer(
         TypeError: An unknown setting.
         StreamNotFound: The stream does not exist.
         IncompatibleConfig: The existing consumer cannot be changed so (e.g. ack policy).
+        FeatureUnsupported: A setting needs a newer nats-server (priority groups and
+            ``pause_until`` 2.11, ``"prioritized"`` 2.12): nothing was sent, or the
+            hosting server dropped it.
+        ConfigNotApplied: The server took the config but holds another value for a
+            setting asked for (it makes ``ack_wait`` the first ``backoff`` step, for
+            one): the message names each, asked and held.
+        JetStreamUnavailable: The account has no JetStream.
         ProvisioningError: Any other refusal by the server.
     """
     check_name("stream", stream)
@@ -437,6 +451,7 @@ async def pause_consumer(
         TypeError: ``until`` is of another type.
         StreamNotFound: The stream does not exist.
         ConsumerNotFound: The consumer does not exist.
+        FeatureUnsupported: The server is older than 2.11 (no consumer pause).
         PermissionDenied: The server refused the request.
         ProvisioningError: Any other refusal by the server.
     """
@@ -454,6 +469,7 @@ async def resume_consumer(js: JetStreamContext, stream: str, name: str) -> Consu
         ValueError: Invalid names.
         StreamNotFound: The stream does not exist.
         ConsumerNotFound: The consumer does not exist.
+        FeatureUnsupported: The server is older than 2.11 (no consumer pause).
         PermissionDenied: The server refused the request.
         ProvisioningError: Any other refusal by the server.
     """

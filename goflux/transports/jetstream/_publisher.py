@@ -169,6 +169,9 @@ class Publisher(CloseOnExit, Generic[T]):
             ExpectationFailed: An ``expected_*`` condition did not hold; nothing stored.
             StreamFeatureDisabled: The stream does not allow the TTL, rollup or
                 schedule asked for; nothing stored.
+            FeatureUnsupported: The server's version lacks what ``ttl`` or a server
+                header asks for (a TTL needs nats-server 2.11); nothing was sent.
+            JetStreamUnavailable: The account has no JetStream; nothing stored.
             PublishError: No stream captures ``subject``, the server refused it, the
                 connection is closed, or no PubAck arrived in time (then
                 ``may_be_stored`` is True).
@@ -260,6 +263,8 @@ class Publisher(CloseOnExit, Generic[T]):
         Raises:
             ValueError: ``window`` < 1.
             TypeError: An item is not an :class:`Outgoing` (raised where it is met).
+            FeatureUnsupported: A message asks for what the server's version lacks
+                (raised where it is met, like bad input).
             PublishError: The first failure (after every publish in flight settled),
                 unless ``return_exceptions``. Bad input (subject, headers, encoding) of
                 a message raises before anything after it is sent. Once the publisher
@@ -393,7 +398,9 @@ class Publisher(CloseOnExit, Generic[T]):
             timeout: Seconds to wait for the batch's PubAck (default: the publisher's).
 
         Returns:
-            A receipt per message, in order (consecutive sequences in the stream).
+            A receipt per message, in order (consecutive sequences in the stream),
+            once every message's reply is in and the commit's PubAck names this
+            batch and its size.
 
         Raises:
             TypeError: An item is not an :class:`Outgoing`.
@@ -401,6 +408,12 @@ class Publisher(CloseOnExit, Generic[T]):
                 A message is bad input; nothing was sent.
             StreamFeatureDisabled: The stream does not allow atomic batches (or a
                 TTL, rollup or schedule a message asks for); nothing stored.
+            FeatureUnsupported: The server is older than 2.12 (or lacks what a
+                message asks for); nothing was sent. Or a server on the way to the
+                stream (a leaf node's hub) turned out not to know atomic batches and
+                stored messages one by one: ``may_be_stored``, and the message says
+                which were stored; no receipt is returned.
+            JetStreamUnavailable: The account has no JetStream; nothing stored.
             ExpectationFailed: An expectation of a message did not hold; nothing stored.
             PermissionDenied: The server refused a subject or the reply inbox.
             PublishError: The server refused the batch (naming the message and the

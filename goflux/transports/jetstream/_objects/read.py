@@ -129,6 +129,7 @@ class ChunkReader(CloseOnExit):
         """Subscribe the reply inbox and ask for the first batch.
 
         Raises:
+            FeatureUnsupported: The server is older than 2.11 (no batched direct get).
             PermissionDenied: The server refused the inbox or the request.
             TransportError: The connection is closed or failed.
         """
@@ -296,6 +297,7 @@ class ObjectReader(AcloseOnExit):
     Raises (entering the block, or on the first chunk):
         ObjectNotFound: No such object, or it was deleted.
         BucketNotFound: The bucket does not exist.
+        FeatureUnsupported: The server is older than 2.11 (no batched direct get).
 
     Raises (while iterating):
         DigestMismatch: The bytes read are not the object's.
