@@ -42,6 +42,7 @@ __all__ = (
     "Feature",
     "check_fields",
     "check_headers",
+    "header_feature",
     "hosted_by",
     "not_applied",
     "require",
@@ -117,9 +118,10 @@ HEADERS: Final[Mapping[str, Feature]] = {
 """Server headers (lower case) of a publish that need a feature (older servers ignore them)."""
 
 _ONE_SHOT_SCHEDULE: Final = "@at "
+_METADATA_SINCE: Final[Version] = (2, 11, 0)  # servers note their version in metadata
 
 
-def _header_feature(name: str, value: str) -> Feature | None:
+def header_feature(name: str, value: str) -> Feature | None:
     """The feature a server header needs; some values need a later one than the name."""
     lowered = name.lower()
     if lowered == "nats-schedule" and not value.startswith(_ONE_SHOT_SCHEDULE):
@@ -182,7 +184,7 @@ def check_headers(nc: Client, headers: Mapping[str, str], what: str, subject: st
     """
     server = connected_server(nc)
     for name, value in headers.items():
-        feature = _header_feature(name, value)
+        feature = header_feature(name, value)
         if feature is not None and not server.has(feature.since):
             raise unsupported(feature, f"{what} (header {name})", server, subject=subject)
 
@@ -218,9 +220,6 @@ def hosted_by(nc: Client, config: Mapping[str, Any]) -> str | None:
     if server.version is not None and not server.has(_METADATA_SINCE):
         return server.version_text
     return None
-
-
-_METADATA_SINCE: Final[Version] = (2, 11, 0)  # servers note their version in metadata
 
 
 def not_applied(

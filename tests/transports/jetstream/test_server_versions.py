@@ -38,7 +38,8 @@ from goflux import (
 from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
 from goflux.transports.jetstream import Outgoing
-from goflux.transports.jetstream._server import connected_server
+from goflux.transports.jetstream._features import _header_feature as header_feature
+from goflux.transports.jetstream._server import ConnectedServer, connected_server
 
 CODEC = StrCodec()
 OLD = ("2.10.26", "2.11.11")
@@ -387,3 +388,42 @@ async def test_an_account_without_jetstream_is_named(version: str, plain_account
     subscriber = jetstream.Subscriber(js, CODEC, stream="S")
     with pytest.raises(JetStreamUnavailable, match="JetStream is not enabled for this account"):
         await subscriber.start("orders.>", lambda msg: asyncio.sleep(0))
+
+
+# -------------------------------------------------------------- the tables, without a server
+
+
+@pytest.mark.parametrize(
+    ("info", "version", "level"),
+    [
+        ({"version": "2.10.26"}, (2, 10, 26), 0),
+        ({"version": "2.11.11"}, (2, 11, 11), 1),
+        ({"version": "2.12.0-RC.1"}, (2, 12, 0), 2),  # a release candidate has its features
+        ({"version": "2.13.0"}, (2, 13, 0), None),  # after ADR-44's table: only INFO says
+        ({"version": "2.15.1", "api_lvl": 5}, (2, 15, 1), 5),
+        ({"version": "garbage"}, None, None),
+    ],
+)
+def test_an_info_reads_as_a_version_and_api_level(
+    info: dict[str, object], version: tuple[int, int, int] | None, level: int | None
+) -> None:
+    server = ConnectedServer.of(info)
+    assert (server.version, server.api_level) == (version, level)
+    assert server.has((2, 99, 0)) is (version is None)  # an unknown version refuses nothing
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "since"),
+    [
+        ("Nats-Schedule", "@at 2030-01-01T00:00:00Z", "2.12.0"),
+        ("Nats-Schedule", "@every 5m", "2.14.0"),
+        ("Nats-Schedule", "0 0 * * * *", "2.14.0"),
+        ("Nats-Schedule-Source", "sensors.t", "2.14.0"),
+        ("nats-incr", "1", "2.12.0"),
+        ("Nats-TTL", "5", "2.11.0"),
+        ("Nats-Rollup", "sub", None),
+    ],
+)
+def test_each_server_header_needs_its_version(header: str, value: str, since: str | None) -> None:
+    feature = header_feature(header, value)
+    assert (feature.since_text if feature else None) == since
