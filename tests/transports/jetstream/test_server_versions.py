@@ -38,7 +38,7 @@ from goflux import (
 from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
 from goflux.transports.jetstream import Outgoing
-from goflux.transports.jetstream._features import _header_feature as header_feature
+from goflux.transports.jetstream._features import header_feature
 from goflux.transports.jetstream._server import ConnectedServer, connected_server
 
 CODEC = StrCodec()
