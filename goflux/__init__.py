@@ -81,9 +81,11 @@ from goflux._version import __version__
 if TYPE_CHECKING:
     from goflux.transports.jetstream._errors import (
         BucketNotFound,
+        ConfigNotApplied,
         ConsumerNotFound,
         DigestMismatch,
         ExpectationFailed,
+        FeatureUnsupported,
         IncompatibleConfig,
         InvalidKey,
         JetStreamUnavailable,
@@ -111,6 +113,7 @@ __all__ = (
     "Closeable",
     "Codec",
     "CodecError",
+    "ConfigNotApplied",
     "ConsumerNotFound",
     "DeadLetter",
     "DeadLetterReason",
@@ -120,6 +123,7 @@ __all__ = (
     "EncodeError",
     "Endpoint",
     "ExpectationFailed",
+    "FeatureUnsupported",
     "GenericMiddleware",
     "GenericPublisherMiddleware",
     "GofluxError",

@@ -31,13 +31,17 @@ it raises, under these, in its own package (marked below with its name)::
      │                                       the server refused an operation on a subject
      ├── TransportError                      the connection or broker failed
      │    ├── JetStreamUnavailable           JetStream is not enabled for the account [jetstream]
+     │    │                                  (also PublishError, SubscribeError)
      │    └── ProvisioningError              a stream/consumer could not be provisioned [jetstream]
      │         ├── StreamNotFound
      │         │    └── BucketNotFound       no such Key-Value or Object store bucket
      │         ├── ConsumerNotFound
      │         ├── SubjectOverlap            the subjects belong to another stream
      │         ├── ResourceLimit             the account or server has no room for it
-     │         └── IncompatibleConfig        an existing stream/consumer cannot change so
+     │         ├── IncompatibleConfig        an existing stream/consumer cannot change so
+     │         │    └── ConfigNotApplied     the server took the config, but not as asked
+     │         └── FeatureUnsupported        the server's version lacks a feature asked for
+     │                                       (also PublishError, SubscribeError) [jetstream]
      ├── ObjectNotFound (also KeyError)      no such object in an Object store bucket [jetstream]
      ├── DigestMismatch                      an object read back is not what was stored [jetstream]
      ├── RequestError                        a request/reply exchange failed

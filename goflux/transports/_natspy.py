@@ -1,7 +1,7 @@
 """Every use of what nats-py does not publish, in one place.
 
-nats-py keeps a JetStream context's connection, API prefix and timeout, a client's
-error callback and a subscription's server ID in private attributes, runs a
+nats-py keeps a JetStream context's connection, API prefix and timeout, the server's
+INFO, a client's error callback and a subscription's server ID in private attributes, runs a
 subscription's callbacks in a private task with a private queue, has no public way
 to forget a subscription at once, parses headers in a private method, leaves
 ``Subscription.drain`` untyped, breaks its read loop when a flush is cancelled, and
@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import types
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 import nats.errors
 from nats.aio.client import Client
@@ -44,6 +44,7 @@ __all__ = (
     "reconnected",
     "request_inbox",
     "server_error_line",
+    "server_info",
     "set_error_callback",
     "subscription_id",
 )
@@ -344,6 +345,17 @@ def server_error_line(nc: Client) -> str | None:
         return None
     text = bytes(buf[4:end]).decode(errors="replace").strip()
     return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == "'" else text
+
+
+def server_info(nc: Client) -> dict[str, Any]:
+    """The INFO the server sent on ``nc``'s latest (re)connect ({} before the first).
+
+    nats-py replaces the dict on every connect and reconnect, so its identity tells
+    whether the server behind the connection may have changed; it keeps that INFO in
+    a private attribute.
+    """
+    info = getattr(nc, "_server_info", None)
+    return info if isinstance(info, dict) else {}
 
 
 def subscription_id(subscription: Subscription) -> int | None:

@@ -213,6 +213,9 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                 exist, the consumer does not fit (its filter, or its priority groups:
                 none named ``priority_group``, or some but no ``priority_group``
                 given), or the connection failed.
+            FeatureUnsupported: ``priority_group`` on a server older than 2.11
+                (``priority`` older than 2.12).
+            JetStreamUnavailable: The account has no JetStream.
         """
         options = self._options
 

@@ -438,6 +438,8 @@ class ObjectStore:
             ObjectNotFound: No such object (or it was deleted).
             BucketNotFound: The bucket does not exist.
             DigestMismatch: The bytes read are not the object's (it is corrupt).
+            FeatureUnsupported: The server is older than 2.11: objects are read with
+                batched direct gets.
             PermissionDenied: The server refused a request.
             TransportError: No answer in time, or the connection failed.
         """
