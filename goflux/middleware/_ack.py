@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from goflux._backoff import REDELIVERY_BACKOFF, BackoffLike, as_backoff, redelivery_delay
+from goflux._backoff import REDELIVERY_BACKOFF, BackoffLike, as_backoff
+from goflux._compose.deadletter import DeadLetter
+from goflux._compose.settling import settle_failure
 from goflux._interfaces import GenericMiddleware, Handler
 from goflux._message import Message
 
@@ -13,11 +15,17 @@ __all__ = ("auto_ack",)
 T = TypeVar("T")
 
 
-def auto_ack(redelivery_backoff: BackoffLike | None = REDELIVERY_BACKOFF) -> GenericMiddleware:
+def auto_ack(
+    redelivery_backoff: BackoffLike | None = REDELIVERY_BACKOFF,
+    *,
+    dead_letter: DeadLetter | None = None,
+) -> GenericMiddleware:
     """Ack when the handler returns, nak (for a delayed redelivery) when it raises.
 
     The nak's delay grows with the message's delivery count (``redelivery_backoff``,
-    by default 0.5 s doubling per delivery, at most 60 s; None redelivers at once).
+    by default 0.5 s doubling per delivery, at most 60 s; None redelivers at once). A
+    :class:`~goflux.NonRetryable` failure is dead-lettered (with ``dead_letter``) and
+    terminated instead, as a subscriber's own auto-ack does.
 
     A message the handler settled itself is left alone, and the handler's error is
     re-raised after the nak. Messages on transports without acknowledgement (in-process
@@ -36,11 +44,8 @@ def auto_ack(redelivery_backoff: BackoffLike | None = REDELIVERY_BACKOFF) -> Gen
                 return
             try:
                 await handler(message)
-            except Exception:
-                if message.settled is None:
-                    delivery = message.delivery
-                    count = 1 if delivery is None else delivery.num_delivered
-                    await message.nak(redelivery_delay(backoff, count))
+            except Exception as exc:
+                await settle_failure(message, exc, backoff=backoff, dead_letter=dead_letter)
                 raise
             if message.settled is None:
                 await message.ack()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from goflux.testing import NatsServer, SparkConnectServer
+from tests.processes import scaled
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -28,7 +29,7 @@ def run(name: str, env: dict[str, str] | None = None, *args: str, timeout: float
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
         env=env,
         check=False,
     )
@@ -181,7 +182,7 @@ def test_the_readme_demo_command_runs_the_main_job() -> None:
          "local[2]"],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=scaled(240),
         env=env,
         check=False,
     )  # fmt: skip
@@ -199,7 +200,7 @@ def test_the_demo_runs_its_spark_step_on_spark_connect(
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
     argv = [sys.executable, "-m", "goflux", "demo", "--orders", "20", "--remote"]
     result = subprocess.run(
-        [*argv, connect_server.url], capture_output=True, text=True, timeout=240, env=env,
+        [*argv, connect_server.url], capture_output=True, text=True, timeout=scaled(240), env=env,
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

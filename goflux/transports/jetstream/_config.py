@@ -269,14 +269,29 @@ def _holds(current: Any, wanted: Any) -> bool:
     return _same(current, wanted)
 
 
+OMITTED_DEFAULTS: Final[Mapping[str, object]] = {"persist_mode": "default"}
+"""Stream settings whose default the server leaves out of the configs it returns."""
+
+
+def is_omitted_default(name: str, value: object) -> bool:
+    """Whether ``value`` is the default of ``name`` that the server does not write back."""
+    return name in OMITTED_DEFAULTS and OMITTED_DEFAULTS[name] == value
+
+
 def not_held(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
     """The fields of ``wanted`` that the server's config JSON ``current`` does not hold.
 
     For the config the server answered a create or update with: a field it dropped
     (it does not know it) or changed (it cannot do it). Values asked empty are left
-    to the server's defaults.
+    to the server's defaults, and so is a default the server does not write back
+    (``persist_mode="default"``) when it is missing.
     """
-    return [key for key, value in wanted.items() if not _holds(current.get(key), value)]
+    return [
+        key
+        for key, value in wanted.items()
+        if not _holds(current.get(key), value)
+        and not (key not in current and is_omitted_default(key, value))
+    ]
 
 
 # ---------------------------------------------------------------- consumers

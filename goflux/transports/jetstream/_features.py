@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from nats.aio.client import Client
 
+from goflux.transports.jetstream._config import is_omitted_default
 from goflux.transports.jetstream._errors import ConfigNotApplied, FeatureUnsupported
 from goflux.transports.jetstream._server import (
     ConnectedServer,
@@ -131,8 +132,8 @@ def header_feature(name: str, value: str) -> Feature | None:
 
 def _field_feature(table: Mapping[str, Feature], name: str, value: Any) -> Feature | None:
     """The feature a config field set to ``value`` needs (None when not set)."""
-    if value in (None, False, 0, "", [], {}):
-        return None
+    if value in (None, False, 0, "", [], {}) or is_omitted_default(name, value):
+        return None  # not set, or set to what every server does anyway
     if name == "priority_policy" and value == "prioritized":
         return PRIORITIZED
     return table.get(name)
@@ -222,6 +223,31 @@ def hosted_by(nc: Client, config: Mapping[str, Any]) -> str | None:
     return None
 
 
+_DURATIONS: Final = frozenset(
+    {
+        "ack_wait",
+        "backoff",
+        "duplicate_window",
+        "idle_heartbeat",
+        "inactive_threshold",
+        "max_age",
+        "max_expires",
+        "subject_delete_marker_ttl",
+    }
+)
+"""Config fields the server keeps in nanoseconds (a list of them for ``backoff``)."""
+
+
+def _shown(name: str, value: Any) -> str:
+    """A config value for an error message: durations in seconds, as they were given."""
+    if name in _DURATIONS:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"{value / 1e9:g}s"
+        if isinstance(value, list) and all(isinstance(v, int) for v in value):
+            return "[" + ", ".join(f"{v / 1e9:g}s" for v in value) + "]"
+    return repr(value)
+
+
 def not_applied(
     what: str,
     table: Mapping[str, Feature],
@@ -239,7 +265,8 @@ def not_applied(
     changed = tuple(fields)
     parsed = parse_version(version)
     values = "; ".join(
-        f"{name}: asked {wanted.get(name)!r}, the server has {current.get(name)!r}"
+        f"{name}: asked {_shown(name, wanted.get(name))}, "
+        f"the server has {_shown(name, current.get(name))}"
         for name in changed
     )
     for name in changed:
@@ -252,9 +279,12 @@ def not_applied(
                 after=f"the server took the config without it ({values})",
             )
     server = f"nats-server {version}" if version else "a server older than 2.11"
+    hint = ""
+    if "ack_wait" in changed and wanted.get("backoff"):
+        hint = " (with a backoff, the server takes its first delay as ack_wait: leave ack_wait out)"
     return ConfigNotApplied(
         f"{what}: the server ({server}) took the config but holds other values than "
-        f"asked: {values}",
+        f"asked: {values}{hint}",
         fields=changed,
         server_version=version,
     )

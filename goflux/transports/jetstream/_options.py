@@ -113,6 +113,12 @@ class SubscriberOptions:
         self.priority = settings.get("priority")
         backoff = settings.get("redelivery_backoff", REDELIVERY_BACKOFF)
         self.redelivery_backoff: Backoff | None = None if backoff is None else as_backoff(backoff)
+        if "redelivery_backoff" in settings and (self.manual_ack or self.ordered):
+            raise ValueError(
+                "redelivery_backoff sets the delay of the subscriber's own naks: "
+                "with manual_ack the handler settles (see auto_ack(redelivery_backoff=)), "
+                "and ordered mode has no acks"
+            )
         self._check(settings.get("batch"))
         self.batch = min(self.batch, self.max_in_flight)
 

@@ -9,6 +9,7 @@ time to resume it (:func:`resume_consumer`). Clients stay bound while it is paus
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo, StreamInfo
 from nats.js.errors import APIError, NotFoundError
@@ -172,6 +174,31 @@ def _check_applied(
     if fields:
         version = hosted_by(connection(js), config)
         raise not_applied(what, table, wanted, config, fields, version)
+
+
+async def _check_consumer_applied(
+    js: JetStreamContext,
+    stream: str,
+    created: dict[str, Any],
+    wanted: dict[str, Any],
+    what: str,
+    ephemeral: bool,
+) -> None:
+    """Raise if the consumer ``created`` lacks ``wanted``; an ephemeral one is deleted first.
+
+    Nobody could use, or find, the ephemeral consumer made for a failed call.
+
+    Raises:
+        FeatureUnsupported: A field the hosting server's version lacks the feature of.
+        ConfigNotApplied: The server dropped or changed another field asked for.
+    """
+    try:
+        _check_applied(js, created.get("config", {}), wanted, CONSUMER_FIELDS, what)
+    except GofluxError:
+        if ephemeral:
+            with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
+                await js.delete_consumer(stream, str(created.get("name", "")))
+        raise
 
 
 async def _create_stream(
@@ -360,7 +387,7 @@ async def ensure_consumer(
             raise provisioning_error(exc, what) from exc
         # What was asked, in the server's JSON (nanoseconds, RFC 3339 times).
         asked = {k: v for k, v in consumer_config.as_dict().items() if k in config}
-        _check_applied(js, created.get("config", {}), {**asked, **raw}, CONSUMER_FIELDS, what)
+        await _check_consumer_applied(js, stream, created, {**asked, **raw}, what, name is None)
         return info_from_raw(created)
 
 

@@ -30,7 +30,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry.util.types import AttributeValue
 
-from goflux._backoff import redelivery_delay
+from goflux._backoff import failure_logged, redelivery_delay
 from goflux._codecs import Codec
 from goflux._compose.feed import StreamHandler
 from goflux._errors import (
@@ -568,10 +568,12 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             )
             return
         delivery = acker.num_delivered
-        backoff = self._options.redelivery_backoff
-        delay = redelivery_delay(backoff, delivery) if naks else None
-        # Redelivered at once, a failure is logged for deliveries 1, 2, 4, 8, ... only.
-        if not naks or backoff is not None or delivery & (delivery - 1) == 0:
+        delay = redelivery_delay(self._options.redelivery_backoff, delivery) if naks else None
+        if naks:
+            logged = failure_logged(delivery, delay)
+        else:  # a nak the handler sent may be immediate; else ack_wait bounds the pace
+            logged = message is None or message.settled != "nak" or failure_logged(delivery, None)
+        if logged:
             logger.error(
                 "handler failed for message %s on %r (delivery %d%s): %s: %s",
                 acker.stream_sequence,
@@ -683,8 +685,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
 
 def _redelivery(delay: float | None) -> str:
-    """When a naked message comes back, for a log line."""
-    return "; redelivered at once" if delay is None else f"; redelivered in {delay:.1f}s"
+    """How a failed message was handed back, for a log line."""
+    return "; nak'd for redelivery at once" if not delay else f"; nak'd with a {delay:.1f}s delay"
 
 
 async def started(subscription: JetStreamSubscription[T]) -> JetStreamSubscription[T]:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
 from goflux._compose.deadletter import (
+    DEAD_LETTER_RETRY_DELAY,
     DeadLetter,
     DeadLetterReason,
     is_dead_letter,
@@ -20,11 +21,10 @@ from goflux._compose.deadletter import (
 from goflux._message import Message
 from goflux.transports.jetstream._acker import JetStreamAcker
 
-__all__ = ("DEAD_LETTER_RETRY_DELAY", "Settle", "reject")
+__all__ = ("Settle", "reject")
 
 logger = logging.getLogger("goflux.transports.jetstream")
 
-DEAD_LETTER_RETRY_DELAY = 5.0  # seconds before an undecodable message is dead-lettered again
 
 Settle: TypeAlias = Callable[[JetStreamAcker, Awaitable[None]], Awaitable[None]]
 """Sends a settlement of a message (and copes when that fails)."""

@@ -159,9 +159,13 @@ async def test_a_meta_message_that_does_not_read_hides_no_other_object(
         await store.put(name, name.encode())
     # Another tool wrote a meta message that is not an object's meta JSON.
     await bare_js.publish("$O.files.M.YmFk", b"{not json")
+    await bare_js.publish("$O.files.M.aW5m", b'{"name": "inf", "size": 1e999}')
     listed = await store.list()
     assert [i.name for i in listed] == ["a", "c"]
-    assert [(bad.bucket, bad.subject) for bad in listed.invalid] == [("files", "$O.files.M.YmFk")]
+    assert [(bad.bucket, bad.subject) for bad in listed.invalid] == [
+        ("files", "$O.files.M.YmFk"),
+        ("files", "$O.files.M.aW5m"),
+    ]
     assert isinstance(listed.invalid[0].error, DecodeError)
     assert "listing bucket 'files': skipped '$O.files.M.YmFk'" in caplog.text
     with pytest.raises(DecodeError, match="not an object's meta JSON"):

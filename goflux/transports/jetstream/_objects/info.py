@@ -123,6 +123,20 @@ def _headers(value: object) -> dict[str, tuple[str, ...]]:
     }
 
 
+def _count(doc: Mapping[str, Any], field: str) -> int:
+    """A whole number >= 0 of the meta JSON (0 where it is missing or null).
+
+    Raises:
+        ValueError: It is negative, fractional, infinite or not a number.
+    """
+    value = doc.get(field) or 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"{field} is {value!r}, not a whole number")
+    if value < 0:
+        raise ValueError(f"{field} is {value!r}, below 0")
+    return int(value)
+
+
 def info_from_json(data: bytes, *, bucket: str, mtime: datetime) -> ObjectInfo:
     """The :class:`ObjectInfo` of a meta message of ``bucket`` stored at ``mtime``.
 
@@ -132,21 +146,27 @@ def info_from_json(data: bytes, *, bucket: str, mtime: datetime) -> ObjectInfo:
     try:
         doc = json.loads(data)
         options = doc.get("options") or {}
+        name = doc["name"]
+        deleted = doc.get("deleted", False)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name is {name!r}, not a non-empty string")
+        if not isinstance(deleted, bool):
+            raise TypeError(f"deleted is {deleted!r}, not true or false")
         return ObjectInfo(
             bucket=str(doc.get("bucket") or bucket),
-            name=str(doc["name"]),
-            size=int(doc.get("size") or 0),
-            chunks=int(doc.get("chunks") or 0),
+            name=name,
+            size=_count(doc, "size"),
+            chunks=_count(doc, "chunks"),
             digest=str(doc.get("digest") or ""),
             mtime=mtime,
             nuid=str(doc.get("nuid") or ""),
-            deleted=bool(doc.get("deleted")),
+            deleted=deleted,
             description=doc.get("description") or None,
             headers=_headers(doc.get("headers")),
             meta={str(k): str(v) for k, v in (doc.get("metadata") or {}).items()},
-            chunk_size=int(options["max_chunk_size"]) if options.get("max_chunk_size") else None,
+            chunk_size=_count(options, "max_chunk_size") or None,
         )
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         raise DecodeError(
             f"bucket {bucket!r}: a meta message is not an object's meta JSON: {exc}",
             type_name="ObjectInfo",
