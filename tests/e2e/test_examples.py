@@ -93,7 +93,7 @@ def test_jetstream_orders() -> None:
     assert "stored 5 orders, seq 1..5" in out
     assert "retried o-1: duplicate=True, still seq 1" in out
     assert "billed o-3 for c-1: 30.00 (stream seq 3, delivery 2)" in out
-    assert "handler failed for message 3 on 'orders.created' (delivery 1)" in out
+    assert "handler failed for message 3 on 'orders.created' (delivery 1; nak'd with a " in out
     assert "undecodable message 6 on 'orders.created' terminated" in out
     assert (
         "handled 5, failed 1, redelivered 1, undecodable 1; server: 0 awaiting ack, 0 pending"
