@@ -42,10 +42,12 @@ from goflux.transports._natspy import connection
 from goflux.transports.jetstream._api import api_request, from_rfc3339
 
 __all__ = (
+    "OMITTED_DEFAULTS",
     "SERVER_STREAM_FIELDS",
     "add_consumer_raw",
     "consumer_info_raw",
     "info_from_raw",
+    "is_omitted_default",
     "not_held",
     "raw_differences",
     "same_config",
