@@ -41,9 +41,12 @@ def refused_for_good(failure: BaseException) -> bool:
     return isinstance(failure, PublishError) and failure.permanent and failure.err_code is not None
 
 
-DeadLetterReason: TypeAlias = Literal["non_retryable", "max_attempts", "undecodable"]
-"""Why a message was dead-lettered: a permanent failure, retries exhausted, or a
-payload that could not be decoded."""
+DeadLetterReason: TypeAlias = Literal[
+    "non_retryable", "max_attempts", "undecodable", "crashed_worker"
+]
+"""Why a message was dead-lettered: a permanent failure, retries exhausted, a payload
+that could not be decoded, or a message its worker process died handling, again and
+again (see :class:`~goflux.PoisonMessage`)."""
 
 DEAD_LETTER_HEADER_PREFIX: Final = "Dead-Letter-"
 """Every failure metadata header starts with this (they replace earlier ones)."""
