@@ -102,9 +102,10 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
             - ``consumer_config``: Settings for the ephemeral consumers (nats-py
               ``ConsumerConfig`` fields, such as ``deliver_policy`` or ``ack_wait``).
             - ``dead_letter``: Where undecodable payloads are published (bytes
-              unchanged, with failure headers) before they are terminated; see
-              :class:`goflux.middleware.DeadLetter`. Handler failures are
-              dead-lettered by :func:`goflux.middleware.retry_ack`.
+              unchanged, with failure headers) before they are terminated, and
+              under ``goflux run --workers`` messages that crashed their workers
+              (:class:`~goflux.PoisonMessage`); see :class:`goflux.middleware.DeadLetter`.
+              Handler failures are dead-lettered by :func:`goflux.middleware.retry_ack`.
             - ``confirm_acks``: Confirm every ack with the server (see above; default
               False).
             - ``confirm_timeout``: Seconds to wait for an ack's confirmation before
