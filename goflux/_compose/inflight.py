@@ -7,7 +7,9 @@ subject, which names the stream, the consumer and the sequence), and it is clear
 when the handler returns. Holding and clearing are two writes to memory, no system
 call: about 0.2 µs a message. The pages belong to the file, not to the process, so
 when the process dies (``os._exit``, a segfault, SIGKILL, the OOM killer) the
-supervisor reads what it was handling (:func:`read_in_flight`).
+supervisor reads what it was handling (:func:`read_in_flight`). The text is written
+before its length: a process killed in between leaves an empty slot, never a torn
+text.
 
 The layout: a header slot (a magic line, then the number of slots ever claimed as a
 little-endian 32-bit count at offset :data:`COUNT_AT`), then :data:`SLOTS` slots of
@@ -22,7 +24,7 @@ import os
 import struct
 from typing import Final
 
-__all__ = ("SLOTS", "SLOT_SIZE", "InFlight", "Slot", "read_in_flight")
+__all__ = ("SLOTS", "SLOT_SIZE", "TEXT_LIMIT", "InFlight", "Slot", "read_in_flight")
 
 logger = logging.getLogger("goflux.run")
 
@@ -33,7 +35,8 @@ SLOTS: Final = 4096
 MAGIC: Final = b"goflux in-flight 1\n"
 COUNT_AT: Final = 32
 _COUNT = struct.Struct("<I")
-_TEXT_LIMIT: Final = SLOT_SIZE - 2
+TEXT_LIMIT: Final = SLOT_SIZE - 2
+"""Longest text a slot holds, in bytes of UTF-8."""
 
 
 class Slot:
@@ -41,21 +44,29 @@ class Slot:
 
     A slot that could not be given (every slot taken) has ``index`` None, and writes
     to memory of its own: it records nothing.
+
+    A hot loop may write through ``text`` and ``size`` itself, as :meth:`hold` and
+    :meth:`clear` do, and save two calls per message (over a quarter of the cost).
+
+    Attributes:
+        text: The slot's text bytes (write the UTF-8 text first, up to
+            :data:`TEXT_LIMIT` bytes).
+        size: The slot's length, one 16-bit item (write it last; 0: empty).
     """
 
-    __slots__ = ("_owner", "_size", "_text", "index")
+    __slots__ = ("_owner", "index", "size", "text")
 
     def __init__(self, owner: InFlight | None, index: int | None) -> None:
         self._owner = owner
         self.index = index
         if owner is None or index is None:
             scratch = memoryview(bytearray(SLOT_SIZE))
-            self._size = scratch.cast("H")[:1]
-            self._text = scratch[2:]
+            self.size = scratch.cast("H")[:1]
+            self.text = scratch[2:]
             return
         at = SLOT_SIZE * (index + 1)
-        self._size = owner._view(owner._lengths, at // 2, at // 2 + 1)
-        self._text = owner._view(owner._bytes, at + 2, at + SLOT_SIZE)
+        self.size = owner._view(owner._lengths, at // 2, at // 2 + 1)
+        self.text = owner._view(owner._bytes, at + 2, at + SLOT_SIZE)
 
     def hold(self, text: str) -> None:
         """Record that the handler now runs the message ``text`` names.
@@ -65,13 +76,13 @@ class Slot:
         """
         data = text.encode()
         size = len(data)
-        if size <= _TEXT_LIMIT:
-            self._text[:size] = data
-            self._size[0] = size  # last: the text is whole once its length is set
+        if size <= TEXT_LIMIT:
+            self.text[:size] = data
+            self.size[0] = size  # last: the text is whole once its length is set
 
     def clear(self) -> None:
         """Record that the handler has returned: the slot holds nothing."""
-        self._size[0] = 0
+        self.size[0] = 0
 
     def free(self) -> None:
         """Give the slot back (its loop has ended)."""
@@ -167,6 +178,6 @@ def read_in_flight(path: str) -> list[str]:
         if at + SLOT_SIZE > len(data):
             break
         (size,) = struct.unpack_from("=H", data, at)
-        if 0 < size <= _TEXT_LIMIT:
+        if 0 < size <= TEXT_LIMIT:
             held.append(data[at + 2 : at + 2 + size].decode(errors="replace"))
     return held

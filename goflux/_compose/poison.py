@@ -25,9 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from goflux._compose.crashes import CrashRecord
-from goflux._compose.inflight import InFlight
+if TYPE_CHECKING:  # a subscription imports this module: what only a worker needs waits
+    from goflux._compose.crashes import CrashRecord
+    from goflux._compose.inflight import InFlight
 
 __all__ = ("ALONE_FOR", "PoisonGuard", "current_guard", "install_guard")
 
