@@ -23,19 +23,25 @@ it raises, under these, in its own package (marked below with its name)::
      │    │    └── RevisionMismatch          Key-Value update: the key moved on
      │    ├── StreamFeatureDisabled          the stream does not allow what the publish
      │    │                                  asks for (a TTL, an atomic batch, ...) [jetstream]
-     │    └── PayloadTooLarge                headers and body exceed the server's limit
+     │    ├── PayloadTooLarge                headers and body exceed the server's limit
+     │    └── MaxPayloadLowered              the server lowered its limit and closed the
+     │                                       connection for an earlier, larger message
      ├── SubscribeError                      a subscription could not start or failed
      ├── PermissionDenied (also PublishError, SubscribeError, RequestError)
      │                                       the server refused an operation on a subject
      ├── TransportError                      the connection or broker failed
      │    ├── JetStreamUnavailable           JetStream is not enabled for the account [jetstream]
+     │    │                                  (also PublishError, SubscribeError)
      │    └── ProvisioningError              a stream/consumer could not be provisioned [jetstream]
      │         ├── StreamNotFound
      │         │    └── BucketNotFound       no such Key-Value or Object store bucket
      │         ├── ConsumerNotFound
      │         ├── SubjectOverlap            the subjects belong to another stream
      │         ├── ResourceLimit             the account or server has no room for it
-     │         └── IncompatibleConfig        an existing stream/consumer cannot change so
+     │         ├── IncompatibleConfig        an existing stream/consumer cannot change so
+     │         │    └── ConfigNotApplied     the server took the config, but not as asked
+     │         └── FeatureUnsupported        the server's version lacks a feature asked for
+     │                                       (also PublishError, SubscribeError) [jetstream]
      ├── ObjectNotFound (also KeyError)      no such object in an Object store bucket [jetstream]
      ├── DigestMismatch                      an object read back is not what was stored [jetstream]
      ├── RequestError                        a request/reply exchange failed
@@ -76,6 +82,7 @@ __all__ = (
     "HandlerTimeout",
     "InvalidHeader",
     "InvalidSubject",
+    "MaxPayloadLowered",
     "MissingDependency",
     "NoResponders",
     "NonRetryable",
@@ -190,7 +197,10 @@ class PublishError(GofluxError):
         permanent: True when publishing the same message again cannot succeed (the
             publisher or its connection is closed, the payload is too large, the
             server refused it as a bad request, an expectation failed); retry
-            middleware gives up at once.
+            middleware gives up at once. Never True together with ``may_be_stored``:
+            a message that may have been stored is worth one more attempt with the
+            same message ID, which the server de-duplicates (or refuses at once, and
+            then permanently), so ``may_be_stored=True`` wins.
         err_code: The JetStream error code of a refusal (e.g. 10077), if any.
     """
 
@@ -206,14 +216,17 @@ class PublishError(GofluxError):
         super().__init__(message)
         self.subject = subject
         self.may_be_stored = may_be_stored
-        self.permanent = permanent
+        self.permanent = permanent and not may_be_stored
         self.err_code = err_code
 
 
 class PayloadTooLarge(PublishError):
     """The message (headers and body) exceeds the server's ``max_payload``; nothing was sent.
 
-    Sending it anyway would make the server close the connection.
+    Sending it anyway would make the server close the connection. When the server had
+    lowered the limit without telling the client, the message was sent, and the
+    server refused it and closed the connection (the client reconnects): nothing
+    delivered or stored either.
 
     Attributes:
         size: Bytes of headers and body.
@@ -224,6 +237,39 @@ class PayloadTooLarge(PublishError):
         super().__init__(message, subject=subject, permanent=True)
         self.size = size
         self.limit = limit
+
+
+class MaxPayloadLowered(PublishError):
+    """The server lowered its ``max_payload`` and closed the connection for a larger message.
+
+    A config reload may lower the limit; the server tells no client, and closes the
+    connection of one that sends a message over it. That message was lost, and so
+    was what the client sent after it before the connection dropped; the client
+    reconnects (and learns the new limit). Raised by a core NATS publish that comes
+    next (then this one was not sent: publish it again) or that was waiting for the
+    server's confirmation, and by a JetStream publish that was waiting for its
+    PubAck (then it may have been stored: publish it again with the same message
+    ID). Not ``permanent``: a message over the new limit is refused with
+    :class:`PayloadTooLarge` on its next attempt, before anything is sent.
+
+    Attributes:
+        limit: The server's new ``max_payload`` in bytes (0 when the client had not
+            reconnected in time to learn it).
+        announced: The limit the server had announced before, in bytes.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str,
+        limit: int,
+        announced: int,
+        may_be_stored: bool = False,
+    ) -> None:
+        super().__init__(message, subject=subject, may_be_stored=may_be_stored)
+        self.limit = limit
+        self.announced = announced
 
 
 class SubscribeError(GofluxError):
@@ -281,8 +327,9 @@ class PermissionDenied(PublishError, SubscribeError, RequestError):
 
     It is reported at once, from the server's own refusal, never after a timeout. It is
     a :class:`PublishError` (``permanent=True``: a retry cannot succeed until the
-    permissions change; ``may_be_stored=False`` when the publish itself was refused,
-    True when only the inbox its acknowledgement would come to was), a
+    permissions change, when the publish itself was refused; when only the inbox its
+    acknowledgement would come to was, it went out: ``may_be_stored=True`` and not
+    ``permanent``, and a retry fails at once, permanently, without sending), a
     :class:`SubscribeError` and a :class:`RequestError`, so the handler a caller
     already has for the operation catches it.
 
@@ -308,7 +355,7 @@ class PermissionDenied(PublishError, SubscribeError, RequestError):
         self.subject = subject
         self.reason = reason
         self.may_be_stored = may_be_stored
-        self.permanent = True
+        self.permanent = not may_be_stored
         self.err_code: int | None = None
 
 

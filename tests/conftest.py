@@ -88,14 +88,15 @@ def _utf8(text: str) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
-    """A test marked spark gets its timeout times the machine's load factor.
+    """A test marked spark or e2e gets its timeout times the machine's load factor.
 
-    Its JVMs start, and its jobs run, that much slower on an overloaded machine (the
-    factor is ``max(1, load average / CPUs)``, as for the servers' start-up
-    timeouts); on an idle one nothing changes.
+    Its JVMs and child processes start, and its jobs run, that much slower on an
+    overloaded machine (the factor is ``max(1, load average / CPUs)``, as for the
+    servers' start-up timeouts and the children's own limits,
+    ``tests.processes.scaled``); on an idle one nothing changes.
     """
     factor = load_factor()
-    if factor <= 1 or item.get_closest_marker("spark") is None:
+    if factor <= 1 or not any(item.get_closest_marker(m) for m in ("spark", "e2e")):
         return None
     scaled = settings._replace(timeout=settings.timeout * factor)
     started: bool = pytest_timeout.pytest_timeout_set_timer(item=item, settings=scaled)

@@ -16,7 +16,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
+from goflux.testing._process import load_factor
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def scaled(seconds: float) -> float:
+    """``seconds`` times the machine's load factor: a child's time limit under load.
+
+    A test marked spark gets its pytest timeout scaled the same way (tests/conftest.py),
+    so a child's limit and its test's stay in step: the test still fails, with the
+    child's output, when the child hangs.
+    """
+    return seconds * load_factor()
 
 
 class ProcessLines:

@@ -18,6 +18,7 @@ from goflux._subjects import validate_subject
 
 __all__ = (
     "DEAD_LETTER_HEADER_PREFIX",
+    "DEAD_LETTER_RETRY_DELAY",
     "DeadLetter",
     "DeadLetterReason",
     "dead_letter_headers",
@@ -39,6 +40,10 @@ def refused_for_good(failure: BaseException) -> bool:
     if isinstance(failure, PayloadTooLarge):
         return True
     return isinstance(failure, PublishError) and failure.permanent and failure.err_code is not None
+
+
+DEAD_LETTER_RETRY_DELAY: Final = 5.0
+"""Seconds before a message whose dead letter could not be published is tried again."""
 
 
 DeadLetterReason: TypeAlias = Literal[

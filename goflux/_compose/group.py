@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, TypeVar, cast
 
+from goflux._backoff import REDELIVERY_BACKOFF, BackoffLike
+from goflux._compose.deadletter import DeadLetter
 from goflux._compose.endpoints import About, Endpoint, HeaderDocs, header_docs, receiving
 from goflux._compose.members import (
     Member,
@@ -185,12 +187,16 @@ class Group:
         handler: Handler[T],
         *,
         concurrency: int = 1,
+        redelivery_backoff: BackoffLike | None = REDELIVERY_BACKOFF,
+        dead_letter: DeadLetter | None = None,
         description: str | None = None,
         headers: HeaderDocs | None = None,
     ) -> None:
         """Add :func:`goflux.process` of ``stream``; the group starts, stops and closes it.
 
-        ``description`` and ``headers`` describe the service, as for :meth:`subscribe`.
+        ``concurrency``, ``redelivery_backoff`` and ``dead_letter`` are
+        :func:`goflux.process`'s. ``description`` and ``headers`` describe the
+        service, as for :meth:`subscribe`.
 
         Raises:
             RuntimeError: The group has started.
@@ -203,7 +209,16 @@ class Group:
         endpoint = receiving(
             stream.subject, stream, member, handler, headers=headers, description=description
         )
-        self._add(ProcessMember(stream, handler, concurrency, endpoint))
+        self._add(
+            ProcessMember(
+                stream,
+                handler,
+                concurrency,
+                endpoint,
+                redelivery_backoff=redelivery_backoff,
+                dead_letter=dead_letter,
+            )
+        )
 
     def task(
         self,

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, TypeVar
 
+from goflux._backoff import REDELIVERY_BACKOFF, BackoffLike
+from goflux._compose.deadletter import DeadLetter
 from goflux._compose.endpoints import Endpoint
 from goflux._compose.processing import process
 from goflux._compose.readiness import Check
@@ -86,12 +88,21 @@ class ProcessMember(Member):
     """:func:`goflux.process` of a message stream."""
 
     def __init__(
-        self, stream: MessageStream[T], handler: Handler[T], concurrency: int, endpoint: Endpoint
+        self,
+        stream: MessageStream[T],
+        handler: Handler[T],
+        concurrency: int,
+        endpoint: Endpoint,
+        *,
+        redelivery_backoff: BackoffLike | None = REDELIVERY_BACKOFF,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         self.name = endpoint.member
         self._stream: MessageStream[Any] = stream
         self._handler: Handler[Any] = handler
         self._concurrency = concurrency
+        self._redelivery_backoff = redelivery_backoff
+        self._dead_letter = dead_letter
         self._endpoint = endpoint
         self._task: asyncio.Task[object] | None = None
 
@@ -100,7 +111,13 @@ class ProcessMember(Member):
 
     async def start(self) -> None:
         await self._stream.start()
-        run = process(self._stream, self._handler, concurrency=self._concurrency)
+        run = process(
+            self._stream,
+            self._handler,
+            concurrency=self._concurrency,
+            redelivery_backoff=self._redelivery_backoff,
+            dead_letter=self._dead_letter,
+        )
         self._task = asyncio.get_running_loop().create_task(run, name=self.name)
 
     def check(self) -> Check:

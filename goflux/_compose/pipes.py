@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from typing import Any, Final, TypeAlias, TypeVar, overload
 
-from goflux._errors import InvalidSubject, NonRetryable
+from goflux._errors import EncodeError, InvalidSubject, NonRetryable
 from goflux._headers import Headers, escape_header_value
 from goflux._interfaces import Handler, Publisher
 from goflux._message import Message
@@ -116,13 +116,24 @@ class _Pipe:
     async def forward(
         self, message: Message[Any], target: str, value: Any, message_id: str | None
     ) -> None:
-        """Publish ``value`` to ``target`` with ``message``'s user headers and ``message_id``."""
+        """Publish ``value`` to ``target`` with ``message``'s user headers and ``message_id``.
+
+        Raises:
+            NonRetryable: ``value`` cannot be encoded (the :class:`~goflux.EncodeError`
+                chained): retrying the message cannot change that.
+            PublishError: The publish failed.
+        """
         headers = message.headers.sendable()[0] if message.headers else Headers()
         passed = _piped_by(message)
         headers[PIPED_BY_HEADER] = f"{passed},{self._id}" if passed else self._id
-        receipt = await self._publisher.publish(
-            target, value, headers=headers, message_id=message_id
-        )
+        try:
+            receipt = await self._publisher.publish(
+                target, value, headers=headers, message_id=message_id
+            )
+        except EncodeError as exc:  # the same value fails the same way on every delivery
+            raise NonRetryable(
+                f"{self._kind}: the value for {target!r} cannot be encoded: {exc}"
+            ) from exc
         if receipt is not None and receipt.duplicate and message_id is not None:
             delivery = message.delivery
             if delivery is not None and delivery.stream != receipt.stream:

@@ -9,8 +9,11 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from goflux._compose.settling import settle
+from goflux._backoff import REDELIVERY_BACKOFF, Backoff, BackoffLike, as_backoff, failure_logged
+from goflux._compose.deadletter import DeadLetter
+from goflux._compose.settling import failure_delay, settle, settle_failure
 from goflux._compose.streams import MessageStream
+from goflux._errors import SettlementError
 from goflux._interfaces import Handler
 from goflux._message import Message
 
@@ -39,13 +42,18 @@ async def process(
     handler: Handler[T],
     *,
     concurrency: int = 1,
+    redelivery_backoff: BackoffLike | None = REDELIVERY_BACKOFF,
+    dead_letter: DeadLetter | None = None,
 ) -> ProcessStats:
     """Run ``handler`` on every message of ``messages``, ``concurrency`` at a time.
 
     Settlement follows auto-ack: a handler that returns has its message acked, one that
-    raises has it nak'd (redelivered at once); a message the handler (or middleware
-    such as :func:`goflux.middleware.retry_ack`) settled itself is left alone. A failure
-    is logged and counted and does not stop the others. At most ``concurrency``
+    raises has it nak'd with a delay growing with its delivery count
+    (``redelivery_backoff``; None redelivers at once), or dead-lettered (with
+    ``dead_letter``) and terminated when the error is a :class:`~goflux.NonRetryable`;
+    a message the handler (or middleware such as
+    :func:`goflux.middleware.retry_ack`) settled itself is left alone. A failure is
+    logged and counted and does not stop the others. At most ``concurrency``
     messages are taken from the stream at a time, so a bounded stream stays bounded.
 
     With a :class:`~goflux.MessageStream`, each handler runs in the context the message
@@ -63,14 +71,23 @@ async def process(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    return await _Processor(handler, concurrency).run(messages)
+    backoff = None if redelivery_backoff is None else as_backoff(redelivery_backoff)
+    return await _Processor(handler, concurrency, backoff, dead_letter).run(messages)
 
 
 class _Processor(Generic[T]):
     """The state of one :func:`process` call."""
 
-    def __init__(self, handler: Handler[T], concurrency: int) -> None:
+    def __init__(
+        self,
+        handler: Handler[T],
+        concurrency: int,
+        backoff: Backoff | None,
+        dead_letter: DeadLetter | None,
+    ) -> None:
         self._handler = handler
+        self._backoff = backoff
+        self._dead_letter = dead_letter
         self._slots = asyncio.Semaphore(concurrency)
         self._running: set[asyncio.Task[None]] = set()
         self.stats = ProcessStats()
@@ -89,18 +106,29 @@ class _Processor(Generic[T]):
             await settle(message, ack=False)
         except Exception as exc:
             stats.failed += 1
-            logger.exception(
-                "handler failed for message on %r: %s: %s",
-                message.subject,
-                type(exc).__name__,
-                exc,
-            )
-            await settle(message, ack=False)
+            delivery = message.delivery
+            count = 1 if delivery is None else delivery.num_delivered
+            if failure_logged(count, failure_delay(message, self._backoff)):
+                logger.exception(
+                    "handler failed for message on %r (delivery %d): %s: %s",
+                    message.subject,
+                    count,
+                    type(exc).__name__,
+                    exc,
+                )
+            await self._failed(message, exc)
         else:
             stats.handled += 1
             await settle(message, ack=True)
         finally:
             self._slots.release()
+
+    async def _failed(self, message: Message[T], exc: Exception) -> None:
+        """Settle a failure the handler left unsettled (see ``settle_failure``)."""
+        try:
+            await settle_failure(message, exc, backoff=self._backoff, dead_letter=self._dead_letter)
+        except SettlementError as failure:
+            logger.warning("could not settle message on %r: %s", message.subject, failure)
 
     async def _next(
         self, stream: MessageStream[T] | None, iterator: AsyncIterator[Message[T]] | None

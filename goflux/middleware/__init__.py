@@ -15,11 +15,17 @@ Publisher middleware wraps a ``Publisher[T]``; compose it with
     publisher = chain_publishers(forward_context(), retry_publish(attempts=5))(js_publisher)
 """
 
+from goflux._backoff import (
+    REDELIVERY_BACKOFF,
+    Backoff,
+    BackoffLike,
+    ExponentialBackoff,
+    FixedBackoff,
+)
 from goflux._compose.deadletter import DeadLetter, DeadLetterReason, dead_letter_headers
 from goflux._exports import publish_names as _publish_names
 from goflux._interfaces import GenericMiddleware, GenericPublisherMiddleware
 from goflux.middleware._ack import auto_ack
-from goflux.middleware._backoff import Backoff, BackoffLike, ExponentialBackoff, FixedBackoff
 from goflux.middleware._context import (
     current_headers,
     current_message,
@@ -33,6 +39,7 @@ from goflux.middleware._timeout import timeout
 from goflux.middleware._wrapping import WrappingPublisher
 
 __all__ = (
+    "REDELIVERY_BACKOFF",
     "Backoff",
     "BackoffLike",
     "DeadLetter",

@@ -7,11 +7,11 @@ import logging
 import uuid
 from typing import Final, TypeVar
 
+from goflux._backoff import Backoff, BackoffLike, ExponentialBackoff, as_backoff
 from goflux._errors import PublishError
 from goflux._headers import Headers, HeadersLike
 from goflux._interfaces import GenericPublisherMiddleware, Publisher
 from goflux._receipt import PublishReceipt
-from goflux.middleware._backoff import Backoff, BackoffLike, ExponentialBackoff, as_backoff
 from goflux.middleware._wrapping import WrappingPublisher
 
 __all__ = ("DEFAULT_PUBLISH_ATTEMPTS", "DEFAULT_PUBLISH_BACKOFF", "retry_publish")

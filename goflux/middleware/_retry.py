@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
+from goflux._backoff import Backoff, BackoffLike, ExponentialBackoff, as_backoff
 from goflux._compose.deadletter import (
     DeadLetter,
     DeadLetterReason,
@@ -21,7 +22,6 @@ from goflux._headers import Headers, escape_header_value
 from goflux._interfaces import GenericMiddleware, Handler
 from goflux._message import Message
 from goflux._otel.semconv import error_type
-from goflux.middleware._backoff import Backoff, BackoffLike, ExponentialBackoff, as_backoff
 
 __all__ = ("DEFAULT_MAX_ATTEMPTS", "Decision", "RetryPolicy", "retry_ack")
 

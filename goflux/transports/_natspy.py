@@ -1,10 +1,12 @@
 """Every use of what nats-py does not publish, in one place.
 
-nats-py keeps a JetStream context's connection, API prefix and timeout, a client's
-error callback and a subscription's server ID in private attributes, runs a
+nats-py keeps a JetStream context's connection, API prefix and timeout, the server's
+INFO, a client's error callback and a subscription's server ID in private attributes, runs a
 subscription's callbacks in a private task with a private queue, has no public way
 to forget a subscription at once, parses headers in a private method, leaves
-``Subscription.drain`` untyped, and breaks its read loop when a flush is cancelled.
+``Subscription.drain`` untyped, breaks its read loop when a flush is cancelled, and
+closes a connection for good when the server closes it for a message over a
+``max_payload`` lowered by a config reload.
 goflux needs each of these; reading them only here means a nats-py upgrade that
 moves one touches one file. Each reader degrades to ``None`` (or does nothing) where
 the attribute is gone, and its caller falls back to the public behaviour.
@@ -16,7 +18,7 @@ import asyncio
 import contextlib
 import types
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 import nats.errors
 from nats.aio.client import Client
@@ -38,13 +40,17 @@ __all__ = (
     "forget",
     "keep_header_lines",
     "pending_queue",
+    "reconnect_after_payload_violation",
+    "reconnected",
     "request_inbox",
     "server_error_line",
+    "server_info",
     "set_error_callback",
     "subscription_id",
 )
 
 _HEADER_LINE_START: Final = len(b"NATS/1.0")
+PAYLOAD_VIOLATION: Final = "maximum payload violation"  # the server's -ERR, lower-cased
 
 
 def connection(js: JetStreamContext) -> Client:
@@ -98,9 +104,7 @@ async def flush(nc: Client, timeout: float = 10.0) -> None:
         if nc.is_closed:
             raise nats.errors.ConnectionClosedError
         if not nc.is_connected:  # reconnecting: what is queued goes out after it
-            reconnecting = getattr(nc, "_reconnection_task", None)
-            if isinstance(reconnecting, asyncio.Task) and not reconnecting.done():
-                await asyncio.wait({reconnecting}, timeout=max(deadline - loop.time(), 0.0))
+            await reconnected(nc, max(deadline - loop.time(), 0.0))
             if nc.is_closed:
                 raise nats.errors.ConnectionClosedError
             if not nc.is_connected:
@@ -111,6 +115,20 @@ async def flush(nc: Client, timeout: float = 10.0) -> None:
             raise nats.errors.FlushTimeoutError
     if nc.is_closed:  # a server refusing a command may answer the PING, then close
         raise nats.errors.ConnectionClosedError
+
+
+async def reconnected(nc: Client, timeout: float) -> bool:
+    """Wait (at most ``timeout`` seconds) while ``nc`` reconnects; whether it is connected.
+
+    Returns at once when ``nc`` is connected, or closed.
+    """
+    if nc.is_connected or nc.is_closed:
+        return nc.is_connected
+    reconnecting = getattr(nc, "_reconnection_task", None)
+    if isinstance(reconnecting, asyncio.Task) and not reconnecting.done():
+        # The task ends when the client connected again, or gave up (closed).
+        await asyncio.wait({reconnecting}, timeout=timeout)
+    return nc.is_connected
 
 
 async def _round_trip(nc: Client, timeout: float) -> bool:
@@ -329,7 +347,57 @@ def server_error_line(nc: Client) -> str | None:
     return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == "'" else text
 
 
+def server_info(nc: Client) -> dict[str, Any]:
+    """The INFO the server sent on ``nc``'s latest (re)connect ({} before the first).
+
+    nats-py replaces the dict on every connect and reconnect, so its identity tells
+    whether the server behind the connection may have changed; it keeps that INFO in
+    a private attribute.
+    """
+    info = getattr(nc, "_server_info", None)
+    return info if isinstance(info, dict) else {}
+
+
 def subscription_id(subscription: Subscription) -> int | None:
     """The ``sid`` the server knows ``subscription`` by (None if nats-py renamed it)."""
     sid = getattr(subscription, "_id", None)
     return sid if isinstance(sid, int) else None
+
+
+def reconnect_after_payload_violation(nc: Client) -> None:
+    """Make ``nc`` reconnect when the server closes it for a message over its ``max_payload``.
+
+    A config reload may lower ``max_payload``; the server tells no client (each still
+    holds the limit its INFO gave on connect) and closes the connection of one that
+    sends a larger message, right after an ``-ERR 'Maximum Payload Violation'``.
+    nats-py treats every ``-ERR`` it does not know as fatal: it closes the client for
+    good, although the server would take it back at once. Here, on ``nc`` alone (once;
+    a no-op where nats-py has no such hook), that ``-ERR`` is first reported to the
+    error callback (which nats-py skips for it), then handled as nats-py handles a
+    stale connection: the client reconnects when ``allow_reconnect`` is on (the
+    default), learns the new limit from the server's INFO, sends its subscriptions
+    again and what it buffered meanwhile; without ``allow_reconnect`` it closes, as
+    before. Any other ``-ERR`` goes to nats-py as before.
+    """
+    original = getattr(nc, "_process_err", None)
+    op_error = getattr(nc, "_process_op_err", None)
+    if not callable(original) or not callable(op_error):
+        return
+    if getattr(original, "_goflux_payload_violation", False):
+        return  # done already
+
+    async def process_err(err_msg: str) -> None:
+        if PAYLOAD_VIOLATION not in err_msg:  # nats-py passes the text lower-cased
+            await original(err_msg)
+            return
+        error = nats.errors.Error(f"nats: {err_msg.strip(chr(39))}")  # as nats-py words it
+        callback = error_callback(nc)
+        if callback is not None:
+            await callback(error)  # while the parser still holds the -ERR line
+        if nc.options.get("allow_reconnect") and not nc.is_connecting:
+            await op_error(error)
+        else:
+            await original(err_msg)
+
+    process_err._goflux_payload_violation = True  # type: ignore[attr-defined]
+    nc._process_err = process_err  # type: ignore[method-assign]

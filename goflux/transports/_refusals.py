@@ -9,7 +9,11 @@ and routes each refusal to whoever is waiting on its subject: a request or JetSt
 publish fails at once (:class:`Guard`), a subscription fails (:meth:`Refusals.listen`),
 and a refused core publish nobody waits for is kept until the next publish to that
 subject (:meth:`Refusals.take`). A refused reconnect (the server no longer accepts
-the credentials) reaches every connection listener.
+the credentials) reaches every connection listener. A message over a ``max_payload``
+the server lowered since the client connected makes the server close the connection:
+goflux makes the client reconnect instead of closing for good, and tells every
+:class:`Overflow` listener (:meth:`Refusals.on_overflow`, a :class:`Guard` built with
+``overflow=True``); core publishers read :attr:`Refusals.overflows`.
 
 Subjects are matched exactly, in the server's own case, read from the ``-ERR`` line
 itself (nats-py lower-cases the text it passes on). Where that line is not at hand,
@@ -34,16 +38,29 @@ from nats.aio.client import Client
 
 from goflux._errors import PermissionDenied
 from goflux.transports._natspy import (
+    PAYLOAD_VIOLATION,
     error_callback,
+    reconnect_after_payload_violation,
     request_inbox,
     server_error_line,
     set_error_callback,
 )
 
-__all__ = ("Accept", "Guard", "Refusal", "Refusals", "closed_reason", "parse", "refusals")
+__all__ = (
+    "Accept",
+    "Guard",
+    "Overflow",
+    "Overflowed",
+    "Refusal",
+    "Refusals",
+    "closed_reason",
+    "parse",
+    "refusals",
+)
 
 Operation = Literal["publish", "subscribe", "connect"]
 Listener = Callable[["Refusal"], None]
+OverflowListener = Callable[["Overflow"], None]
 Accept = Callable[["Refusal"], bool]
 Item = TypeVar("Item")
 
@@ -102,6 +119,38 @@ class Refusal:
         """Whether this refusal is of ``subject`` or of a subject under it."""
         mine = subject.lower() if self.folded else subject
         return self.subject == mine or self.subject.startswith(mine + ".")
+
+
+@dataclass(frozen=True, slots=True)
+class Overflow:
+    """The server closed the connection for a message over its ``max_payload``.
+
+    It had lowered the limit (a config reload) below what it announced when the client
+    connected, and told no client. The message it closed the connection for was lost,
+    and so was whatever the client sent after it before the connection dropped.
+
+    Attributes:
+        announced: The ``max_payload`` the server had announced, in bytes.
+        reason: The server's words.
+    """
+
+    announced: int
+    reason: str
+
+
+class Overflowed(Exception):  # a signal between goflux's own modules
+    """Raised by a :class:`Guard` built with ``overflow=True`` when an :class:`Overflow` came.
+
+    Never reaches users: the publisher that asked for it turns it into a
+    :class:`~goflux.PublishError` once it knows the server's new limit.
+
+    Attributes:
+        overflow: What the server did.
+    """
+
+    def __init__(self, overflow: Overflow) -> None:
+        super().__init__(f"the server closed the connection: {overflow.reason}")
+        self.overflow = overflow
 
 
 def parse(error: Exception, line: str | None = None) -> Refusal | None:
@@ -163,6 +212,8 @@ class Refusals:
     Attributes:
         last: The most recent refusal.
         count: Refusals seen so far.
+        overflow: The most recent :class:`Overflow`.
+        overflows: Overflows seen so far.
     """
 
     __slots__ = (
@@ -170,6 +221,7 @@ class Refusals:
         "_by_subject",
         "_connection",
         "_observers",
+        "_overflow_listeners",
         "_prefixes",
         "_refused_inbox",
         "_reply_inbox",
@@ -177,6 +229,8 @@ class Refusals:
         "_unclaimed",
         "count",
         "last",
+        "overflow",
+        "overflows",
     )
 
     def __init__(self, reply_inbox: Callable[[], str | None] = lambda: None) -> None:
@@ -188,8 +242,11 @@ class Refusals:
         self._connection: list[Listener] = []
         self._observers: list[Listener] = []
         self._unclaimed: OrderedDict[str, Refusal] = OrderedDict()
+        self._overflow_listeners: list[OverflowListener] = []
         self.last: Refusal | None = None
         self.count = 0
+        self.overflow: Overflow | None = None
+        self.overflows = 0
 
     def listen(self, operation: Operation, subject: str, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with each refusal of ``operation`` on ``subject``.
@@ -235,6 +292,21 @@ class Refusals:
         """
         self._observers.append(listener)
         return lambda: _discard(self._observers, listener)
+
+    def on_overflow(self, listener: OverflowListener) -> Callable[[], None]:
+        """Call ``listener`` with each :class:`Overflow` on the connection.
+
+        Returns the function that stops listening.
+        """
+        self._overflow_listeners.append(listener)
+        return lambda: _discard(self._overflow_listeners, listener)
+
+    def overflowed(self, overflow: Overflow) -> None:
+        """Record ``overflow`` and tell every listener."""
+        self.overflow = overflow
+        self.overflows += 1
+        for listener in list(self._overflow_listeners):
+            listener(overflow)
 
     def take(self, subject: str) -> Refusal | None:
         """Remove and return a refused publish to ``subject`` that nobody waited for."""
@@ -309,15 +381,20 @@ class Refusals:
         *,
         accept: Accept | None = None,
         request: bool = False,
+        overflow: bool = False,
     ) -> Guard:
         """A ``with`` block that fails with PermissionDenied once ``subject`` is refused.
 
         With ``accept``, ``subject`` is a prefix, and the refusals under it that
         ``accept`` takes count. ``request=True`` marks a request: it fails too when
         the server refuses the inbox its reply would come to (then the request itself
-        went out: a publish ``may_be_stored``).
+        went out: a publish ``may_be_stored``). ``overflow=True``: it fails with
+        :class:`Overflowed` too when the server closes the connection for a message
+        over its ``max_payload`` (whatever was in flight is lost, or its reply is).
         """
-        return Guard(self, operation, subject, what, accept=accept, request=request)
+        return Guard(
+            self, operation, subject, what, accept=accept, request=request, overflow=overflow
+        )
 
 
 def _discard(items: list[Item], item: Item) -> None:
@@ -330,13 +407,17 @@ class Guard:
 
     Like :func:`asyncio.timeout`, it cancels the task running the block when the
     server refuses the guarded subject, and turns that cancellation into the error
-    on the way out; a cancellation from elsewhere passes through untouched.
+    on the way out; a cancellation from elsewhere passes through untouched. Built
+    with ``overflow=True``, it fails the same way with :class:`Overflowed` when the
+    server closes the connection for a message over its ``max_payload``.
     """
 
     __slots__ = (
         "_accept",
         "_may_be_stored",
         "_operation",
+        "_overflow",
+        "_overflowed",
         "_refusal",
         "_refusals",
         "_remove",
@@ -355,8 +436,11 @@ class Guard:
         *,
         accept: Accept | None,
         request: bool,
+        overflow: bool = False,
     ) -> None:
         self._refusals = refusals
+        self._overflow = overflow
+        self._overflowed: Overflow | None = None
         self._request = request
         self._operation = operation
         self._subject = subject
@@ -371,11 +455,21 @@ class Guard:
         self._task = asyncio.current_task()
         registry = self._refusals
         if self._accept is None:
-            self._remove = registry.listen(self._operation, self._subject, self._refused)
+            remove = registry.listen(self._operation, self._subject, self._refused)
         else:
-            self._remove = registry.listen_prefix(
+            remove = registry.listen_prefix(
                 self._operation, self._subject, self._refused, accept=self._accept
             )
+        if self._overflow:
+            stop = registry.on_overflow(self._dropped)
+
+            def remove_both() -> None:
+                remove()
+                stop()
+
+            self._remove = remove_both
+        else:
+            self._remove = remove
         if self._request:
             refused = registry.refused_reply_inbox()
             if refused is not None:  # nothing sent yet: say so at once
@@ -392,8 +486,13 @@ class Guard:
         self._refused(refusal)
 
     def _refused(self, refusal: Refusal) -> None:
-        if self._refusal is None and self._task is not None:
+        if self._refusal is None and self._overflowed is None and self._task is not None:
             self._refusal = refusal
+            self._task.cancel()
+
+    def _dropped(self, overflow: Overflow) -> None:
+        if self._refusal is None and self._overflowed is None and self._task is not None:
+            self._overflowed = overflow
             self._task.cancel()
 
     def __exit__(
@@ -406,11 +505,14 @@ class Guard:
             self._remove()
         if self._request:
             self._refusals._requests.discard(self)
-        refusal = self._refusal
-        if refusal is None or self._task is None:
+        refusal, overflow = self._refusal, self._overflowed
+        if (refusal is None and overflow is None) or self._task is None:
             return
         if self._task.uncancel() > 0:
             return  # cancelled from elsewhere too: that cancellation wins
+        if overflow is not None:
+            raise Overflowed(overflow) from exc
+        assert refusal is not None
         raise refusal.error(self._what, may_be_stored=self._may_be_stored) from exc
 
 
@@ -438,14 +540,23 @@ def refusals(nc: Client) -> Refusals:
 
     async def on_error(error: Exception) -> None:
         # Read before anything suspends: nats-py's parser still holds the -ERR line.
-        refusal = parse(error, server_error_line(nc))
+        line = server_error_line(nc)
+        refusal = parse(error, line)
         if refusal is not None:
             registry.dispatch(refusal)
+        elif _is_payload_violation(error):
+            registry.overflowed(Overflow(nc.max_payload, line or "Maximum Payload Violation"))
         if original is not None:
             await original(error)
 
     set_error_callback(nc, on_error)
+    reconnect_after_payload_violation(nc)
     return registry
+
+
+def _is_payload_violation(error: Exception) -> bool:
+    """Whether nats-py reports the server's ``-ERR 'Maximum Payload Violation'``."""
+    return type(error) is nats.errors.Error and PAYLOAD_VIOLATION in str(error).lower()
 
 
 def closed_reason(nc: Client) -> str:

@@ -14,6 +14,7 @@ from goflux import (
     InvalidSubject,
     Message,
     MessageStream,
+    NonRetryable,
     StrCodec,
     SubscribeError,
     message_stream,
@@ -256,6 +257,37 @@ async def test_jetstream_process_runs_at_most_4_handlers_and_acks_each_message_o
     assert (ack_pending, redelivered, pending) == (0, 0, 0)
     info = await js.consumer_info(STREAM, "proc")
     assert info.ack_floor.stream_seq == 200  # every message acked
+
+
+async def test_process_redelivers_a_failing_message_later_each_time_and_drops_a_permanent_one(
+    js: JetStreamContext,
+) -> None:
+    await jetstream.ensure_consumer(js, stream=STREAM, name="fails", filter_subject="orders.>")
+    await publish_orders(js, 2)
+    sub = jetstream.Subscriber(js, StrCodec(), stream=STREAM, consumer="fails")
+    times: dict[str, list[float]] = {"o0": [], "o1": []}
+    third = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def handle(message: Message[str]) -> None:
+        times[message.payload].append(loop.time())
+        if message.payload == "o1":
+            raise NonRetryable("never")
+        if len(times["o0"]) == 3:
+            third.set()
+        raise RuntimeError("again")
+
+    async with sub.stream("orders.>") as stream:
+        processing = asyncio.create_task(process(stream, handle))
+        async with asyncio.timeout(20):
+            await third.wait()
+        await stream.stop()
+        stats = await processing
+    o0 = times["o0"]
+    assert o0[1] - o0[0] >= 0.4, o0  # about 0.5 s
+    assert o0[2] - o0[1] >= 0.85, o0  # then about 1 s
+    assert len(times["o1"]) == 1  # terminated, never redelivered
+    assert stats.failed >= 4
 
 
 async def test_jetstream_stream_keeps_the_acker_and_holds_messages_until_settled(

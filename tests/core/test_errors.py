@@ -64,3 +64,18 @@ def test_cycles_terminate() -> None:
     a, b = ValueError("a"), ValueError("b")
     a.__cause__, b.__cause__ = b, a
     assert not is_non_retryable(a)
+
+
+def test_no_publish_error_is_both_permanent_and_may_be_stored() -> None:
+    """A message that may be stored is worth a retry with its ID: may_be_stored wins."""
+    for error in (
+        errors.PublishError("x", subject="s", may_be_stored=True, permanent=True),
+        errors.PermissionDenied(
+            "x", operation="publish", subject="s", reason="r", may_be_stored=True
+        ),
+        errors.MaxPayloadLowered("x", subject="s", limit=1, announced=2, may_be_stored=True),
+    ):
+        assert error.may_be_stored
+        assert not error.permanent, type(error).__name__
+    assert errors.PermissionDenied("x", operation="publish", subject="s", reason="r").permanent
+    assert errors.PublishError("x", subject="s", permanent=True).permanent

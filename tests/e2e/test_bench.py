@@ -28,6 +28,7 @@ from bench.sizes import SMOKE
 from goflux import JsonCodec
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
+from tests.processes import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,7 +136,7 @@ def test_smoke_run_reports_every_table_goal_and_chart(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=scaled(400),
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from goflux.testing import NatsServer, SparkConnectServer
+from tests.processes import scaled
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -28,7 +29,7 @@ def run(name: str, env: dict[str, str] | None = None, *args: str, timeout: float
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
         env=env,
         check=False,
     )
@@ -92,7 +93,7 @@ def test_jetstream_orders() -> None:
     assert "stored 5 orders, seq 1..5" in out
     assert "retried o-1: duplicate=True, still seq 1" in out
     assert "billed o-3 for c-1: 30.00 (stream seq 3, delivery 2)" in out
-    assert "handler failed for message 3 on 'orders.created' (delivery 1)" in out
+    assert "handler failed for message 3 on 'orders.created' (delivery 1; nak'd with a " in out
     assert "undecodable message 6 on 'orders.created' terminated" in out
     assert (
         "handled 5, failed 1, redelivered 1, undecodable 1; server: 0 awaiting ack, 0 pending"
@@ -181,7 +182,7 @@ def test_the_readme_demo_command_runs_the_main_job() -> None:
          "local[2]"],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=scaled(240),
         env=env,
         check=False,
     )  # fmt: skip
@@ -199,7 +200,7 @@ def test_the_demo_runs_its_spark_step_on_spark_connect(
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
     argv = [sys.executable, "-m", "goflux", "demo", "--orders", "20", "--remote"]
     result = subprocess.run(
-        [*argv, connect_server.url], capture_output=True, text=True, timeout=240, env=env,
+        [*argv, connect_server.url], capture_output=True, text=True, timeout=scaled(240), env=env,
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from goflux._backoff import as_backoff
 from goflux.middleware import ExponentialBackoff, FixedBackoff
-from goflux.middleware._backoff import as_backoff
 
 
 def test_exponential_delays_grow_by_the_multiplier_up_to_the_cap() -> None:

@@ -334,11 +334,12 @@ async def test_auto_ack_in_manual_mode_acks_returns_and_naks_failures(
     sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="auto", manual_ack=True)
     await sub.start("orders.>", auto_ack()(fail_once))
     await jetstream.Publisher(js, CODEC).publish("orders.created", order(1))
-    await deliveries.wait_for(2)  # naked: redelivered at once, far before ack_wait
+    await deliveries.wait_for(2)  # naked with a delay (0.5 s), far before ack_wait
     await until_settled(js, "auto")
     await sub.close()
     assert deliveries.counts == [1, 2]
     assert deliveries.gaps[0] < 5.0  # ack_wait is 30 s: only a nak brings it back so soon
+    assert deliveries.gaps[0] >= 0.4  # the default redelivery back-off (0.5 s, jitter 10%)
 
 
 async def test_a_timed_out_handler_is_retried_with_backoff(js: JetStreamContext) -> None:

@@ -595,6 +595,7 @@ async def test_a_refused_reply_inbox_fails_requests_and_publishes_at_once(
     error, took = await timed(lambda: pub.publish("ok.inbox", order(1)))
     assert isinstance(error, PermissionDenied)
     assert error.may_be_stored, "the publish went out; only its PubAck cannot come"
+    assert not error.permanent, "never both: a retry with its ID fails at once, permanently"
     assert took < AT_ONCE
     results = await pub.publish_many(
         [jetstream.Outgoing("ok.inbox", order(2))], return_exceptions=True

@@ -21,9 +21,11 @@ from goflux._errors import MissingDependency
 from goflux._exports import publish_names as _publish_names
 from goflux.transports.jetstream._errors import (
     BucketNotFound,
+    ConfigNotApplied,
     ConsumerNotFound,
     DigestMismatch,
     ExpectationFailed,
+    FeatureUnsupported,
     IncompatibleConfig,
     InvalidKey,
     JetStreamUnavailable,
@@ -47,7 +49,7 @@ else:
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
-    from goflux.transports.jetstream._objects.info import ObjectInfo
+    from goflux.transports.jetstream._objects.info import InvalidObjectMeta, ObjectInfo, ObjectList
     from goflux.transports.jetstream._objects.read import ObjectReader
     from goflux.transports.jetstream._objects.store import ObjectStore, object_store
     from goflux.transports.jetstream._objects.watch import ObjectWatch
@@ -70,14 +72,17 @@ __all__ = (
     "PRIORITY_POLICIES",
     "SYSTEM",
     "BucketNotFound",
+    "ConfigNotApplied",
     "ConsumerNotFound",
     "ConsumerPause",
     "DigestMismatch",
     "Entry",
     "EntryFeed",
     "ExpectationFailed",
+    "FeatureUnsupported",
     "IncompatibleConfig",
     "InvalidKey",
+    "InvalidObjectMeta",
     "JetStreamAcker",
     "JetStreamSubscription",
     "JetStreamUnavailable",
@@ -85,6 +90,7 @@ __all__ = (
     "KeyValue",
     "KeyWatcher",
     "ObjectInfo",
+    "ObjectList",
     "ObjectNotFound",
     "ObjectReader",
     "ObjectStore",

@@ -6,8 +6,15 @@ until the commit and then stores all of it under one lock, or nothing: a refused
 message, a gap, or a failed expectation abandons the whole batch. Every message is
 sent as a request on :class:`AtomicReplies`' inbox, pipelined: the server answers each
 with an empty reply, or with the error that abandoned the batch, so a failure names
-the message that caused it. The commit's reply is the PubAck of the whole batch: the
-sequence of its last message and the count.
+the message that caused it. The commit's reply is the PubAck of the whole batch
+(ADR-50): the sequence of its last message, the batch's ID (``batch``) and its size
+(``count``).
+
+The batch settles once every message has its reply, and every reply is checked: a
+server that does not know atomic batches (before 2.12, such as one behind a leaf
+node of a newer server) ignores the batch headers and stores each message on its
+own, answering with a plain PubAck. Then no receipt is returned: the error says
+which messages were stored, under which sequences.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from goflux._errors import PublishError
 from goflux._receipt import PublishReceipt
 from goflux.transports._refusals import Refusal
 from goflux.transports.jetstream._errors import ExpectationFailed, StreamFeatureDisabled
+from goflux.transports.jetstream._features import ATOMIC_BATCH, unsupported
 from goflux.transports.jetstream._inbox import ReplyInbox
 from goflux.transports.jetstream._replies import no_stream, receipt, refused
 from goflux.transports.jetstream._status import ATOMIC_DUPLICATE_ID, NO_RESPONDERS
@@ -52,11 +60,61 @@ class AtomicBatch:
     commit: asyncio.Future[PublishReceipt] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    replies: int = 0  # replies received, one per message
+    alone: dict[int, int] = field(default_factory=dict)  # index: sequence, stored on its own
+    acked: tuple[PublishReceipt, object, object] | None = None  # the commit's PubAck
 
     def refused(self, index: int, error: PublishError) -> None:
         """Message ``index`` was refused; the earliest refusal is what went wrong."""
         if self.failure is None or index < self.failure[0]:
             self.failure = (index, error)
+
+    def settle(self) -> None:
+        """Resolve the commit once every message has its reply, from all of them."""
+        if self.replies < len(self.subjects) or self.commit.done():
+            return
+        if self.alone:
+            self.commit.set_exception(self._not_atomic())
+        elif self.failure is not None:
+            self.commit.set_exception(self.error())
+        elif self.acked is not None:
+            ack, batch, count = self.acked
+            if batch != self.id or count != len(self.subjects):
+                self.commit.set_exception(self._not_this_batch(ack, batch, count))
+            else:
+                self.commit.set_result(ack)
+
+    def _not_atomic(self) -> PublishError:
+        """Messages were stored one by one: the server does not know atomic batches."""
+        stored = sorted(self.alone.items())
+        listed = ", ".join(f"message {index + 1} as sequence {seq}" for index, seq in stored)
+        refused = ""
+        if self.failure is not None:
+            index, cause = self.failure
+            refused = f"; message {index + 1} was refused: {cause}"
+        return unsupported(
+            ATOMIC_BATCH,
+            f"atomic batch {self.id!r} of {len(self.subjects)} messages",
+            None,
+            subject=self.subjects[stored[0][0]],
+            may_be_stored=True,
+            after=(
+                f"it stored {len(stored)} of them one by one, not as a batch: {listed}"
+                f"{refused}. Publish to a stream on nats-server 2.12 or later"
+            ),
+        )
+
+    def _not_this_batch(self, ack: PublishReceipt, batch: object, count: object) -> PublishError:
+        subject = self.subjects[-1]
+        return PublishError(
+            f"atomic batch {self.id!r} of {len(self.subjects)} messages: the commit's "
+            f"PubAck (stream {ack.stream!r}, sequence {ack.sequence}) names batch "
+            f"{batch!r} of {count!r} messages, not this one; what was stored is unknown: "
+            "check the stream before publishing it again",
+            subject=subject,
+            may_be_stored=True,
+            permanent=True,
+        )
 
     def error(self) -> PublishError:
         """The error that abandoned the batch (the earliest refusal), worded for the batch."""
@@ -152,20 +210,24 @@ class AtomicReplies:
         if entry is None:
             return
         batch, index = entry
+        batch.replies += 1
         subject = batch.subjects[index]
-        last = index == len(batch.subjects) - 1
         headers = msg.headers
         if headers and headers.get("Status") == NO_RESPONDERS:
             batch.refused(index, no_stream(subject))
-        elif last:
+        elif index == len(batch.subjects) - 1:
             try:
-                batch.commit.set_result(receipt(msg.data, subject))
+                ack = receipt(msg.data, subject)
             except PublishError as exc:
                 batch.refused(index, exc)
+            else:
+                reply = json.loads(msg.data)
+                batch.acked = (ack, reply.get("batch"), reply.get("count"))
+                if batch.acked[1] is None:  # a plain PubAck: stored on its own
+                    batch.alone[index] = ack.sequence
         elif msg.data:  # a message before the commit: empty means accepted
-            batch.refused(index, _refusal(subject, msg.data))
-        if last and not batch.commit.done():
-            batch.commit.set_exception(batch.error())
+            _answered(batch, index, subject, msg.data)
+        batch.settle()
 
     async def close(self) -> None:
         """Unsubscribe; batches still waiting get "cancelled"."""
@@ -176,21 +238,35 @@ class AtomicReplies:
         await self._inbox.close()
 
 
-def _refusal(subject: str, data: bytes) -> PublishError:
-    """The error in the reply to a message before the commit."""
+def _answered(batch: AtomicBatch, index: int, subject: str, data: bytes) -> None:
+    """Note the non-empty reply to message ``index`` before the commit.
+
+    An error abandoned the batch; a PubAck means the server stored the message on its
+    own (it does not know atomic batches).
+    """
     try:
         reply = json.loads(data)
-        error = reply["error"]
-        return refused(
-            subject,
-            error.get("code"),
-            error.get("err_code"),
-            error.get("description", ""),
-            reply.get("stream") or None,
+        error = reply.get("error")
+        if error is None:
+            batch.alone[index] = int(reply["seq"])
+            return
+        batch.refused(
+            index,
+            refused(
+                subject,
+                error.get("code"),
+                error.get("err_code"),
+                error.get("description", ""),
+                reply.get("stream") or None,
+            ),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
-        return PublishError(
-            f"publish to {subject!r}: unreadable reply {bytes(data[:100])!r}",
-            subject=subject,
-            permanent=True,
+        batch.refused(
+            index,
+            PublishError(
+                f"publish to {subject!r}: unreadable reply {bytes(data[:100])!r}",
+                subject=subject,
+                may_be_stored=True,
+                permanent=True,
+            ),
         )

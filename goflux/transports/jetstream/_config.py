@@ -46,6 +46,7 @@ __all__ = (
     "add_consumer_raw",
     "consumer_info_raw",
     "info_from_raw",
+    "not_held",
     "raw_differences",
     "same_config",
     "stream_json",
@@ -245,6 +246,54 @@ def same_config(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return all(_same(current.get(key), value) for key, value in wanted.items())
 
 
+def _holds(current: Any, wanted: Any) -> bool:
+    """Whether the server's ``current`` value holds what ``wanted`` asked for.
+
+    Like :func:`_same`, except that what was asked empty (``0``, ``False``, ``None``,
+    ...) is the server's to fill in (it makes a limit of 0 into -1, a duplicate window
+    of 0 into two minutes), and a key the server adds inside a setting (a source's
+    defaults, its own metadata) does not count.
+    """
+    if _empty(wanted):
+        return True
+    if isinstance(current, Mapping) and isinstance(wanted, Mapping):
+        return all(_holds(current.get(key), value) for key, value in wanted.items())
+    if isinstance(current, list) and isinstance(wanted, list):
+        left = list(current)
+        for item in wanted:
+            match = next((n for n, have in enumerate(left) if _holds(have, item)), None)
+            if match is None:
+                return False
+            del left[match]
+        return not left
+    return _same(current, wanted)
+
+
+OMITTED_DEFAULTS: Final[Mapping[str, object]] = {"persist_mode": "default"}
+"""Stream settings whose default the server leaves out of the configs it returns."""
+
+
+def is_omitted_default(name: str, value: object) -> bool:
+    """Whether ``value`` is the default of ``name`` that the server does not write back."""
+    return name in OMITTED_DEFAULTS and OMITTED_DEFAULTS[name] == value
+
+
+def not_held(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """The fields of ``wanted`` that the server's config JSON ``current`` does not hold.
+
+    For the config the server answered a create or update with: a field it dropped
+    (it does not know it) or changed (it cannot do it). Values asked empty are left
+    to the server's defaults, and so is a default the server does not write back
+    (``persist_mode="default"``) when it is missing.
+    """
+    return [
+        key
+        for key, value in wanted.items()
+        if not _holds(current.get(key), value)
+        and not (key not in current and is_omitted_default(key, value))
+    ]
+
+
 # ---------------------------------------------------------------- consumers
 
 
@@ -279,19 +328,21 @@ def _create_tail(js: JetStreamContext, stream: str, config: ConsumerConfig) -> s
 
 async def add_consumer_raw(
     js: JetStreamContext, stream: str, config: ConsumerConfig, raw: Mapping[str, Any]
-) -> ConsumerInfo:
+) -> dict[str, Any]:
     """Create (or update) a consumer like ``js.add_consumer``, with ``raw`` JSON fields added.
 
     ``raw`` holds API fields nats-py's ``ConsumerConfig`` lacks, in the server's units
     (nanoseconds for durations); they are sent as given.
+
+    Returns:
+        The server's reply: the consumer's info as raw JSON.
 
     Raises:
         APIError: The server refused the consumer.
         nats.errors.Error: No responders, no answer in time, or the connection failed.
     """
     body = {"stream_name": stream, "config": {**config.as_dict(), **raw}}
-    reply = await api_request(js, _create_tail(js, stream, config), body)
-    return info_from_raw(reply)
+    return await api_request(js, _create_tail(js, stream, config), body)
 
 
 def _same_value(current: Any, wanted: Any) -> bool:

@@ -36,6 +36,7 @@ from goflux._subjects import covers
 from goflux.transports._natspy import api_prefix, api_timeout, connection
 from goflux.transports.jetstream._acker import ack_tokens
 from goflux.transports.jetstream._api import api_error, api_guard, known_refusal
+from goflux.transports.jetstream._features import PRIORITIZED, PRIORITY_GROUPS, require
 from goflux.transports.jetstream._options import EPHEMERAL_INACTIVE_THRESHOLD, SubscriberOptions
 from goflux.transports.jetstream._priority import Priority, check_ungrouped
 from goflux.transports.jetstream._status import STREAM_NOT_FOUND
@@ -455,6 +456,9 @@ async def bind_durable(
             options, or the connection failed.
         PermissionDenied: The server refused a request.
     """
+    if options.priority_group is not None:
+        feature = PRIORITIZED if options.priority is not None else PRIORITY_GROUPS
+        require(connection(js), feature, f"subscribing to consumer {name!r} of {stream!r}")
     # The raw reply also carries max_batch / max_expires and the priority groups,
     # which nats-py drops.
     what = f"reading consumer {name!r} on stream {stream!r}"

@@ -13,13 +13,17 @@ Each derives from a core error (:mod:`goflux`'s ``PublishError``, ``TransportErr
                                           for (a TTL, an atomic batch, ...)
     TransportError
      ├── JetStreamUnavailable             JetStream is not enabled for the account
+     │                                    (also PublishError, SubscribeError)
      └── ProvisioningError                a stream/consumer could not be provisioned
           ├── StreamNotFound
           │    └── BucketNotFound         no such Key-Value or Object store bucket
           ├── ConsumerNotFound
           ├── SubjectOverlap              the subjects belong to another stream
           ├── ResourceLimit               the account or server has no room for it
-          └── IncompatibleConfig          an existing stream/consumer cannot change so
+          ├── IncompatibleConfig          an existing stream/consumer cannot change so
+          │    └── ConfigNotApplied       the server took the config, but not as asked
+          └── FeatureUnsupported          the server's version lacks a feature asked for
+                                          (also PublishError, SubscribeError)
     ObjectNotFound (also KeyError)        no such object in an Object store bucket
     DigestMismatch                        an object read back is not what was stored
 
@@ -28,13 +32,15 @@ They are importable from :mod:`goflux` too: the same objects.
 
 from __future__ import annotations
 
-from goflux._errors import GofluxError, PublishError, TransportError
+from goflux._errors import GofluxError, PublishError, SubscribeError, TransportError
 
 __all__ = (
     "BucketNotFound",
+    "ConfigNotApplied",
     "ConsumerNotFound",
     "DigestMismatch",
     "ExpectationFailed",
+    "FeatureUnsupported",
     "IncompatibleConfig",
     "InvalidKey",
     "JetStreamUnavailable",
@@ -131,16 +137,25 @@ class StreamFeatureDisabled(PublishError):
         self.setting = setting
 
 
-class JetStreamUnavailable(TransportError):
+class JetStreamUnavailable(TransportError, PublishError, SubscribeError):
     """JetStream is not enabled for the account (or on the server) the connection uses.
+
+    A publish, a subscription and a stream or consumer request all raise it, so it is
+    a :class:`~goflux.PublishError` too (``permanent``: nothing can be stored until
+    the account gets JetStream; ``may_be_stored`` False) and a
+    :class:`~goflux.SubscribeError`.
 
     Attributes:
         err_code: The JetStream error code (10039 for the account), if the server sent one.
+        subject: The subject of the publish it failed, or ``""``.
     """
 
-    def __init__(self, message: str, *, err_code: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, err_code: int | None = None, subject: str = "") -> None:
+        GofluxError.__init__(self, message)
         self.err_code = err_code
+        self.subject = subject
+        self.may_be_stored = False
+        self.permanent = True
 
 
 class ProvisioningError(TransportError):
@@ -208,6 +223,67 @@ class ResourceLimit(ProvisioningError):
 
 class IncompatibleConfig(ProvisioningError):
     """An existing stream or consumer cannot be changed to the requested config."""
+
+
+class ConfigNotApplied(IncompatibleConfig):
+    """The server took a stream or consumer config, but reports other values than asked.
+
+    A server that does not know a field drops it without a word; one that cannot do
+    what was asked may change a value. Fields not asked for (the server's defaults)
+    do not count. Where the field is a feature the server's version lacks,
+    :class:`FeatureUnsupported` is raised instead.
+
+    Attributes:
+        fields: The fields asked for whose value differs in the server's reply.
+        server_version: The version of the server hosting the stream or consumer
+            (from its ``_nats.ver`` metadata), None where unknown (older than 2.11).
+    """
+
+    def __init__(
+        self, message: str, *, fields: tuple[str, ...], server_version: str | None
+    ) -> None:
+        super().__init__(message)
+        self.fields = fields
+        self.server_version = server_version
+
+
+class FeatureUnsupported(PublishError, SubscribeError, ProvisioningError):
+    """The server's version lacks a feature the call asks for.
+
+    Raised before anything is sent when the connected server's version lacks it (an
+    atomic batch needs nats-server 2.12, a per-message TTL 2.11, ...). Raised after
+    the fact when a server further away turned out to lack it (a stream hosted by an
+    older server behind a leaf node): ``may_be_stored`` then says whether messages
+    were stored anyway. It is a :class:`~goflux.PublishError` (``permanent``), a
+    :class:`~goflux.SubscribeError` and a :class:`ProvisioningError`, so the handler
+    a caller already has for the operation catches it.
+
+    Attributes:
+        feature: What the server lacks (``"atomic batch publish"``, ...).
+        server_version: The version of the server that lacks it, None where unknown.
+        since: The first nats-server version that has it (``"2.12.0"``).
+        subject: The subject of the publish it failed, or ``""``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        feature: str,
+        server_version: str | None,
+        since: str,
+        subject: str = "",
+        may_be_stored: bool = False,
+    ) -> None:
+        GofluxError.__init__(self, message)
+        self.feature = feature
+        self.server_version = server_version
+        self.since = since
+        self.subject = subject
+        self.may_be_stored = may_be_stored
+        self.permanent = True
+        self.err_code: int | None = None
+        self.code: int | None = None
 
 
 class ObjectNotFound(GofluxError, KeyError):

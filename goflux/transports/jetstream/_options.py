@@ -7,6 +7,7 @@ from typing import Any, Unpack
 
 from typing_extensions import TypedDict
 
+from goflux._backoff import REDELIVERY_BACKOFF, Backoff, BackoffLike, as_backoff
 from goflux._compose.deadletter import DeadLetter
 from goflux.transports.jetstream._confirm import DEFAULT_CONFIRM_TIMEOUT
 from goflux.transports.jetstream._priority import Priority
@@ -53,6 +54,7 @@ class SubscriberSettings(TypedDict, total=False):
     min_pending: int | None
     min_ack_pending: int | None
     priority: int | None
+    redelivery_backoff: BackoffLike | None
 
 
 _SETTINGS = frozenset(SubscriberSettings.__annotations__)
@@ -84,6 +86,7 @@ class SubscriberOptions:
         "ordered",
         "priority",
         "priority_group",
+        "redelivery_backoff",
     )
 
     def __init__(self, **settings: Unpack[SubscriberSettings]) -> None:
@@ -108,6 +111,14 @@ class SubscriberOptions:
         self.min_pending = settings.get("min_pending")
         self.min_ack_pending = settings.get("min_ack_pending")
         self.priority = settings.get("priority")
+        backoff = settings.get("redelivery_backoff", REDELIVERY_BACKOFF)
+        self.redelivery_backoff: Backoff | None = None if backoff is None else as_backoff(backoff)
+        if "redelivery_backoff" in settings and (self.manual_ack or self.ordered):
+            raise ValueError(
+                "redelivery_backoff sets the delay of the subscriber's own naks: "
+                "with manual_ack the handler settles (see auto_ack(redelivery_backoff=)), "
+                "and ordered mode has no acks"
+            )
         self._check(settings.get("batch"))
         self.batch = min(self.batch, self.max_in_flight)
 

@@ -13,11 +13,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from goflux._compose.deadletter import DeadLetter, is_dead_letter, refused_for_good
+from goflux._compose.deadletter import (
+    DEAD_LETTER_RETRY_DELAY,
+    DeadLetter,
+    is_dead_letter,
+    refused_for_good,
+)
 from goflux._errors import PoisonMessage
 from goflux._message import Message
 from goflux.transports.jetstream._acker import JetStreamAcker, ack_tokens
-from goflux.transports.jetstream._undecodable import DEAD_LETTER_RETRY_DELAY, Settle
+from goflux.transports.jetstream._undecodable import Settle
 
 if TYPE_CHECKING:
     from goflux._compose.crashes import CrashEntry

@@ -25,9 +25,11 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from goflux._errors import SubscribeError
+from goflux.transports._natspy import connection
 from goflux.transports.jetstream._api import ApiCall, api_request, check_name
 from goflux.transports.jetstream._config import consumer_info_raw
 from goflux.transports.jetstream._errors import ConsumerNotFound, StreamNotFound
+from goflux.transports.jetstream._features import PRIORITY_GROUPS, require
 from goflux.transports.jetstream._status import STREAM_NOT_FOUND
 
 __all__ = (
@@ -221,6 +223,7 @@ async def unpin_consumer(js: JetStreamContext, stream: str, name: str, group: st
         ValueError: An invalid stream, consumer or group name.
         StreamNotFound: The stream does not exist.
         ConsumerNotFound: The consumer does not exist.
+        FeatureUnsupported: The server is older than 2.11 (no priority groups).
         ProvisioningError: Another refusal, such as a group the consumer does not have.
         PermissionDenied: The server refused the request.
         TransportError: No answer in time, or the connection closed.
@@ -229,6 +232,7 @@ async def unpin_consumer(js: JetStreamContext, stream: str, name: str, group: st
     check_name("consumer", name)
     check_group(group)
     what = f"unpinning group {group!r} of consumer {name!r} on stream {stream!r}"
+    require(connection(js), PRIORITY_GROUPS, what)
     tail = f"CONSUMER.UNPIN.{stream}.{name}"
     with ApiCall(js, what, tail):
         try:

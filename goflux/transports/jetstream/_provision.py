@@ -9,19 +9,22 @@ time to resume it (:func:`resume_consumer`). Clients stay bound while it is paus
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo, StreamInfo
 from nats.js.errors import APIError, NotFoundError
 
 from goflux._errors import GofluxError
 from goflux._subjects import validate_pattern
+from goflux.transports._natspy import connection
 from goflux.transports.jetstream._api import (
     ApiCall,
     api_request,
@@ -34,11 +37,22 @@ from goflux.transports.jetstream._config import (
     add_consumer_raw,
     consumer_info_raw,
     info_from_raw,
+    not_held,
     raw_differences,
     same_config,
     stream_json,
 )
 from goflux.transports.jetstream._errors import IncompatibleConfig, StreamNotFound, SubjectOverlap
+from goflux.transports.jetstream._features import (
+    CONSUMER_FIELDS,
+    CONSUMER_PAUSE,
+    STREAM_FIELDS,
+    Feature,
+    check_fields,
+    hosted_by,
+    not_applied,
+    require,
+)
 from goflux.transports.jetstream._priority import priority_settings
 from goflux.transports.jetstream._status import (
     MIRROR_NOT_UPDATABLE,
@@ -143,6 +157,50 @@ def _stream_info(reply: dict[str, Any]) -> StreamInfo:
     return info
 
 
+def _check_applied(
+    js: JetStreamContext,
+    config: dict[str, Any],
+    wanted: dict[str, Any],
+    table: Mapping[str, Feature],
+    what: str,
+) -> None:
+    """Raise if the server's ``config`` (its reply to a create or update) lacks ``wanted``.
+
+    Raises:
+        FeatureUnsupported: A field the hosting server's version lacks the feature of.
+        ConfigNotApplied: The server dropped or changed another field asked for.
+    """
+    fields = not_held(config, wanted)
+    if fields:
+        version = hosted_by(connection(js), config)
+        raise not_applied(what, table, wanted, config, fields, version)
+
+
+async def _check_consumer_applied(
+    js: JetStreamContext,
+    stream: str,
+    created: dict[str, Any],
+    wanted: dict[str, Any],
+    what: str,
+    ephemeral: bool,
+) -> None:
+    """Raise if the consumer ``created`` lacks ``wanted``; an ephemeral one is deleted first.
+
+    Nobody could use, or find, the ephemeral consumer made for a failed call.
+
+    Raises:
+        FeatureUnsupported: A field the hosting server's version lacks the feature of.
+        ConfigNotApplied: The server dropped or changed another field asked for.
+    """
+    try:
+        _check_applied(js, created.get("config", {}), wanted, CONSUMER_FIELDS, what)
+    except GofluxError:
+        if ephemeral:
+            with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
+                await js.delete_consumer(stream, str(created.get("name", "")))
+        raise
+
+
 async def _create_stream(
     js: JetStreamContext, name: str, wanted: dict[str, Any], what: str
 ) -> dict[str, Any] | None:
@@ -193,6 +251,13 @@ async def ensure_stream(
         SubjectOverlap: Another stream captures some of the subjects.
         IncompatibleConfig: The existing stream cannot be changed so (storage, a
             mirror's source, ...).
+        FeatureUnsupported: A setting needs a newer nats-server than the connected
+            one (``allow_msg_ttl`` 2.11, ``allow_atomic`` 2.12, ...): nothing was
+            sent. Or the server hosting the stream (older than the connected one)
+            dropped it: the stream was created or updated without it.
+        ConfigNotApplied: The server took the config but dropped or changed another
+            setting asked for (the message names each, asked and held).
+        JetStreamUnavailable: The account has no JetStream.
         ProvisioningError: Any other refusal by the server.
     """
     check_name("stream", name)
@@ -200,6 +265,7 @@ async def ensure_stream(
     given = {"subjects": checked, **config} if checked is not None else dict(config)
     wanted = stream_json(name, given)
     what = f"stream {name!r}"
+    check_fields(connection(js), STREAM_FIELDS, wanted, what)
     requests = (f"STREAM.INFO.{name}", f"STREAM.CREATE.{name}", f"STREAM.UPDATE.{name}")
     with ApiCall(js, what, *requests, "STREAM.NAMES"):
         try:
@@ -209,6 +275,7 @@ async def ensure_stream(
                 raise
             created = await _create_stream(js, name, wanted, what)
             if created is not None:
+                _check_applied(js, created["config"], wanted, STREAM_FIELDS, f"{what} created")
                 return _stream_info(created)
             reply = await api_request(js, f"STREAM.INFO.{name}")  # made concurrently
         current: dict[str, Any] = reply["config"]
@@ -220,6 +287,7 @@ async def ensure_stream(
             if exc.err_code == SUBJECTS_OVERLAP:
                 raise await _overlap_error(js, name, checked or (), exc) from exc
             raise _stream_error(exc, what) from exc
+        _check_applied(js, updated["config"], wanted, STREAM_FIELDS, f"{what} updated")
         return _stream_info(updated)
 
 
@@ -264,6 +332,13 @@ async def ensure_consumer(
         TypeError: An unknown setting.
         StreamNotFound: The stream does not exist.
         IncompatibleConfig: The existing consumer cannot be changed so (e.g. ack policy).
+        FeatureUnsupported: A setting needs a newer nats-server (priority groups and
+            ``pause_until`` 2.11, ``"prioritized"`` 2.12): nothing was sent, or the
+            hosting server dropped it.
+        ConfigNotApplied: The server took the config but holds another value for a
+            setting asked for (it makes ``ack_wait`` the first ``backoff`` step, for
+            one): the message names each, asked and held.
+        JetStreamUnavailable: The account has no JetStream.
         ProvisioningError: Any other refusal by the server.
     """
     check_name("stream", stream)
@@ -279,6 +354,7 @@ async def ensure_consumer(
         validate_pattern(subject)
     raw = priority_settings(priority_groups, priority_policy, priority_timeout)
     what = f"consumer {name or '(ephemeral)'!r} on stream {stream!r}"
+    check_fields(connection(js), CONSUMER_FIELDS, {**config, **raw}, what)
     requests = (
         (
             f"CONSUMER.INFO.{stream}.{name}",
@@ -309,7 +385,10 @@ async def ensure_consumer(
             created = await add_consumer_raw(js, stream, consumer_config, raw)
         except APIError as exc:
             raise provisioning_error(exc, what) from exc
-        return created
+        # What was asked, in the server's JSON (nanoseconds, RFC 3339 times).
+        asked = {k: v for k, v in consumer_config.as_dict().items() if k in config}
+        await _check_consumer_applied(js, stream, created, {**asked, **raw}, what, name is None)
+        return info_from_raw(created)
 
 
 # ---------------------------------------------------------------- pausing consumers
@@ -364,6 +443,7 @@ async def _request(
     check_name("stream", stream)
     check_name("consumer", name)
     what = f"consumer {name!r} on stream {stream!r}"
+    require(connection(js), CONSUMER_PAUSE, f"{'pausing' if body else 'resuming'} {what}")
     tail = f"CONSUMER.PAUSE.{stream}.{name}"
     with ApiCall(js, what, tail):
         try:
@@ -398,6 +478,7 @@ async def pause_consumer(
         TypeError: ``until`` is of another type.
         StreamNotFound: The stream does not exist.
         ConsumerNotFound: The consumer does not exist.
+        FeatureUnsupported: The server is older than 2.11 (no consumer pause).
         PermissionDenied: The server refused the request.
         ProvisioningError: Any other refusal by the server.
     """
@@ -415,6 +496,7 @@ async def resume_consumer(js: JetStreamContext, stream: str, name: str) -> Consu
         ValueError: Invalid names.
         StreamNotFound: The stream does not exist.
         ConsumerNotFound: The consumer does not exist.
+        FeatureUnsupported: The server is older than 2.11 (no consumer pause).
         PermissionDenied: The server refused the request.
         ProvisioningError: Any other refusal by the server.
     """

@@ -22,9 +22,17 @@ from goflux._otel.scopes import NullScope, PublishScope, PublishScopes
 from goflux._otel.telemetry import Telemetry
 from goflux._receipt import PublishReceipt
 from goflux._wire import check_size, outgoing
+from goflux.transports._limits import in_flight_error
 from goflux.transports._natspy import connection
-from goflux.transports._refusals import Refusal, Refusals, closed_reason, refusals
+from goflux.transports._refusals import Overflowed, Refusal, Refusals, closed_reason, refusals
+from goflux.transports.jetstream._account import (
+    is_no_stream,
+    jetstream_refused,
+    no_stream_error,
+    unavailable,
+)
 from goflux.transports.jetstream._atomic import AtomicBatch, AtomicReplies, batch_headers
+from goflux.transports.jetstream._features import ATOMIC_BATCH, check_headers, require
 from goflux.transports.jetstream._replies import PubAcks, receipt, send_error, timeout_error
 from goflux.transports.jetstream._server_headers import TTL, expectations
 from goflux.transports.jetstream._server_headers import server_headers as server_headers_of
@@ -162,6 +170,15 @@ class Publisher(CloseOnExit, Generic[T]):
             ExpectationFailed: An ``expected_*`` condition did not hold; nothing stored.
             StreamFeatureDisabled: The stream does not allow the TTL, rollup or
                 schedule asked for; nothing stored.
+            PayloadTooLarge: Headers and body exceed the server's ``max_payload``
+                (also when it lowered the limit and closed the connection for this
+                message); nothing stored.
+            MaxPayloadLowered: The server closed the connection for another message
+                over a ``max_payload`` it lowered, before the PubAck came
+                (``may_be_stored``).
+            FeatureUnsupported: The server's version lacks what ``ttl`` or a server
+                header asks for (a TTL needs nats-server 2.11); nothing was sent.
+            JetStreamUnavailable: The account has no JetStream; nothing stored.
             PublishError: No stream captures ``subject``, the server refused it, the
                 connection is closed, or no PubAck arrived in time (then
                 ``may_be_stored`` is True).
@@ -187,6 +204,8 @@ class Publisher(CloseOnExit, Generic[T]):
                     expected_last_message_id,
                 ),
             )
+            if server:
+                check_headers(self._nc, server, f"publish to {subject!r}", subject)
         wait = self._timeout if timeout is None else timeout
         data, wire = self._prepare(subject, value, headers, message_id, server)
         with self._scopes.open(subject, wire, message_id=message_id) as scope:
@@ -194,13 +213,26 @@ class Publisher(CloseOnExit, Generic[T]):
             check_size(subject, wire, data, self._nc.max_payload)
             try:
                 with self._refusals.guard(
-                    "publish", subject, f"publish to {subject!r}", request=True
+                    "publish", subject, f"publish to {subject!r}", request=True, overflow=True
                 ):
                     reply = await self._nc.request(
                         subject, data, timeout=wait, headers=wire or None
                     )
+            except Overflowed as exc:  # the server closed the connection (max_payload)
+                raise await in_flight_error(
+                    self._nc,
+                    exc.overflow,
+                    subject,
+                    wire,
+                    data,
+                    waiting_for="its PubAck",
+                    retry="publish it again with the same message_id",
+                    timeout=wait,
+                ) from exc
             except nats.errors.TimeoutError as exc:
                 raise timeout_error(subject, wait, self._nc) from exc
+            except nats.errors.NoRespondersError as exc:
+                raise await no_stream_error(self._js, subject) from exc
             except nats.errors.Error as exc:
                 raise send_error(subject, exc, self._nc) from exc
             return receipt(reply.data, subject)
@@ -249,6 +281,8 @@ class Publisher(CloseOnExit, Generic[T]):
         Raises:
             ValueError: ``window`` < 1.
             TypeError: An item is not an :class:`Outgoing` (raised where it is met).
+            FeatureUnsupported: A message asks for what the server's version lacks
+                (raised where it is met, like bad input).
             PublishError: The first failure (after every publish in flight settled),
                 unless ``return_exceptions``. Bad input (subject, headers, encoding) of
                 a message raises before anything after it is sent. Once the publisher
@@ -268,11 +302,28 @@ class Publisher(CloseOnExit, Generic[T]):
                 self._batches -= 1
                 if self._closed and not self._batches:
                     await self._close_inboxes()
+        await self._explain_no_stream(batch.results)
         if not return_exceptions:
             for result in batch.results:
                 if isinstance(result, PublishError):
                     raise result
         return batch.results
+
+    async def _explain_no_stream(self, results: list[PublishReceipt | PublishError]) -> None:
+        """Replace "no stream answered" errors of an account without JetStream (asked once)."""
+        asked = False
+        refusal: tuple[str, int | None] | None = None
+        for position, result in enumerate(results):
+            if not (isinstance(result, PublishError) and is_no_stream(result)):
+                continue
+            if not asked:
+                asked = True
+                refusal = await jetstream_refused(self._js)
+            if refusal is None:
+                return
+            error = unavailable(result.subject, *refusal)
+            error.__cause__ = result
+            results[position] = error
 
     async def _feed(
         self,
@@ -302,6 +353,8 @@ class Publisher(CloseOnExit, Generic[T]):
             batch.results.append(closed_publisher_error(subject, why + closed_reason(self._nc)))
             return
         server = server_headers_of(item.server_headers, ttl=item.ttl)
+        if server:
+            check_headers(self._nc, server, f"publish to {subject!r} (item {index})", subject)
         data, wire = self._prepare(subject, item.value, item.headers, item.message_id, server)
         scope = self._scopes.open(subject, wire, message_id=item.message_id)
         scope.__enter__()
@@ -363,7 +416,9 @@ class Publisher(CloseOnExit, Generic[T]):
             timeout: Seconds to wait for the batch's PubAck (default: the publisher's).
 
         Returns:
-            A receipt per message, in order (consecutive sequences in the stream).
+            A receipt per message, in order (consecutive sequences in the stream),
+            once every message's reply is in and the commit's PubAck names this
+            batch and its size.
 
         Raises:
             TypeError: An item is not an :class:`Outgoing`.
@@ -371,6 +426,12 @@ class Publisher(CloseOnExit, Generic[T]):
                 A message is bad input; nothing was sent.
             StreamFeatureDisabled: The stream does not allow atomic batches (or a
                 TTL, rollup or schedule a message asks for); nothing stored.
+            FeatureUnsupported: The server is older than 2.12 (or lacks what a
+                message asks for); nothing was sent. Or a server on the way to the
+                stream (a leaf node's hub) turned out not to know atomic batches and
+                stored messages one by one: ``may_be_stored``, and the message says
+                which were stored; no receipt is returned.
+            JetStreamUnavailable: The account has no JetStream; nothing stored.
             ExpectationFailed: An expectation of a message did not hold; nothing stored.
             PermissionDenied: The server refused a subject or the reply inbox.
             PublishError: The server refused the batch (naming the message and the
@@ -386,7 +447,13 @@ class Publisher(CloseOnExit, Generic[T]):
                 raise TypeError(
                     f"publish_atomic takes Outgoing messages, got {item!r} (item {index})"
                 )
+            if index == 0:
+                what = f"atomic batch of {len(items)} messages"
+                require(self._nc, ATOMIC_BATCH, what, subject=item.subject)
             server = server_headers_of(item.server_headers, ttl=item.ttl)
+            if server:
+                what = f"atomic batch: message {index + 1} to {item.subject!r}"
+                check_headers(self._nc, server, what, item.subject)
             data, wire = self._prepare(
                 item.subject, item.value, item.headers, item.message_id, server
             )
@@ -445,6 +512,13 @@ class Publisher(CloseOnExit, Generic[T]):
         subject = batch.subjects[-1]
         try:
             return await asyncio.wait_for(asyncio.shield(batch.commit), wait)
+        except PublishError as exc:
+            cause = batch.failure[1] if batch.failure is not None else None
+            if cause is not None and is_no_stream(cause):
+                refusal = await jetstream_refused(self._js)
+                if refusal is not None:
+                    raise unavailable(cause.subject, *refusal) from exc
+            raise
         except TimeoutError as exc:
             if self._nc.is_closed:
                 raise timeout_error(subject, wait, self._nc) from exc

@@ -150,12 +150,13 @@ def no_stream(subject: str) -> PublishError:
 def timeout_error(subject: str, timeout: float, nc: Client) -> PublishError:
     """The error for a publish to ``subject`` whose PubAck did not come in ``timeout``."""
     if nc.is_closed:  # closed while waiting: say why, in the server's words
+        # May have been stored, so not permanent: a retry fails at once (the
+        # connection is closed), permanently, or on a new connection is de-duplicated.
         return PublishError(
             f"publish to {subject!r}: the connection closed before the PubAck came"
             f"{closed_reason(nc)}; the message may have been stored",
             subject=subject,
             may_be_stored=True,
-            permanent=True,
         )
     return PublishError(
         f"publish to {subject!r}: no PubAck within {timeout}s; the message may still have "

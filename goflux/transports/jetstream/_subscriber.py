@@ -41,10 +41,14 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
     The subscription pulls continuously with its own pull requests (``batch``,
     ``expires``, ``idle_heartbeat``), never holding more than ``max_in_flight``
     unsettled messages; ``concurrency`` handlers run at a time. By default a handler
-    that returns acks its message and one that raises naks it (redelivered at once;
-    retry middleware can choose a delay or a term instead); with ``manual_ack`` the
-    handler settles. An undecodable payload is terminated and counted, never
-    redelivered (after a copy is published to ``dead_letter``, if given). Handlers
+    that returns acks its message and one that raises naks it with a delay that grows
+    with its delivery count (``redelivery_backoff``; retry middleware can choose
+    other delays, attempt limits and dead letters); with ``manual_ack`` the handler
+    settles. A handler that raises :class:`~goflux.NonRetryable` (or an error it
+    caused) has its message dead-lettered (if ``dead_letter`` is given) and
+    terminated: retrying cannot change the outcome. An undecodable payload is
+    terminated and counted, never redelivered (after a copy is published to
+    ``dead_letter``, if given). Handlers
     running longer than half the consumer's ``ack_wait`` get ``in_progress`` signals so
     the server does not redeliver them meanwhile.
 
@@ -101,11 +105,20 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
               (default 30).
             - ``consumer_config``: Settings for the ephemeral consumers (nats-py
               ``ConsumerConfig`` fields, such as ``deliver_policy`` or ``ack_wait``).
-            - ``dead_letter``: Where undecodable payloads are published (bytes
+            - ``dead_letter``: Where undecodable payloads and messages whose
+              handler raised :class:`~goflux.NonRetryable` are published (bytes
               unchanged, with failure headers) before they are terminated, and
               under ``goflux run --workers`` messages that crashed their workers
-              (:class:`~goflux.PoisonMessage`); see :class:`goflux.middleware.DeadLetter`.
-              Handler failures are dead-lettered by :func:`goflux.middleware.retry_ack`.
+              (:class:`~goflux.PoisonMessage`); see
+              :class:`goflux.middleware.DeadLetter`. Other handler failures are
+              dead-lettered by :func:`goflux.middleware.retry_ack`.
+            - ``redelivery_backoff``: How long a message whose handler raised waits
+              before it is redelivered, by its delivery count: a
+              :class:`goflux.middleware.Backoff` or a list of seconds (default
+              :data:`goflux.middleware.REDELIVERY_BACKOFF`: 0.5 s doubling per
+              delivery, at most 60 s).
+              None redelivers at once (its error lines are then logged for deliveries
+              1, 2, 4, 8, ... only, each with its count).
             - ``confirm_acks``: Confirm every ack with the server (see above; default
               False).
             - ``confirm_timeout``: Seconds to wait for an ack's confirmation before
@@ -202,6 +215,9 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                 exist, the consumer does not fit (its filter, or its priority groups:
                 none named ``priority_group``, or some but no ``priority_group``
                 given), or the connection failed.
+            FeatureUnsupported: ``priority_group`` on a server older than 2.11
+                (``priority`` older than 2.12).
+            JetStreamUnavailable: The account has no JetStream.
         """
         options = self._options
 

@@ -30,11 +30,18 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry.util.types import AttributeValue
 
+from goflux._backoff import failure_logged, redelivery_delay
 from goflux._codecs import Codec
 from goflux._compose.feed import StreamHandler
 from goflux._compose.inflight import TEXT_LIMIT, Slot
 from goflux._compose.poison import PoisonGuard, current_guard
-from goflux._errors import DecodeError, PermissionDenied, SettlementError, SubscribeError
+from goflux._errors import (
+    DecodeError,
+    PermissionDenied,
+    SettlementError,
+    SubscribeError,
+    is_non_retryable,
+)
 from goflux._headers import Headers
 from goflux._interfaces import Handler
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
@@ -631,16 +638,51 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if message is None and isinstance(exc, DecodeError):
             return  # rejected (and logged) before any handler ran
         self.failed += 1
-        logger.exception(
-            "handler failed for message %s on %r (delivery %d): %s: %s",
-            acker.stream_sequence,
-            msg.subject,
-            acker.num_delivered,
-            type(exc).__name__,
-            exc,
+        naks = (  # this failure is settled here (not by the handler, nor by the user)
+            message is not None
+            and message.settled is None
+            and self._acknowledged
+            and not self._options.manual_ack
         )
+        if naks and message is not None and is_non_retryable(exc):
+            await reject(
+                message,
+                acker,
+                exc,
+                dead_letter=self._options.dead_letter,
+                acknowledged=True,
+                settle=self._send_or_release,
+                reason="non_retryable",
+            )
+            return
+        delivery = acker.num_delivered
+        delay = redelivery_delay(self._options.redelivery_backoff, delivery) if naks else None
+        if naks:
+            logged = failure_logged(delivery, delay)
+        else:  # a nak the handler sent may be immediate; else ack_wait bounds the pace
+            logged = message is None or message.settled != "nak" or failure_logged(delivery, None)
+        if logged:
+            logger.error(
+                "handler failed for message %s on %r (delivery %d%s): %s: %s",
+                acker.stream_sequence,
+                msg.subject,
+                delivery,
+                _redelivery(delay) if naks else "",
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+        else:
+            logger.debug(
+                "handler failed for message %s on %r (delivery %d): %s: %s",
+                acker.stream_sequence,
+                msg.subject,
+                delivery,
+                type(exc).__name__,
+                exc,
+            )
         if message is not None:
-            await self._settle_after(message, acker, failed=True)
+            await self._settle_after(message, acker, failed=True, delay=delay)
 
     async def _after_cancellation(
         self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker
@@ -667,10 +709,12 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         *,
         failed: bool,
         force_nak: bool = False,
+        delay: float | None = None,
     ) -> None:
         """Settle what the handler left unsettled: auto-ack/nak, or free its room (manual).
 
-        A message handed to a stream stays held (and keeps its room) until settled.
+        A failed message is naked with ``delay`` (None: redelivered at once). A message
+        handed to a stream stays held (and keeps its room) until settled.
         """
         if not self._acknowledged:  # nothing to send: the room is free
             acker.release()
@@ -686,7 +730,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 )
             acker.release()  # a later settlement will not free the room again
             return
-        await self._send_or_release(acker, message.nak() if failed else message.ack())
+        await self._send_or_release(acker, message.nak(delay) if failed else message.ack())
 
     async def _hand_back(self, acker: JetStreamAcker) -> None:
         """Nak a message that will not be processed, so it is redelivered at once."""
@@ -726,6 +770,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             acknowledged=self._acknowledged,
             settle=self._send_or_release,
         )
+
+
+def _redelivery(delay: float | None) -> str:
+    """How a failed message was handed back, for a log line."""
+    return "; nak'd for redelivery at once" if not delay else f"; nak'd with a {delay:.1f}s delay"
 
 
 async def started(subscription: JetStreamSubscription[T]) -> JetStreamSubscription[T]:

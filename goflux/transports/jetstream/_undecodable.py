@@ -1,6 +1,7 @@
-"""What becomes of a JetStream message whose payload does not decode.
+"""What becomes of a JetStream message that can never be processed.
 
-It is dead-lettered (if a dead letter is configured) and terminated, never redelivered
+Its payload does not decode, or its handler raised :class:`~goflux.NonRetryable`: it
+is dead-lettered (if a dead letter is configured) and terminated, never redelivered
 in a loop; a subscription and a one-shot read (``fetch``/``next``) share this.
 """
 
@@ -10,32 +11,50 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
-from goflux._compose.deadletter import DeadLetter, is_dead_letter, refused_for_good
-from goflux._errors import DecodeError
+from goflux._compose.deadletter import (
+    DEAD_LETTER_RETRY_DELAY,
+    DeadLetter,
+    DeadLetterReason,
+    is_dead_letter,
+    refused_for_good,
+)
 from goflux._message import Message
 from goflux.transports.jetstream._acker import JetStreamAcker
 
-__all__ = ("DEAD_LETTER_RETRY_DELAY", "Settle", "reject")
+__all__ = ("Settle", "reject")
 
 logger = logging.getLogger("goflux.transports.jetstream")
 
-DEAD_LETTER_RETRY_DELAY = 5.0  # seconds before an undecodable message is dead-lettered again
 
 Settle: TypeAlias = Callable[[JetStreamAcker, Awaitable[None]], Awaitable[None]]
 """Sends a settlement of a message (and copes when that fails)."""
 
 
+_WHAT: dict[DeadLetterReason, str] = {  # the message, in log lines
+    "undecodable": "undecodable message",
+    "non_retryable": "non-retryable message",
+    "max_attempts": "message out of attempts",
+}
+_WHY: dict[DeadLetterReason, str] = {  # the term's reason
+    "undecodable": "undecodable payload",
+    "non_retryable": "non-retryable failure",
+    "max_attempts": "out of attempts",
+}
+
+
 async def reject(
-    letter: Message[bytes],
+    letter: Message[object],
     acker: JetStreamAcker,
-    exc: DecodeError,
+    exc: Exception,
     *,
     dead_letter: DeadLetter | None,
     acknowledged: bool,
     settle: Settle,
+    reason: DeadLetterReason = "undecodable",
 ) -> None:
-    """Give up an undecodable message: dead-letter it (if configured), then terminate it.
+    """Give up a message: dead-letter it (if configured), then terminate it.
 
+    ``reason`` says why (an undecodable payload, or a handler's non-retryable failure).
     A dead letter that cannot be published keeps the message: it is naked with a
     delay and dead-lettered on a later delivery (without acknowledgement, as in
     ordered mode, it cannot be redelivered: it is lost and logged). One the server
@@ -47,7 +66,7 @@ async def reject(
         outcome += " (it is itself a dead letter: not dead-lettered again)"
     elif dead_letter is not None:
         try:
-            await dead_letter.send(letter, exc, "undecodable")
+            await dead_letter.send(letter, exc, reason)
             outcome = f"dead-lettered to {dead_letter.subject!r} and {outcome}"
         except Exception as failure:
             if not acknowledged:
@@ -56,8 +75,9 @@ async def reject(
                 outcome = f"terminated WITHOUT a dead letter, refused for good ({failure})"
             else:
                 logger.error(
-                    "undecodable message %s on %r could not be dead-lettered (%s); "
+                    "%s %s on %r could not be dead-lettered (%s); "
                     "it is kept and tried again in %ss",
+                    _WHAT[reason],
                     acker.stream_sequence,
                     letter.subject,
                     failure,
@@ -67,7 +87,8 @@ async def reject(
                 await settle(acker, acker.nak(DEAD_LETTER_RETRY_DELAY))
                 return
     logger.error(
-        "undecodable message %s on %r %s: %s",
+        "%s %s on %r %s: %s",
+        _WHAT[reason],
         acker.stream_sequence,
         letter.subject,
         outcome,
@@ -75,6 +96,6 @@ async def reject(
         exc_info=exc,
     )
     if acknowledged:
-        await settle(acker, acker.term(f"goflux: undecodable payload: {exc}"[:200]))
+        await settle(acker, acker.term(f"goflux: {_WHY[reason]}: {exc}"[:200]))
     else:
         acker.release()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Generic, TypeVar
+from collections import OrderedDict
+from typing import Final, Generic, TypeVar
 
 import nats.errors
 from nats.aio.client import Client
@@ -16,6 +17,7 @@ from goflux._lifecycle import CloseOnExit, closed_publisher_error
 from goflux._otel.scopes import PublishScopes
 from goflux._otel.telemetry import Telemetry
 from goflux._wire import check_size, outgoing
+from goflux.transports._limits import in_flight_error, lost_before_error
 from goflux.transports._natspy import flush
 from goflux.transports._refusals import closed_reason, refusals
 from goflux.transports.nats._system import SYSTEM
@@ -25,6 +27,7 @@ __all__ = ("Publisher",)
 T = TypeVar("T")
 
 FLUSH_TIMEOUT = 5  # seconds (nats-py takes an int)
+CONFIRMED_SUBJECTS: Final = 4096  # subjects confirm_first remembers (least recent forgotten)
 
 
 class Publisher(CloseOnExit, Generic[T]):
@@ -39,20 +42,43 @@ class Publisher(CloseOnExit, Generic[T]):
     next publish to that subject on the same connection raises
     :class:`~goflux.PermissionDenied` instead of sending (then it is forgotten, so a
     permission granted later is picked up). ``publish(..., confirm=True)`` waits for
-    the server to have read the message and raises at once if it refused it.
+    the server to have read the message and raises at once if it refused it;
+    ``confirm_first=True`` does so for the first publish to each subject.
+
+    A config reload may lower the server's ``max_payload`` without telling the
+    client; the server then closes the connection for a larger message. The client
+    reconnects and learns the new limit; the next publish of this publisher raises
+    :class:`~goflux.MaxPayloadLowered` (naming the new limit; not sent) if it had
+    published without confirmation before, since what it sent after the larger
+    message was lost too.
 
     Args:
         nc: A connected nats-py client (the caller owns it).
         codec: Encodes the values.
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
+        confirm_first: Confirm the first publish to each subject as ``confirm=True``
+            does (one round trip to the server), so that a subject the credentials
+            may not publish to raises :class:`~goflux.PermissionDenied` on its first
+            publish; later publishes to it cost nothing more. The last 4,096 subjects
+            confirmed are remembered; a subject refused is confirmed again each time.
     """
 
-    def __init__(self, nc: Client, codec: Codec[T], *, telemetry: Telemetry | None = None) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        codec: Codec[T],
+        *,
+        telemetry: Telemetry | None = None,
+        confirm_first: bool = False,
+    ) -> None:
         self._nc = nc
         self._refusals = refusals(nc)
         self._codec = codec
         self._scopes = PublishScopes(Telemetry.or_default(telemetry), SYSTEM)
         self._closed = False
+        self._confirmed: OrderedDict[str, None] | None = OrderedDict() if confirm_first else None
+        self._overflows = self._refusals.overflows  # the server's overflows seen
+        self._unconfirmed = False  # sent something since the last confirmation
 
     def _facts(self) -> Facts:
         return Facts("nats", codec=self._codec, client=self._nc)
@@ -70,7 +96,8 @@ class Publisher(CloseOnExit, Generic[T]):
         """Publish ``value`` to ``subject``; returns once the client has queued it.
 
         With ``confirm=True`` it returns once the server has read the message (one
-        round trip: a PING after it, answered in order), so a refusal raises here.
+        round trip: a PING after it, answered in order), so a refusal raises here;
+        so does the first publish to each subject with ``confirm_first``.
 
         Raises:
             InvalidSubject: ``subject`` is not a valid publish subject.
@@ -78,12 +105,20 @@ class Publisher(CloseOnExit, Generic[T]):
             EncodeError: ``value`` cannot be encoded.
             PermissionDenied: The server refused this publish (``confirm=True``), or
                 an earlier one to ``subject``; this one was not sent then.
+            PayloadTooLarge: Headers and body exceed the server's ``max_payload``
+                (nothing sent; with ``confirm=True`` also when the server had
+                lowered it and closed the connection for this message).
+            MaxPayloadLowered: The server lowered its ``max_payload`` and closed the
+                connection for a larger message, after this publisher's earlier
+                unconfirmed publishes (this one was not sent), or while this one
+                waited for its confirmation (``may_be_stored``).
             PublishError: The publisher or connection is closed (with the server's
-                reason, if it gave one), the payload exceeds the server's
-                ``max_payload``, or the client's reconnect buffer is full.
+                reason, if it gave one), or the client's reconnect buffer is full.
         """
         if self._closed:
             raise closed_publisher_error(subject)
+        if self._refusals.overflows != self._overflows:
+            await self._after_overflow(subject)
         earlier = self._refusals.take(subject)
         if earlier is not None:
             raise earlier.error(f"an earlier publish to {subject!r} (this one was not sent)")
@@ -108,10 +143,31 @@ class Publisher(CloseOnExit, Generic[T]):
             except nats.errors.Error as exc:
                 error = f"publish to {subject!r} failed: {exc}"
                 raise PublishError(error, subject=subject) from exc
-            if confirm:
-                await self._confirm(subject)
+            confirmed = self._confirmed
+            if confirm or (confirmed is not None and subject not in confirmed):
+                await self._confirm(subject, wire, data)
+                if confirmed is not None:
+                    confirmed[subject] = None
+                    if len(confirmed) > CONFIRMED_SUBJECTS:
+                        confirmed.popitem(last=False)
+            else:
+                self._unconfirmed = True
 
-    async def _confirm(self, subject: str) -> None:
+    async def _after_overflow(self, subject: str) -> None:
+        """The server closed the connection for a message over its lowered max_payload.
+
+        Raises:
+            MaxPayloadLowered: This publisher sent unconfirmed messages before (some
+                may have been lost), naming the new limit once the client reconnected.
+        """
+        self._overflows = self._refusals.overflows
+        overflow = self._refusals.overflow
+        if self._unconfirmed and overflow is not None:
+            self._unconfirmed = False  # reported once
+            raise await lost_before_error(self._nc, overflow, subject, FLUSH_TIMEOUT)
+
+    async def _confirm(self, subject: str, wire: dict[str, str], data: bytes) -> None:
+        overflows = self._overflows  # as publish() found them, before sending
         try:
             with self._refusals.guard("publish", subject, f"publish to {subject!r}"):
                 await flush(self._nc, FLUSH_TIMEOUT)
@@ -122,6 +178,23 @@ class Publisher(CloseOnExit, Generic[T]):
                 subject=subject,
                 may_be_stored=True,
             ) from exc
+        overflow = self._refusals.overflow
+        if self._refusals.overflows != overflows and overflow is not None:
+            # The server closed the connection meanwhile; the flush went through on the
+            # new one, but this message may have been lost on the old one.
+            self._overflows = self._refusals.overflows
+            self._unconfirmed = False
+            raise await in_flight_error(
+                self._nc,
+                overflow,
+                subject,
+                wire,
+                data,
+                waiting_for="its confirmation",
+                retry="publish it again",
+                timeout=FLUSH_TIMEOUT,
+            )
+        self._unconfirmed = False
 
     async def close(self) -> None:
         """Refuse further publishes and flush what the client still buffers.

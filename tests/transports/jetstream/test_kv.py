@@ -231,6 +231,31 @@ async def test_a_watch_with_history_gets_every_key_then_updates_then_a_delete(
     ]
 
 
+async def test_a_watch_whose_consumer_is_lost_resumes_right_after_the_last_revision(
+    bare_js: JetStreamContext,
+) -> None:
+    kv = await bucket(bare_js)
+    await kv.put("a", order(1))
+    await kv.put("b", order(2))
+    async with kv.watch(include_history=True) as entries:
+        first = [await anext(entries), await anext(entries)]
+        assert [(e.key, e.revision) for e in first] == [("a", 1), ("b", 2)]
+        # The watch's consumer goes away (deleted by an operator, a server restart
+        # of a memory consumer): the watch makes a new one, starting after revision 2.
+        stream = "KV_orders"
+        (consumer,) = [c.name for c in await bare_js.consumers_info(stream)]
+        await kv.put("a", order(3))  # revision 3, written before or after the swap
+        await bare_js.delete_consumer(stream, consumer)
+        await kv.put("c", order(4))  # revision 4
+        async with asyncio.timeout(15):
+            after = [await anext(entries), await anext(entries)]
+    # Exactly the writes after the last one seen: none skipped, none twice.
+    assert [(e.key, e.revision, e.value) for e in after] == [
+        ("a", 3, order(3)),
+        ("c", 4, order(4)),
+    ]
+
+
 async def test_watch_options(bare_js: JetStreamContext) -> None:
     kv = await bucket(bare_js, history=5)
     await kv.put("a", order(1))

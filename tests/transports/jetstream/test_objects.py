@@ -152,6 +152,28 @@ async def test_list_shows_live_objects_by_name(store: jetstream.ObjectStore) -> 
     assert [(i.name, i.deleted) for i in listed] == [("a", False), ("b", True), ("c", False)]
 
 
+async def test_a_meta_message_that_does_not_read_hides_no_other_object(
+    store: jetstream.ObjectStore, bare_js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    for name in ("a", "c"):
+        await store.put(name, name.encode())
+    # Another tool wrote a meta message that is not an object's meta JSON.
+    await bare_js.publish("$O.files.M.YmFk", b"{not json")
+    await bare_js.publish("$O.files.M.aW5m", b'{"name": "inf", "size": 1e999}')
+    listed = await store.list()
+    assert [i.name for i in listed] == ["a", "c"]
+    assert [(bad.bucket, bad.subject) for bad in listed.invalid] == [
+        ("files", "$O.files.M.YmFk"),
+        ("files", "$O.files.M.aW5m"),
+    ]
+    assert isinstance(listed.invalid[0].error, DecodeError)
+    assert "listing bucket 'files': skipped '$O.files.M.YmFk'" in caplog.text
+    with pytest.raises(DecodeError, match="not an object's meta JSON"):
+        await store.list(strict=True)
+    again = (await store.list(deleted=True)).invalid
+    assert [bad[:3] for bad in again] == [bad[:3] for bad in listed.invalid]
+
+
 async def test_delete_marks_deleted_and_purges_chunks(
     store: jetstream.ObjectStore, bare_js: JetStreamContext
 ) -> None:

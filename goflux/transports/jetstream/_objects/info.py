@@ -11,15 +11,15 @@ writes none).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from goflux._errors import DecodeError
 from goflux.transports.jetstream._api import to_rfc3339
 
-__all__ = ("ObjectInfo", "info_from_json", "meta_json")
+__all__ = ("InvalidObjectMeta", "ObjectInfo", "ObjectList", "info_from_json", "meta_json")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,39 @@ class ObjectInfo:
     chunk_size: int | None = None
 
 
+class InvalidObjectMeta(NamedTuple):
+    """A meta message of a bucket that is not an object's meta JSON (written by hand, say).
+
+    Attributes:
+        bucket: The bucket.
+        subject: The meta message's subject (``$O.<bucket>.M.<base64url name>``).
+        mtime: When the stream stored it.
+        error: Why it does not read (its ``__cause__`` is the parser's error).
+    """
+
+    bucket: str
+    subject: str
+    mtime: datetime
+    error: DecodeError
+
+
+class ObjectList(list[ObjectInfo]):
+    """What :meth:`ObjectStore.list` returns: the objects that read, sorted by name.
+
+    Attributes:
+        invalid: The meta messages that are not an object's meta JSON, skipped (each
+            also logged as a warning); empty when every object read.
+    """
+
+    invalid: tuple[InvalidObjectMeta, ...]
+
+    def __init__(
+        self, infos: Iterable[ObjectInfo] = (), invalid: Iterable[InvalidObjectMeta] = ()
+    ) -> None:
+        super().__init__(infos)
+        self.invalid = tuple(invalid)
+
+
 def meta_json(info: ObjectInfo) -> bytes:
     """The meta message of ``info``, as nats.go and nats-py write and read it."""
     doc: dict[str, Any] = {"name": info.name}
@@ -90,6 +123,20 @@ def _headers(value: object) -> dict[str, tuple[str, ...]]:
     }
 
 
+def _count(doc: Mapping[str, Any], field: str) -> int:
+    """A whole number >= 0 of the meta JSON (0 where it is missing or null).
+
+    Raises:
+        ValueError: It is negative, fractional, infinite or not a number.
+    """
+    value = doc.get(field) or 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"{field} is {value!r}, not a whole number")
+    if value < 0:
+        raise ValueError(f"{field} is {value!r}, below 0")
+    return int(value)
+
+
 def info_from_json(data: bytes, *, bucket: str, mtime: datetime) -> ObjectInfo:
     """The :class:`ObjectInfo` of a meta message of ``bucket`` stored at ``mtime``.
 
@@ -99,21 +146,27 @@ def info_from_json(data: bytes, *, bucket: str, mtime: datetime) -> ObjectInfo:
     try:
         doc = json.loads(data)
         options = doc.get("options") or {}
+        name = doc["name"]
+        deleted = doc.get("deleted", False)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name is {name!r}, not a non-empty string")
+        if not isinstance(deleted, bool):
+            raise TypeError(f"deleted is {deleted!r}, not true or false")
         return ObjectInfo(
             bucket=str(doc.get("bucket") or bucket),
-            name=str(doc["name"]),
-            size=int(doc.get("size") or 0),
-            chunks=int(doc.get("chunks") or 0),
+            name=name,
+            size=_count(doc, "size"),
+            chunks=_count(doc, "chunks"),
             digest=str(doc.get("digest") or ""),
             mtime=mtime,
             nuid=str(doc.get("nuid") or ""),
-            deleted=bool(doc.get("deleted")),
+            deleted=deleted,
             description=doc.get("description") or None,
             headers=_headers(doc.get("headers")),
             meta={str(k): str(v) for k, v in (doc.get("metadata") or {}).items()},
-            chunk_size=int(options["max_chunk_size"]) if options.get("max_chunk_size") else None,
+            chunk_size=_count(options, "max_chunk_size") or None,
         )
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
         raise DecodeError(
             f"bucket {bucket!r}: a meta message is not an object's meta JSON: {exc}",
             type_name="ObjectInfo",

@@ -32,6 +32,7 @@ from goflux.transports._natspy import api_prefix, api_timeout, connection
 from goflux.transports._refusals import Guard
 from goflux.transports.jetstream._api import api_error, api_guard
 from goflux.transports.jetstream._errors import BucketNotFound, DigestMismatch, ObjectNotFound
+from goflux.transports.jetstream._features import BATCH_DIRECT_GET, require
 from goflux.transports.jetstream._objects.info import ObjectInfo
 from goflux.transports.jetstream._objects.names import (
     chunk_subject,
@@ -128,12 +129,14 @@ class ChunkReader(CloseOnExit):
         """Subscribe the reply inbox and ask for the first batch.
 
         Raises:
+            FeatureUnsupported: The server is older than 2.11 (no batched direct get).
             PermissionDenied: The server refused the inbox or the request.
             TransportError: The connection is closed or failed.
         """
         if self._sub is not None or self._done or self._closed:
             return
         nc = connection(self._js)
+        require(nc, BATCH_DIRECT_GET, self._what)
         with self._guard():
             try:
                 self._inbox = nc.new_inbox()
@@ -294,6 +297,7 @@ class ObjectReader(AcloseOnExit):
     Raises (entering the block, or on the first chunk):
         ObjectNotFound: No such object, or it was deleted.
         BucketNotFound: The bucket does not exist.
+        FeatureUnsupported: The server is older than 2.11 (no batched direct get).
 
     Raises (while iterating):
         DigestMismatch: The bytes read are not the object's.

@@ -10,6 +10,7 @@ direct gets), and every read is checked against the stored SHA-256.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
@@ -26,7 +27,13 @@ from goflux.transports._refusals import refusals
 from goflux.transports.jetstream._acker import delivery_of
 from goflux.transports.jetstream._api import ApiCall, api_request, message_get
 from goflux.transports.jetstream._errors import BucketNotFound, ExpectationFailed, ObjectNotFound
-from goflux.transports.jetstream._objects.info import ObjectInfo, info_from_json, meta_json
+from goflux.transports.jetstream._objects.info import (
+    InvalidObjectMeta,
+    ObjectInfo,
+    ObjectList,
+    info_from_json,
+    meta_json,
+)
 from goflux.transports.jetstream._objects.names import (
     all_chunks,
     all_meta,
@@ -46,6 +53,8 @@ from goflux.transports.jetstream._status import STREAM_NOT_FOUND
 from goflux.transports.jetstream._stored import scan
 
 __all__ = ("DEFAULT_CHUNK_SIZE", "DEFAULT_WINDOW", "ObjectStore", "object_store")
+
+logger = logging.getLogger("goflux.transports.jetstream")
 
 T = TypeVar("T")
 
@@ -429,6 +438,8 @@ class ObjectStore:
             ObjectNotFound: No such object (or it was deleted).
             BucketNotFound: The bucket does not exist.
             DigestMismatch: The bytes read are not the object's (it is corrupt).
+            FeatureUnsupported: The server is older than 2.11: objects are read with
+                batched direct gets.
             PermissionDenied: The server refused a request.
             TransportError: No answer in time, or the connection failed.
         """
@@ -511,33 +522,49 @@ class ObjectStore:
             await self._purge(chunk_subject(self._bucket, info.nuid), what)
         return gone
 
-    async def list(self, *, deleted: bool = False) -> list[ObjectInfo]:
+    async def list(self, *, deleted: bool = False, strict: bool = False) -> ObjectList:
         """The infos of the bucket's objects, sorted by name (a list, read at once).
+
+        A meta message that is not an object's meta JSON (one written by another tool,
+        say) does not hide the others: it is left out, logged as a warning and listed
+        in the result's ``invalid``, unless ``strict``.
 
         Args:
             deleted: Include deleted objects (``deleted=True``).
+            strict: Raise on the first meta message that does not read.
 
         Raises:
             BucketNotFound: The bucket does not exist.
-            DecodeError: A meta message is not an object's meta JSON.
+            DecodeError: With ``strict``, a meta message is not an object's meta JSON.
             PermissionDenied: The server refused a request.
             TransportError: No answer in time, or the connection failed.
         """
         what = f"listing bucket {self._bucket!r}"
         found: dict[str, ObjectInfo] = {}
+        invalid: list[InvalidObjectMeta] = []
         with ApiCall(self._js, what, f"CONSUMER.CREATE.{self._stream}"):
             try:
                 async for msg in scan(
                     self._js, self._stream, all_meta(self._bucket), deliver="last_per_subject"
                 ):
                     mtime = delivery_of(msg.reply).timestamp
-                    info = info_from_json(msg.data, bucket=self._bucket, mtime=mtime)
+                    try:
+                        info = info_from_json(msg.data, bucket=self._bucket, mtime=mtime)
+                    except DecodeError as exc:
+                        if strict:
+                            raise
+                        logger.warning("%s: skipped %r: %s", what, msg.subject, exc)
+                        invalid.append(InvalidObjectMeta(self._bucket, msg.subject, mtime, exc))
+                        continue
                     found[info.name] = info
             except APIError as exc:
                 if exc.err_code == STREAM_NOT_FOUND:
                     raise _not_found(self._bucket, what, exc) from exc
                 raise
-        return [found[name] for name in sorted(found) if deleted or not found[name].deleted]
+        return ObjectList(
+            (found[name] for name in sorted(found) if deleted or not found[name].deleted),
+            invalid,
+        )
 
     def watch(
         self,

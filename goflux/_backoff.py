@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Iterable, Sequence
@@ -10,12 +11,17 @@ from typing import Final, Protocol, TypeAlias
 
 __all__ = (
     "MAX_DELAY",
+    "REDELIVERY_BACKOFF",
     "Backoff",
     "BackoffLike",
     "ExponentialBackoff",
     "FixedBackoff",
     "as_backoff",
+    "failure_logged",
+    "redelivery_delay",
 )
+
+logger = logging.getLogger("goflux")
 
 
 class Backoff(Protocol):
@@ -26,7 +32,7 @@ class Backoff(Protocol):
         ...
 
 
-BackoffLike: TypeAlias = "Backoff | Sequence[float]"
+BackoffLike: TypeAlias = Backoff | Sequence[float]
 """A :class:`Backoff`, or a list of delays in seconds (see :class:`FixedBackoff`)."""
 
 
@@ -150,3 +156,56 @@ def as_backoff(backoff: BackoffLike) -> Backoff:
     if not callable(getattr(backoff, "delay", None)):
         raise TypeError(f"backoff must be a Backoff or a list of delays, got {backoff!r}")
     return backoff
+
+
+REDELIVERY_BACKOFF: Final = ExponentialBackoff(initial=0.5, multiplier=2.0, max=60.0, jitter=0.1)
+"""How long a transport waits before redelivering a message whose handler failed.
+
+Delivery ``n`` that fails is redelivered after about ``0.5 * 2 ** (n - 1)`` seconds,
+at most a minute: a handler that always fails sees its message about 6 times in its
+first 10 s, not thousands of times, and the messages beside it flow at full speed.
+"""
+
+
+def redelivery_delay(backoff: Backoff | None, num_delivered: int) -> float | None:
+    """Seconds before delivery ``num_delivered`` (after it failed) comes back.
+
+    ``None`` (the nak's "redeliver at once") when ``backoff`` is None; a delivery count
+    below 1 (a transport that does not count) counts as the first delivery. What a
+    user's :class:`Backoff` returns is made safe: above :data:`MAX_DELAY` (an uncapped
+    doubling reaches it by delivery 25) it is capped, below 0 it is 0, and what is not
+    a number (or NaN) is logged and replaced by :data:`REDELIVERY_BACKOFF`'s delay, so
+    a failing message never stops its subscription nor comes back in a hot loop.
+    """
+    if backoff is None:
+        return None
+    attempt = max(num_delivered, 1)
+    try:
+        delay = float(backoff.delay(attempt))
+    except (TypeError, ValueError, OverflowError) as exc:
+        delay = math.nan
+        problem = f"raised {type(exc).__name__}: {exc}"
+    else:
+        problem = "returned NaN"
+    if math.isnan(delay):
+        logger.warning(
+            "redelivery backoff %r %s for delivery %d; using the default back-off",
+            backoff,
+            problem,
+            attempt,
+        )
+        return REDELIVERY_BACKOFF.delay(attempt)
+    return min(max(delay, 0.0), MAX_DELAY)
+
+
+def failure_logged(num_delivered: int, delay: float | None) -> bool:
+    """Whether the failure of delivery ``num_delivered``, naked with ``delay``, is logged.
+
+    Every failure whose message comes back after 0.1 s or more is (one line per
+    back-off step); a message redelivered at once (``delay`` None or below 0.1 s, or
+    not known) is logged for deliveries 1, 2, 4, 8, ... only, so that one message
+    failing over and over cannot flood the log.
+    """
+    if delay is not None and delay >= 0.1:
+        return True
+    return num_delivered & (num_delivered - 1) == 0
