@@ -51,6 +51,8 @@ it raises, under these, in its own package (marked below with its name)::
      ├── ServiceError                        raised by responders: reply with this code
      ├── HandlerTimeout (also TimeoutError)  a handler ran longer than its timeout
      ├── NonRetryable                        raised by handlers: a permanent failure
+     ├── PoisonMessage                       a message crashed the worker processes
+     │                                       handling it (what its dead letter names)
      ├── MissingDependency (also ImportError)  an optional dependency is not installed
      └── SparkError                          the Spark adapter [spark]
           ├── SchemaError (also TypeError)   a payload type has no Spark schema
@@ -86,6 +88,7 @@ __all__ = (
     "NonRetryable",
     "PayloadTooLarge",
     "PermissionDenied",
+    "PoisonMessage",
     "PublishError",
     "RemoteError",
     "RequestError",
@@ -408,6 +411,18 @@ class NonRetryable(GofluxError):
     Retry middleware terminates (and dead-letters) such messages at once instead of
     retrying them. It is recognised through wrapping exceptions; see
     :func:`is_non_retryable`.
+    """
+
+
+class PoisonMessage(GofluxError):
+    """A message was being handled each time its worker process died, and is quarantined.
+
+    Under ``goflux run --workers N`` a message in flight when a worker crashed
+    (``os._exit``, a segfault, SIGKILL, out of memory) is recognised when it is
+    redelivered; after ``--quarantine-after`` such crashes it is dead-lettered (with
+    this as the dead letter's ``Dead-Letter-Error-Type`` and the reason
+    ``crashed_worker``) if its subscriber has a dead letter, and terminated, before any
+    handler sees it again. It is never raised to a caller: a crash raises nothing.
     """
 
 

@@ -46,9 +46,12 @@ DEAD_LETTER_RETRY_DELAY: Final = 5.0
 """Seconds before a message whose dead letter could not be published is tried again."""
 
 
-DeadLetterReason: TypeAlias = Literal["non_retryable", "max_attempts", "undecodable"]
-"""Why a message was dead-lettered: a permanent failure, retries exhausted, or a
-payload that could not be decoded."""
+DeadLetterReason: TypeAlias = Literal[
+    "non_retryable", "max_attempts", "undecodable", "crashed_worker"
+]
+"""Why a message was dead-lettered: a permanent failure, retries exhausted, a payload
+that could not be decoded, or a message its worker process died handling, again and
+again (see :class:`~goflux.PoisonMessage`)."""
 
 DEAD_LETTER_HEADER_PREFIX: Final = "Dead-Letter-"
 """Every failure metadata header starts with this (they replace earlier ones)."""

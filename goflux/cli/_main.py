@@ -71,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         reload=args.reload,
         reload_dirs=tuple(args.reload_dir or ()),
         max_restarts=args.max_restarts,
+        quarantine_after=args.quarantine_after,
     )
     return run_service(args.service, options, worker_id=args.worker_id, status_fd=args.status_fd)
 
@@ -114,6 +115,11 @@ def _add_run_command(commands: Any) -> None:
         "--max-restarts", type=int, default=5,
         help="restarts of crashed workers allowed per minute before giving up (default 5)",
     )  # fmt: skip
+    run.add_argument(
+        "--quarantine-after", type=_count, default=2,
+        help="with --workers: a JetStream message being handled at this many worker "
+        "crashes is dead-lettered or terminated on redelivery (default 2; 0: never)",
+    )  # fmt: skip
     run.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     run.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     run.set_defaults(run=_run)
@@ -123,6 +129,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 

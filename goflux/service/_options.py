@@ -30,6 +30,10 @@ class RunOptions:
         restart_window: Seconds over which restarts are counted.
         backoff: Seconds before the first restart; doubled per restart in the window.
         max_backoff: Longest wait before a restart.
+        quarantine_after: Under a supervisor, a JetStream message that was being
+            handled when its worker died this many times is quarantined on its next
+            delivery (dead-lettered if its subscriber has a ``dead_letter``, and
+            terminated) instead of reaching a handler again; 0 turns this off.
     """
 
     drain_timeout: float = 30.0
@@ -46,6 +50,7 @@ class RunOptions:
     restart_window: float = 60.0
     backoff: float = 0.5
     max_backoff: float = 10.0
+    quarantine_after: int = 2
 
     def __post_init__(self) -> None:
         if self.drain_timeout < 0:
@@ -58,5 +63,7 @@ class RunOptions:
             raise ValueError(f"health port must be 0..65535, got {self.health_port}")
         if self.max_restarts < 0:
             raise ValueError(f"max restarts must be >= 0, got {self.max_restarts}")
+        if self.quarantine_after < 0:
+            raise ValueError(f"quarantine after must be >= 0, got {self.quarantine_after}")
         if self.backoff < 0 or self.max_backoff < self.backoff:
             raise ValueError("backoff must be >= 0 and max_backoff >= backoff")

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from goflux._extras import require
+from goflux.service._crashes import CRASH_DIR_ENV, CrashBook
 from goflux.service._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import LINE_LIMIT, read_reports
@@ -41,8 +42,10 @@ class _Worker:
     failed: str | None = None
     signalled: str | None = None  # the signal that made this process drain
     ever_ready: bool = False
+    ready_seen: bool = False  # its current process has reported ready (logged once each)
     replacing: bool = False
     unclean: bool = False  # its last exit, while the supervisor stopped, was not clean
+    held: list[str] = field(default_factory=list)  # what it was handling when it died
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     pipes: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -62,8 +65,8 @@ class _Worker:
         report = message.get("readiness")
         if isinstance(report, dict):
             self.report = report
-            if report.get("ready") is True and not self.ever_ready:
-                self.ever_ready = True
+            if report.get("ready") is True and not self.ready_seen:
+                self.ever_ready = self.ready_seen = True
                 logger.info("worker %d (pid %s) is ready", self.id, self.pid)
         failed = message.get("failed")
         if isinstance(failed, str):
@@ -140,6 +143,7 @@ class _Supervisor:
         self._failure: str | None = None
         self._status = EXIT_FAILED  # the exit status when giving up
         self._restarts: list[float] = []
+        self._crashes: CrashBook | None = None  # made when the workers start
 
     # ---------------------------------------------------------------- signals
 
@@ -174,6 +178,9 @@ class _Supervisor:
         command = [sys.executable, "-m", "goflux", "run", self._spec, *self._worker_arguments()]
         command += ["--worker-id", str(worker.id), "--status-fd", str(theirs.fileno())]
         env = {**os.environ, "GOFLUX_WORKER_ID": str(worker.id)}
+        env.pop(CRASH_DIR_ENV, None)
+        if self._crashes is not None:
+            env[CRASH_DIR_ENV] = self._crashes.directory
         try:
             process = await asyncio.create_subprocess_exec(
                 *command,
@@ -193,6 +200,7 @@ class _Supervisor:
             os.close(their_errors)
         worker.process = process
         worker.report = worker.failed = worker.signalled = None
+        worker.ready_seen = False
         reader, writer = await asyncio.open_connection(sock=ours, limit=LINE_LIMIT)
         worker.pipes = [
             asyncio.create_task(self._read(worker, reader, writer)),
@@ -238,6 +246,11 @@ class _Supervisor:
                 self._give_up(f"cannot start worker {worker.id}: {exc}")
                 return
             code = await process.wait()
+            worker.held = []
+            if self._crashes is not None and not (self._stopping.is_set() or worker.replacing):
+                # At once: a message it held may be redelivered to another worker soon.
+                how = f"worker {worker.id} (pid {worker.pid}) {_describe_exit(code)}"
+                worker.held = self._crashes.died(worker.id, how)
             await self._pipes_closed(worker)
             if self._stopping.is_set():
                 self._judge_stop(worker, code)
@@ -258,8 +271,16 @@ class _Supervisor:
         logger.error("worker %d %s while stopping", worker.id, _describe_exit(code))
 
     async def _after_exit(self, worker: _Worker, code: int) -> bool:
-        """Decide on a worker that exited on its own; True to start it again."""
+        """Decide on a worker that exited on its own; True to start it again.
+
+        A worker that said why it failed before it was ever ready (its service cannot
+        be loaded or started) makes the supervisor give up at once; one that died
+        without a word (a signal, ``os._exit``: a crash, maybe on a message) is
+        restarted like any other, within the restart budget.
+        """
         reason = f": {worker.failed}" if worker.failed else ""
+        if worker.held:
+            reason = f" while handling {'; '.join(worker.held)}{reason}"
         if code == 0 and worker.signalled is None:
             logger.info("worker %d exited: its service ended", worker.id)
             return False
@@ -277,15 +298,15 @@ class _Supervisor:
             worker.changed.clear()
             await worker.changed.wait()
             return True
-        if not worker.ever_ready and code != 0:
+        if not worker.ever_ready and code != 0 and worker.failed is not None:
             status = EXIT_BAD_SERVICE if code == EXIT_BAD_SERVICE else EXIT_FAILED
             self._give_up(
                 f"worker {worker.id} {_describe_exit(code)} before it was ready{reason}", status
             )
             return False
-        return await self._back_off(worker, code)
+        return await self._back_off(worker, code, reason)
 
-    async def _back_off(self, worker: _Worker, code: int) -> bool:
+    async def _back_off(self, worker: _Worker, code: int, reason: str) -> bool:
         """Wait before a restart; False when the restart cap is reached or stopping."""
         now = time.monotonic()
         window = self._options.restart_window
@@ -294,7 +315,8 @@ class _Supervisor:
         if len(self._restarts) > self._options.max_restarts:
             self._give_up(
                 f"{len(self._restarts)} worker restarts within {window:.0f}s "
-                f"(at most {self._options.max_restarts}); worker {worker.id} {_describe_exit(code)}"
+                f"(at most {self._options.max_restarts}); worker {worker.id} "
+                f"{_describe_exit(code)}{reason}"
             )
             return False
         delay = min(
@@ -364,6 +386,13 @@ class _Supervisor:
                 except OSError as exc:
                     logger.error("%s", exc)
                     return EXIT_FAILED
+            if self._options.quarantine_after:
+                try:
+                    self._crashes = CrashBook(self._options.quarantine_after)
+                except OSError as exc:
+                    logger.warning("poison messages will not be recognised: %s", exc)
+                else:
+                    stack.callback(self._crashes.close)
             logger.info("starting %d workers of %s", len(self._workers), self._spec)
             keepers = [asyncio.create_task(self._keep(worker)) for worker in self._workers]
             reloading = asyncio.create_task(self._reload()) if self._options.reload else None
@@ -392,15 +421,20 @@ def run_supervisor(spec: str, options: RunOptions) -> int:
 
     Each worker is ``goflux run spec`` in its own process (and process group), with its
     own group and connections; its stderr is passed on line by line. A worker that
-    dies, or is stopped by a signal the supervisor did not send, is restarted after a
-    backoff (0.5 s, doubling per restart within the window, at most ``max_backoff``);
-    more than ``max_restarts`` restarts within ``restart_window`` seconds, or a worker
-    that fails before it was ever ready, makes the supervisor stop the others and
-    exit non-zero. A worker whose service ended by itself (exit 0 without a signal) is
-    not restarted. SIGTERM or SIGINT is forwarded to every worker, and their drains
-    are awaited (a worker still running ``kill_grace`` seconds after the drain timeout
-    is killed). With ``reload``, the workers are restarted when a Python file changes,
-    and a failed worker waits for the next change instead of being restarted.
+    dies (before or after it was ready), or is stopped by a signal the supervisor did
+    not send, is restarted after a backoff (0.5 s, doubling per restart within the
+    window, at most ``max_backoff``) while the others go on; more than
+    ``max_restarts`` restarts within ``restart_window`` seconds, or a worker that
+    reports a failure to load or start its service before it was ever ready, makes
+    the supervisor stop the others and exit non-zero. The JetStream messages a worker
+    was handling when it died are counted in a crash record every worker reads; one
+    counted ``quarantine_after`` times is quarantined on its next delivery
+    (:class:`~goflux.PoisonMessage`). A worker whose service ended by itself (exit 0
+    without a signal) is not restarted. SIGTERM or SIGINT is forwarded to every
+    worker, and their drains are awaited (a worker still running ``kill_grace`` seconds
+    after the drain timeout is killed). With ``reload``, the workers are restarted
+    when a Python file changes, and a failed worker waits for the next change instead
+    of being restarted.
 
     Returns:
         0 when every worker drained (or ended) cleanly; 2 when the service cannot be

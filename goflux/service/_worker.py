@@ -11,6 +11,8 @@ from collections.abc import Awaitable
 from typing import Any, NoReturn
 
 from goflux._compose.group import Group
+from goflux._compose.poison import install_guard
+from goflux.service._crashes import worker_guard
 from goflux.service._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import WorkerLink
@@ -194,9 +196,12 @@ async def _run_worker(spec: str, options: RunOptions, status_fd: int | None) -> 
     if status_fd is not None:
         link = WorkerLink(status_fd)
         await link.open()
+        # Under a supervisor: its subscriptions keep what they run where it sees it.
+        install_guard(worker_guard(int(os.environ.get("GOFLUX_WORKER_ID", "1"))))
     try:
         return await _Worker(spec, options, link).run()
     finally:
+        install_guard(None)
         if link is not None:
             await link.flush()
             link.close()

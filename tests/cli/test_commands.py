@@ -144,6 +144,12 @@ def test_demo_refuses_too_few_orders() -> None:
     assert "at least 13 orders" in result.stderr
 
 
+def test_run_refuses_a_negative_quarantine_count() -> None:
+    result = goflux("run", "app:service", "--workers", "2", "--quarantine-after", "-1")
+    assert result.returncode == 2
+    assert "--quarantine-after: must be >= 0, got -1" in result.stderr
+
+
 @pytest.mark.slow
 def test_demo_with_an_unreachable_server_says_so_at_once() -> None:
     env = {**os.environ, "NATS_URL": "nats://127.0.0.1:1"}

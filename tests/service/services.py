@@ -8,10 +8,11 @@ import multiprocessing
 import os
 import signal
 import time
+from pathlib import Path
 
 import nats
 
-from goflux import BytesCodec, Group, Message, StrCodec
+from goflux import BytesCodec, DeadLetter, Group, Message, StrCodec
 from goflux.transports import channel, jetstream
 
 
@@ -44,11 +45,38 @@ async def broken_at_start(group: Group) -> None:
     raise ConnectionRefusedError("the ledger database refused the connection")
 
 
+def _note(event: str) -> None:
+    """Append ``<event> <worker> <pid> <seconds since boot>`` to the file ``CRASH_LOG``.
+
+    For ``start``, the time is when the kernel started this process (from
+    /proc/self/stat), not when this code ran; for ``crash``, now. Both on the clock
+    since boot, so that a test reads the real time between a crash and the restart.
+    """
+    path = os.environ.get("CRASH_LOG")
+    if not path:
+        return
+    if event == "start":
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        at = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in ticks
+    else:
+        at = time.clock_gettime(time.CLOCK_BOOTTIME)
+    worker = os.environ.get("GOFLUX_WORKER_ID")
+    with open(path, "a") as file:
+        file.write(f"{event} {worker} {os.getpid()} {at:.3f}\n")
+
+
 async def crashing(group: Group) -> None:
-    """Run, then make the whole process die hard (like a segfault) after a moment."""
+    """Run, then make the whole process die hard (like a segfault) after a moment.
+
+    ``CRASH_WORKERS`` (default 1) name the workers that crash, ``CRASH_AFTER`` the
+    seconds of running before (``start``: at once, before the group starts, so before
+    the worker is ready); with ``CRASH_LOG``, starts and crashes are noted there.
+    """
+    _note("start")
 
     async def crash() -> None:
         await asyncio.sleep(float(os.environ.get("CRASH_AFTER", "0.3")))
+        _note("crash")
         os._exit(3)
 
     async def idle() -> None:
@@ -56,6 +84,9 @@ async def crashing(group: Group) -> None:
 
     group.task(idle, name="idle")
     if os.environ.get("GOFLUX_WORKER_ID") in os.environ.get("CRASH_WORKERS", "1").split(","):
+        if os.environ.get("CRASH_AFTER") == "start":
+            _note("crash")
+            os._exit(3)
         group.task(crash, name="crash")
 
 
@@ -181,3 +212,36 @@ async def slow_start_up(group: Group) -> None:
     group.on_start(provision)
     group.on_start(never)
     group.task(asyncio.Event().wait, name="ticker")
+
+
+async def poisoned(group: Group) -> None:
+    """Orders from the durable consumer ``work`` of the stream POISON, one of them poison.
+
+    The order ``poison`` kills the process handling it: ``os._exit(1)`` with
+    ``POISON_CRASH=exit``, else SIGKILL. Every other order is appended to the file
+    ``POISON_LEDGER`` as ``<order> <pid> <delivery count>``, one ``os.write`` before
+    its ack, so the ledger survives any crash. With ``POISON_DEAD_LETTER``, the
+    subscriber dead-letters to that subject.
+    """
+    nc = group.own(await nats.connect(os.environ["NATS_URL"]))
+    js = nc.jetstream()
+    dead_letter = None
+    if subject := os.environ.get("POISON_DEAD_LETTER"):
+        dead_letter = DeadLetter(group.own(jetstream.Publisher(js, BytesCodec())), subject)
+    subscriber = group.own(
+        jetstream.Subscriber(
+            js, StrCodec(), stream="POISON", consumer="work", dead_letter=dead_letter
+        )
+    )
+    ledger = os.open(os.environ["POISON_LEDGER"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    async def handle(msg: Message[str]) -> None:
+        await asyncio.sleep(0.001)  # looks the order up
+        if msg.payload == "poison":
+            if os.environ.get("POISON_CRASH") == "exit":
+                os._exit(1)
+            os.kill(os.getpid(), signal.SIGKILL)
+        delivered = msg.delivery.num_delivered if msg.delivery else 0
+        os.write(ledger, f"{msg.payload} {os.getpid()} {delivered}\n".encode())
+
+    group.subscribe(subscriber, "poison.orders", handle)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -88,10 +89,30 @@ def test_a_supervisor_gives_up_when_a_worker_fails_before_it_was_ever_ready(
     assert "restarting worker" not in run.output
 
 
+def restart_delays(log: Path, worker: str) -> list[float]:
+    """Seconds from each crash of ``worker`` to the start of its next process (the kernel's
+    times, noted by the ``crashing`` service)."""
+    events = [line.split() for line in log.read_text().splitlines()]
+    times = [(event, float(at)) for event, w, _, at in events if w == worker]
+    return [
+        later - at
+        for (event, at), (next_event, later) in itertools.pairwise(times)
+        if (event, next_event) == ("crash", "start")
+    ]
+
+
 def test_crashed_workers_are_restarted_with_backoff_until_the_cap(tmp_path: Path) -> None:
     args = (f"{SERVICES}:crashing", "--workers", "2", "--max-restarts", "2", "--log-format", "json")
-    with GofluxRun(*args, env={"CRASH_WORKERS": "1", "CRASH_AFTER": "0.2"}) as run:
+    log = tmp_path / "times.txt"
+    env = {"CRASH_WORKERS": "1", "CRASH_AFTER": "0.2", "CRASH_LOG": str(log)}
+    with GofluxRun(*args, env=env) as run:
         assert run.wait() == 1
+    # The real time between a crash and the next process: the backoff was waited out
+    # (a tick of the kernel's clock is 10 ms), and not much longer.
+    delays = restart_delays(log, "1")
+    assert len(delays) == 2, log.read_text()
+    for delay, backoff in zip(delays, (0.5, 1.0), strict=True):
+        assert backoff - 0.02 <= delay < backoff + 3, delays
     lines = [json.loads(line) for line in run.lines]
     assert {line["worker"] for line in lines} == {"supervisor", "1", "2"}
     supervisor = [line["message"] for line in lines if line["worker"] == "supervisor"]
@@ -105,6 +126,30 @@ def test_crashed_workers_are_restarted_with_backoff_until_the_cap(tmp_path: Path
     )
     # Worker 2 never crashed: it was drained and exited cleanly.
     assert any(line["worker"] == "2" and line["message"] == "drained; exiting" for line in lines)
+
+
+def test_a_worker_dying_before_it_was_ready_is_restarted_with_backoff_beside_the_others(
+    tmp_path: Path,
+) -> None:
+    # A crash before "ready" (os._exit while the service starts) is not a bad service:
+    # restarted like any other, within the budget; the other worker runs on.
+    args = (f"{SERVICES}:crashing", "--workers", "2", "--max-restarts", "2")
+    log = tmp_path / "times.txt"
+    env = {"CRASH_WORKERS": "1", "CRASH_AFTER": "start", "CRASH_LOG": str(log)}
+    with GofluxRun(*args, env=env) as run:
+        assert run.wait() == 1
+    assert "before it was ready" not in run.output
+    assert run.count(r"worker 1 \(pid \d+\) exited with status 3") == 3
+    assert last_error(run).endswith(
+        "giving up: 3 worker restarts within 60s (at most 2); worker 1 exited with status 3"
+    )
+    delays = restart_delays(log, "1")
+    assert len(delays) == 2, log.read_text()
+    for delay, backoff in zip(delays, (0.5, 1.0), strict=True):
+        assert backoff - 0.02 <= delay < backoff + 3, delays
+    # Worker 2 was never stopped until the supervisor gave up.
+    assert run.count(r"worker 2 started") == 1
+    assert run.count(r"worker 2 \(pid \d+\) (exited|was)") == 0
 
 
 def test_workers_drain_when_their_supervisor_is_killed(tmp_path: Path) -> None:

@@ -107,7 +107,9 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
               ``ConsumerConfig`` fields, such as ``deliver_policy`` or ``ack_wait``).
             - ``dead_letter``: Where undecodable payloads and messages whose
               handler raised :class:`~goflux.NonRetryable` are published (bytes
-              unchanged, with failure headers) before they are terminated; see
+              unchanged, with failure headers) before they are terminated, and
+              under ``goflux run --workers`` messages that crashed their workers
+              (:class:`~goflux.PoisonMessage`); see
               :class:`goflux.middleware.DeadLetter`. Other handler failures are
               dead-lettered by :func:`goflux.middleware.retry_ack`.
             - ``redelivery_backoff``: How long a message whose handler raised waits
