@@ -79,7 +79,9 @@ async def test_a_poison_message_is_quarantined_and_the_others_handled_once(
         for payload in [*GOOD[:10], "poison", *GOOD[10:]]:
             await publisher.publish("poison.orders", payload)
         quarantined = await asyncio.to_thread(
-            run.wait_for, r"poison message on 'poison.orders' quarantined, (.*?): (.*)", timeout=60
+            run.wait_for,
+            r"poison message \d+ on 'poison.orders' quarantined, (.*?): (.*)",
+            timeout=60,
         )
         async with asyncio.timeout(60):
             await drained(js, "POISON", "work")

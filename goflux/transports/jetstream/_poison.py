@@ -10,26 +10,18 @@ is given up by :func:`quarantine` before any handler sees it.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
-from goflux._compose.deadletter import (
-    DEAD_LETTER_RETRY_DELAY,
-    DeadLetter,
-    is_dead_letter,
-    refused_for_good,
-)
+from goflux._compose.deadletter import DeadLetter
 from goflux._errors import PoisonMessage
 from goflux._message import Message
 from goflux.transports.jetstream._acker import JetStreamAcker, ack_tokens
-from goflux.transports.jetstream._undecodable import Settle
+from goflux.transports.jetstream._undecodable import Settle, reject
 
 if TYPE_CHECKING:
     from goflux._compose.crashes import CrashEntry
 
 __all__ = ("CrashKey", "crash_key", "quarantine")
-
-logger = logging.getLogger("goflux.transports.jetstream")
 
 
 class CrashKey:
@@ -71,35 +63,20 @@ async def quarantine(
     """Give up a message that crashed its workers: dead-letter it (if configured), terminate it.
 
     The dead letter's reason is ``crashed_worker`` and its error a
-    :class:`~goflux.PoisonMessage`. A dead letter that cannot be published now keeps
-    the message: it is naked with a delay, and quarantined again on its next delivery
-    (it still never reaches a handler). One the server refuses for good is logged and
-    the message terminated without it.
+    :class:`~goflux.PoisonMessage`; the rest is :func:`._undecodable.reject`'s (a dead
+    letter that cannot be published now keeps the message, naked with a delay and
+    quarantined again on its next delivery: it still never reaches a handler).
     """
     error = PoisonMessage(
         f"{name.description} was being handled each time its worker process died, "
         f"{entry.crashes} times (last: {entry.last})"
     )
-    outcome = "terminated"
-    if dead_letter is not None and is_dead_letter(letter, dead_letter.subject):
-        outcome += " (it is itself a dead letter: not dead-lettered again)"
-    elif dead_letter is not None:
-        try:
-            await dead_letter.send(letter, error, "crashed_worker")
-            outcome = f"dead-lettered to {dead_letter.subject!r} and terminated"
-        except Exception as failure:  # noqa: BLE001 - any failure keeps the message (below)
-            if not refused_for_good(failure):
-                logger.error(
-                    "poison message %s on %r could not be dead-lettered (%s); it is kept and "
-                    "tried again in %ss: %s",
-                    name.description,
-                    letter.subject,
-                    failure,
-                    DEAD_LETTER_RETRY_DELAY,
-                    error,
-                )
-                await settle(acker, acker.nak(DEAD_LETTER_RETRY_DELAY))
-                return
-            outcome = f"terminated WITHOUT a dead letter, refused for good ({failure})"
-    logger.error("poison message on %r quarantined, %s: %s", letter.subject, outcome, error)
-    await settle(acker, acker.term(f"goflux: crashed its worker {entry.crashes} times"))
+    await reject(
+        letter,
+        acker,
+        error,
+        dead_letter=dead_letter,
+        acknowledged=True,
+        settle=settle,
+        reason="crashed_worker",
+    )

@@ -34,11 +34,13 @@ _WHAT: dict[DeadLetterReason, str] = {  # the message, in log lines
     "undecodable": "undecodable message",
     "non_retryable": "non-retryable message",
     "max_attempts": "message out of attempts",
+    "crashed_worker": "poison message",
 }
 _WHY: dict[DeadLetterReason, str] = {  # the term's reason
     "undecodable": "undecodable payload",
     "non_retryable": "non-retryable failure",
     "max_attempts": "out of attempts",
+    "crashed_worker": "crashed its worker",
 }
 
 
@@ -62,6 +64,7 @@ async def reject(
     terminated without it.
     """
     outcome = "terminated" if acknowledged else "skipped"
+    quarantined = "quarantined, " if reason == "crashed_worker" else ""
     if dead_letter is not None and is_dead_letter(letter, dead_letter.subject):
         outcome += " (it is itself a dead letter: not dead-lettered again)"
     elif dead_letter is not None:
@@ -87,10 +90,11 @@ async def reject(
                 await settle(acker, acker.nak(DEAD_LETTER_RETRY_DELAY))
                 return
     logger.error(
-        "%s %s on %r %s: %s",
+        "%s %s on %r %s%s: %s",
         _WHAT[reason],
         acker.stream_sequence,
         letter.subject,
+        quarantined,
         outcome,
         exc,
         exc_info=exc,

@@ -85,7 +85,7 @@ async def test_a_message_at_the_quarantine_count_is_terminated_before_any_handle
     assert subscription.redelivered == 1
     (line,) = [r.getMessage() for r in caplog.records if "quarantined" in r.getMessage()]
     assert line == (
-        "poison message on 'orders.a' quarantined, terminated: message "
+        f"poison message {poison} on 'orders.a' quarantined, terminated: message "
         f"{poison} of stream 'ORDERS' (consumer 'work') was being handled each time its "
         "worker process died, 2 times (last: worker 1 (pid 4242) was killed by SIGKILL)"
     )
