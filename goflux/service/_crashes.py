@@ -11,6 +11,7 @@ restarted, so that every worker recognises them on redelivery
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -77,7 +78,12 @@ class CrashBook:
         it was handling none); the record is written before this returns (a failure
         to write it is logged).
         """
-        held = read_in_flight(in_flight_path(self.directory, worker))
+        path = in_flight_path(self.directory, worker)
+        held = read_in_flight(path)
+        # Read once: the worker's next process makes a file of its own when it starts,
+        # and one that dies before that must not be blamed for what this one held.
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         if not held:
             return []
         # Only JetStream messages are tracked (the only ones redelivered): its parser

@@ -282,9 +282,12 @@ class _Supervisor:
         if worker.held:
             reason = f" while handling {'; '.join(worker.held)}{reason}"
         if code == 0 and worker.signalled is None:
-            logger.info("worker %d exited: its service ended", worker.id)
-            return False
-        if code == 0:
+            if not worker.held:
+                logger.info("worker %d exited: its service ended", worker.id)
+                return False
+            # A handler called sys.exit(): the service did not end, it stopped mid-message.
+            logger.warning("worker %d (pid %s) exited%s", worker.id, worker.pid, reason)
+        elif code == 0:
             logger.warning(
                 "worker %d (pid %s) was stopped by a %s the supervisor did not send",
                 worker.id, worker.pid, worker.signalled,
@@ -394,6 +397,7 @@ class _Supervisor:
                 else:
                     stack.callback(self._crashes.close)
             logger.info("starting %d workers of %s", len(self._workers), self._spec)
+            _warn_budget(self._options)
             keepers = [asyncio.create_task(self._keep(worker)) for worker in self._workers]
             reloading = asyncio.create_task(self._reload()) if self._options.reload else None
             try:
@@ -414,6 +418,17 @@ class _Supervisor:
             return EXIT_FAILED
         logger.info("every worker has exited")
         return 0
+
+
+def _warn_budget(options: RunOptions) -> None:
+    """Warn when a poison message would exhaust the restarts before its quarantine."""
+    if 0 < options.max_restarts < options.quarantine_after:
+        logger.warning(
+            "--quarantine-after %d is above --max-restarts %d: a poison message "
+            "makes the supervisor give up before it is quarantined",
+            options.quarantine_after,
+            options.max_restarts,
+        )
 
 
 def run_supervisor(spec: str, options: RunOptions) -> int:

@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -240,6 +241,8 @@ async def poisoned(group: Group) -> None:
         if msg.payload == "poison":
             if os.environ.get("POISON_CRASH") == "exit":
                 os._exit(1)
+            if os.environ.get("POISON_CRASH") == "sys.exit":
+                sys.exit()  # status 0: not the service ending, a crash mid-message
             os.kill(os.getpid(), signal.SIGKILL)
         delivered = msg.delivery.num_delivered if msg.delivery else 0
         os.write(ledger, f"{msg.payload} {os.getpid()} {delivered}\n".encode())

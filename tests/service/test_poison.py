@@ -34,7 +34,7 @@ GOOD = [f"g-{n}" for n in range(20)]
 ACK_WAIT = 2.0  # what a dead worker held comes back after this (1 s: a handler starved
 # for a second on a loaded machine saw its message redelivered to the other worker)
 CRASH = (
-    r"worker (\d) \(pid (\d+)\) (?:exited with status 1|was killed by SIGKILL) "
+    r"worker (\d) \(pid (\d+)\) (?:exited with status 1|exited|was killed by SIGKILL) "
     r"while handling message 11 of stream 'POISON' \(consumer 'work'\)"
 )
 
@@ -57,6 +57,7 @@ async def js(nats_server: NatsServer) -> AsyncIterator[JetStreamContext]:
     [
         pytest.param("exit", 2, False, id="os._exit-default-terminated"),
         pytest.param("kill", 1, True, id="SIGKILL-after-1-dead-lettered"),
+        pytest.param("sys.exit", 2, False, id="sys.exit()-status-0-terminated"),
     ],
 )
 async def test_a_poison_message_is_quarantined_and_the_others_handled_once(

@@ -491,14 +491,23 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 if length <= TEXT_LIMIT:
                     text[:length] = data
                     size[0] = length
+                exiting = False
                 try:
                     await self._process(msg, acker)
+                except (SystemExit, KeyboardInterrupt):
+                    exiting = True  # the process ends with the message held: a crash
+                    raise
                 finally:
-                    size[0] = 0
+                    if not exiting:
+                        size[0] = 0
                     if guard.waiting:
                         guard.left()
-        finally:
+        except (SystemExit, KeyboardInterrupt):
+            raise  # the slot keeps what it holds for the supervisor to read
+        except BaseException:
             slot.free()
+            raise
+        slot.free()
 
     async def _suspected(
         self, msg: Msg, acker: JetStreamAcker, guard: PoisonGuard, slot: Slot
@@ -534,8 +543,12 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 slot.hold(msg.reply)
                 try:
                     await self._process(msg, acker)
-                finally:
+                except (SystemExit, KeyboardInterrupt):
+                    raise  # the process ends with the message held: a crash
+                except BaseException:
                     slot.clear()
+                    raise
+                slot.clear()
         finally:
             running.pop(acker, None)
         return True
@@ -691,13 +704,23 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self.failed += 1
         worker = asyncio.current_task()
         drained = worker is not None and worker.cancelling() > 0
-        if not drained:  # a cancellation of the handler's own escaped it
-            logger.error(
-                "handler for message %s on %r was cancelled", acker.stream_sequence, msg.subject
-            )
+        delay = None
+        if not drained:  # a cancellation of the handler's own escaped it: a failure
+            delivery = acker.num_delivered
+            if message is not None and message.settled is None and self._acknowledged:
+                delay = redelivery_delay(self._options.redelivery_backoff, delivery)
+            if failure_logged(delivery, delay):
+                logger.error(
+                    "handler for message %s on %r was cancelled (delivery %d%s)",
+                    acker.stream_sequence,
+                    msg.subject,
+                    delivery,
+                    _redelivery(delay) if delay is not None else "",
+                )
         if message is not None:
-            # A drain deadline hands the message back for redelivery at once.
-            await self._settle_after(message, acker, failed=True, force_nak=drained)
+            # A drain deadline hands the message back for redelivery at once; a
+            # handler's own cancellation is a failure like any other (a delayed nak).
+            await self._settle_after(message, acker, failed=True, force_nak=drained, delay=delay)
         elif not acker.released:  # cancelled while rejecting: hand it back at once
             await self._hand_back(acker)
         return drained

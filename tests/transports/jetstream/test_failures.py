@@ -328,3 +328,27 @@ async def test_a_redelivery_back_off_without_the_subscribers_own_naks_is_refused
 ) -> None:
     with pytest.raises(ValueError, match="redelivery_backoff"):
         jetstream.Subscriber(js, CODEC, stream=STREAM, redelivery_backoff=[1], **mode)  # type: ignore[arg-type]
+
+
+async def test_a_handler_whose_own_cancellation_escapes_is_redelivered_later_each_time(
+    js: JetStreamContext,
+) -> None:
+    deliveries: list[float] = []
+    third = asyncio.Event()
+
+    async def handler(msg: Message[Order]) -> None:
+        deliveries.append(time.monotonic())
+        if len(deliveries) == 3:
+            third.set()
+        raise asyncio.CancelledError  # a timeout of its own, say, that it did not catch
+
+    await publish(js, "orders.a", order(1))
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    subscription = await sub.start("orders.>", handler)
+    async with asyncio.timeout(10):
+        await third.wait()
+    assert subscription.running
+    await sub.close()
+    gaps = [b - a for a, b in itertools.pairwise(deliveries)]
+    assert gaps[0] >= 0.4, gaps  # about 0.5 s, not at once
+    assert gaps[1] >= 0.85, gaps  # then about 1 s
