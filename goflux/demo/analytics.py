@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
 from goflux import JsonCodec
 from goflux.demo.model import ORDER_STREAM, CustomerRevenue, Order
 from goflux.transports import spark as gspark
+
+_WORKER_START_FAILED = "Python worker failed to connect back"
+_QUERY_STARTS = 3  # attempts to start the query when its Python worker starts too slowly
 
 __all__ = ("revenue_job", "revenue_per_customer")
 
@@ -68,15 +72,25 @@ def revenue_job(
         )
         publisher(rows, batch_id)
 
-    query = (
+    writer = (
         revenue_per_customer(orders)
         .writeStream.outputMode("update")
         .foreachBatch(publish)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
-        .start()
     )
-    while not query.awaitTermination(1):
-        on_progress(publisher.history)
+    for attempt in range(1, _QUERY_STARTS + 1):
+        query = writer.start()
+        try:
+            while not query.awaitTermination(1):
+                on_progress(publisher.history)
+            break
+        except StreamingQueryException as exc:
+            # Spark gives the Python worker of a Python data source a fixed 10 s to
+            # connect back (no setting changes it): on a driver short of CPU the query
+            # fails before its first batch. Started again from the same checkpoint, it
+            # reads what it had not committed (the sink's message IDs keep it once).
+            if _WORKER_START_FAILED not in str(exc) or attempt == _QUERY_STARTS:
+                raise
     on_progress(publisher.history)
     return publisher
