@@ -20,7 +20,7 @@ from goflux._backoff import REDELIVERY_BACKOFF
 from goflux.middleware import DeadLetter, auto_ack
 from goflux.transports import jetstream
 from tests.conftest import STREAM
-from tests.helpers import drained
+from tests.helpers import Inbox, drained
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -31,6 +31,17 @@ async def publish(js: JetStreamContext, subject: str, *orders: Order) -> None:
     await jetstream.Publisher(js, CODEC).publish_many(
         jetstream.Outgoing(subject, value) for value in orders
     )
+
+
+async def dead_letters(
+    js: JetStreamContext,
+) -> tuple[DeadLetter, Inbox[bytes], jetstream.Subscriber[bytes]]:
+    """A dead letter to ``dlq.orders``, and an inbox subscribed to what arrives there."""
+    await jetstream.ensure_stream(js, name="DLQ", subjects=["dlq.>"])
+    inbox: Inbox[bytes] = Inbox()
+    reader = jetstream.Subscriber(js, BytesCodec(), stream="DLQ")
+    await reader.start("dlq.>", inbox)
+    return DeadLetter(jetstream.Publisher(js, BytesCodec()), "dlq.orders"), inbox, reader
 
 
 def failures(caplog: pytest.LogCaptureFixture, sequence: int) -> list[logging.LogRecord]:
@@ -138,39 +149,30 @@ async def test_a_list_of_delays_sets_the_back_off(js: JetStreamContext) -> None:
 async def test_a_non_retryable_failure_is_dead_lettered_and_terminated(
     js: JetStreamContext,
 ) -> None:
-    await jetstream.ensure_stream(js, name="DLQ", subjects=["dlq.>"])
+    dead_letter, letters, dlq = await dead_letters(js)
     handled: list[int] = []
-    letters: list[Message[bytes]] = []
-    lettered = asyncio.Event()
 
     async def handler(msg: Message[Order]) -> None:
         handled.append(msg.delivery.num_delivered if msg.delivery else 0)
         raise NonRetryable("this order can never be processed")
 
-    async def collect(msg: Message[bytes]) -> None:
-        letters.append(msg)
-        lettered.set()
-
-    dlq = jetstream.Subscriber(js, BytesCodec(), stream="DLQ")
-    await dlq.start("dlq.>", collect)
     await publish(js, "orders.a", order(1))
-    dead_letter = DeadLetter(jetstream.Publisher(js, BytesCodec()), "dlq.orders")
     # Redelivered at once if it were naked: a second handling would come quickly.
     sub = jetstream.Subscriber(
         js, CODEC, stream=STREAM, dead_letter=dead_letter, redelivery_backoff=None
     )
     subscription = await sub.start("orders.>", handler)
     async with asyncio.timeout(10):
-        await lettered.wait()
+        await letters.wait_for(1)
     # Terminated: the consumer has nothing left to deliver or to wait for.
     async with asyncio.timeout(10):
         await drained(js, STREAM, subscription.consumer)
     await sub.close()
     await dlq.close()
     assert handled == [1]
-    assert letters[0].headers is not None
-    assert letters[0].headers.get("Dead-Letter-Reason") == "non_retryable"
-    assert letters[0].headers.get("Dead-Letter-Error-Type") == "goflux.NonRetryable"
+    assert letters.messages[0].headers is not None
+    assert letters.messages[0].headers.get("Dead-Letter-Reason") == "non_retryable"
+    assert letters.messages[0].headers.get("Dead-Letter-Error-Type") == "goflux.NonRetryable"
 
 
 async def test_a_pipe_that_cannot_encode_its_value_gives_the_message_up(
@@ -264,62 +266,44 @@ async def test_a_zero_delay_is_coalesced_like_immediate_redelivery(
 async def test_auto_ack_dead_letters_and_terminates_a_non_retryable_failure(
     js: JetStreamContext,
 ) -> None:
-    await jetstream.ensure_stream(js, name="DLQ", subjects=["dlq.>"])
+    dead_letter, letters, dlq = await dead_letters(js)
     handled: list[int] = []
-    letters: list[Message[bytes]] = []
-    lettered = asyncio.Event()
 
     async def handler(msg: Message[Order]) -> None:
         handled.append(msg.delivery.num_delivered if msg.delivery else 0)
         raise NonRetryable("never")
 
-    async def collect(msg: Message[bytes]) -> None:
-        letters.append(msg)
-        lettered.set()
-
-    dlq = jetstream.Subscriber(js, BytesCodec(), stream="DLQ")
-    await dlq.start("dlq.>", collect)
-    dead_letter = DeadLetter(jetstream.Publisher(js, BytesCodec()), "dlq.orders")
     sub = jetstream.Subscriber(js, CODEC, stream=STREAM, manual_ack=True)
     subscription = await sub.start("orders.>", auto_ack(None, dead_letter=dead_letter)(handler))
     await publish(js, "orders.a", order(1))
     async with asyncio.timeout(10):
-        await lettered.wait()
+        await letters.wait_for(1)
         await drained(js, STREAM, subscription.consumer)
     await sub.close()
     await dlq.close()
     assert handled == [1]  # terminated, although naks would redeliver at once
-    assert letters[0].headers is not None
-    assert letters[0].headers.get("Dead-Letter-Reason") == "non_retryable"
+    assert letters.messages[0].headers is not None
+    assert letters.messages[0].headers.get("Dead-Letter-Reason") == "non_retryable"
 
 
 async def test_process_dead_letters_a_non_retryable_failure(js: JetStreamContext) -> None:
-    await jetstream.ensure_stream(js, name="DLQ", subjects=["dlq.>"])
-    letters: list[Message[bytes]] = []
-    lettered = asyncio.Event()
-
-    async def collect(msg: Message[bytes]) -> None:
-        letters.append(msg)
-        lettered.set()
+    dead_letter, letters, dlq = await dead_letters(js)
 
     async def handler(msg: Message[Order]) -> None:
         raise NonRetryable("never")
 
-    dlq = jetstream.Subscriber(js, BytesCodec(), stream="DLQ")
-    await dlq.start("dlq.>", collect)
-    dead_letter = DeadLetter(jetstream.Publisher(js, BytesCodec()), "dlq.orders")
     await publish(js, "orders.a", order(1))
     sub = jetstream.Subscriber(js, CODEC, stream=STREAM)
     async with sub.stream("orders.>") as stream:
         processing = asyncio.create_task(process(stream, handler, dead_letter=dead_letter))
         async with asyncio.timeout(10):
-            await lettered.wait()
+            await letters.wait_for(1)
         await stream.stop()
         stats = await processing
     await dlq.close()
     assert stats.failed == 1
-    assert letters[0].headers is not None
-    assert letters[0].headers.get("Dead-Letter-Reason") == "non_retryable"
+    assert letters.messages[0].headers is not None
+    assert letters.messages[0].headers.get("Dead-Letter-Reason") == "non_retryable"
 
 
 @pytest.mark.parametrize("mode", [{"manual_ack": True}, {"ordered": True}])
