@@ -137,6 +137,7 @@ def test_composition() -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(270)  # the child's own limit is 240 s (both scaled by load)
 def test_orders_pipeline_end_to_end(tmp_path: Path) -> None:
     """The main job, small: every promise of its summary holds, with exact numbers."""
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
@@ -174,6 +175,7 @@ def test_orders_pipeline_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(270)  # the child's own limit is 240 s (both scaled by load)
 def test_the_readme_demo_command_runs_the_main_job() -> None:
     """``./scripts/demo.sh`` (the README's first command) passes options to goflux demo."""
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
@@ -194,6 +196,7 @@ def test_the_readme_demo_command_runs_the_main_job() -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(270)  # the child's own limit is 240 s (both scaled by load)
 def test_the_demo_runs_its_spark_step_on_spark_connect(
     connect_server: SparkConnectServer,
 ) -> None:
