@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Any, Generic, Literal, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -24,6 +24,7 @@ __all__ = (
     "Codec",
     "JsonCodec",
     "StrCodec",
+    "content_type_of",
     "describe_validation",
     "type_adapter",
     "type_name",
@@ -52,6 +53,15 @@ class Codec(Protocol[T]):
             DecodeError: ``data`` is malformed or not a valid ``T``.
         """
         ...
+
+
+def content_type_of(codec: object) -> str | None:
+    """The MIME type of what ``codec`` writes (its ``content_type``), or None if it does not say.
+
+    HTTP sends it as ``Content-Type``; AsyncAPI documents state it.
+    """
+    found = getattr(codec, "content_type", None)
+    return found if isinstance(found, str) else None
 
 
 def type_name(tp: object) -> str:
@@ -173,6 +183,9 @@ class JsonCodec(Generic[T]):
         "_validate_python",
         "_warnings",
     )
+
+    content_type: ClassVar[str] = "application/json"
+    """The MIME type of what it writes."""
 
     def __init__(self, type_: TypeForm[T], /, *, strict: bool = False) -> None:
         self._type = type_
@@ -315,6 +328,9 @@ class BytesCodec:
 
     __slots__ = ()
 
+    content_type: ClassVar[str] = "application/octet-stream"
+    """The MIME type of what it writes."""
+
     def __repr__(self) -> str:
         return "BytesCodec()"
 
@@ -343,6 +359,9 @@ class StrCodec:
     """UTF-8 text (``Codec[str]``)."""
 
     __slots__ = ()
+
+    content_type: ClassVar[str] = "text/plain; charset=utf-8"
+    """The MIME type of what it writes."""
 
     def __repr__(self) -> str:
         return "StrCodec()"

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = ("Facts", "TransportName", "facts_of")
 
-TransportName = Literal["nats", "jetstream", "channel"]
+TransportName = Literal["nats", "jetstream", "channel", "http"]
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,8 @@ class Facts:
     """The transport, codecs and settings of one publisher, subscriber or responder.
 
     Attributes:
-        transport: ``"nats"`` (core), ``"jetstream"`` or ``"channel"`` (in-process).
+        transport: ``"nats"`` (core), ``"jetstream"``, ``"channel"`` (in-process) or
+            ``"http"``.
         codec: Encodes or decodes the payloads (None: values pass as they are).
         reply_codec: A responder's reply codec.
         client: The nats-py connection it uses (None in process).
@@ -29,6 +30,8 @@ class Facts:
         jetstream: JetStream settings worth describing (stream, consumer, durable,
             ack policy, ...), camelCase keys, in a stable order.
         micro: The NATS micro service a responder is registered with (service, version).
+        http: HTTP settings worth describing (base URL or base path, body limit),
+            camelCase keys.
     """
 
     transport: TransportName
@@ -38,6 +41,7 @@ class Facts:
     queue: str | None = None
     jetstream: Mapping[str, object] = field(default_factory=dict)
     micro: Mapping[str, object] = field(default_factory=dict)
+    http: Mapping[str, object] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -289,6 +289,12 @@ class PublishScope:
         if span is not trace.INVALID_SPAN:
             span.set_attribute(MESSAGING_MESSAGE_BODY_SIZE, size)
 
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Add span attributes (transport specifics); only worth it while :attr:`recording`."""
+        span = self._span
+        if span is not trace.INVALID_SPAN:
+            span.set_attributes(attributes)
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,

@@ -18,7 +18,10 @@ __all__ = (
     "GOFLUX_CONSUMER_REDELIVERIES",
     "GOFLUX_CONSUMER_SETTLEMENTS",
     "GOFLUX_DEAD_LETTER_REASON",
+    "GOFLUX_REPLY_BODY_SIZE",
     "GOFLUX_SETTLEMENT_OUTCOME",
+    "HTTP_REQUEST_METHOD",
+    "HTTP_RESPONSE_STATUS_CODE",
     "MESSAGING_CLIENT_CONSUMED_MESSAGES",
     "MESSAGING_CLIENT_OPERATION_DURATION",
     "MESSAGING_CLIENT_SENT_MESSAGES",
@@ -36,6 +39,8 @@ __all__ = (
     "MESSAGING_SYSTEM",
     "SERVER_ADDRESS",
     "SERVER_PORT",
+    "URL_FULL",
+    "URL_PATH",
     "error_type",
 )
 
@@ -57,6 +62,11 @@ SERVER_ADDRESS: Final = "server.address"
 SERVER_PORT: Final = "server.port"
 GOFLUX_SETTLEMENT_OUTCOME: Final = "goflux.settlement.outcome"
 GOFLUX_DEAD_LETTER_REASON: Final = "goflux.dead_letter.reason"
+GOFLUX_REPLY_BODY_SIZE: Final = "goflux.reply.body.size"  # Go goflux's, on request spans
+HTTP_REQUEST_METHOD: Final = "http.request.method"
+HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
+URL_FULL: Final = "url.full"
+URL_PATH: Final = "url.path"
 
 # -------------------------------------------------------------- metric names
 

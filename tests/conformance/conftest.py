@@ -57,3 +57,9 @@ async def span_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]
 async def every_message_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     async with HARNESSES[request.param]() as h:
         yield h
+
+
+@pytest.fixture(params=sorted(n for n, caps in CAPABILITIES.items() if "decoupled" in caps))
+async def decoupled_harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    async with HARNESSES[request.param]() as h:
+        yield h

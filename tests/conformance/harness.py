@@ -31,7 +31,9 @@ from goflux import (
 from goflux._message import received
 from goflux._wire import outgoing
 from goflux.testing import NatsServer
+from goflux.service._http import HttpServer
 from goflux.transports import channel, jetstream
+from goflux.transports import http as ghttp
 from goflux.transports import nats as gnats
 
 T = TypeVar("T")
@@ -46,6 +48,10 @@ MESSAGE_FEATURES = frozenset({"headers", "message_ids", "spans_named_by_subject"
 # key's last writes only (its history): a watcher that falls further behind sees the
 # latest ones, in order, and not those the server already dropped.
 EVERY_MESSAGE = "every_message"
+# A broker stands between publisher and subscriber: a publish succeeds whatever the
+# handler does, and every plain subscriber of a subject gets each message (fan-out).
+# Over HTTP the publisher waits for the handler's outcome, and one route serves a path.
+DECOUPLED = "decoupled"
 
 
 class Harness(Protocol):
@@ -68,7 +74,7 @@ class Harness(Protocol):
 class ChannelHarness:
     name: str = "channel"
     capabilities: frozenset[str] = frozenset(
-        {"queue_groups", "multi_value_headers", EVERY_MESSAGE, *MESSAGE_FEATURES}
+        {"queue_groups", "multi_value_headers", EVERY_MESSAGE, DECOUPLED, *MESSAGE_FEATURES}
     )
     buses: dict[int, channel.Bus[Any]] = field(default_factory=dict)
 
@@ -106,7 +112,7 @@ class JetStreamHarness:
     js: JetStreamContext
     name: str = "jetstream"
     capabilities: frozenset[str] = frozenset(
-        {"queue_groups", "acks", EVERY_MESSAGE, *MESSAGE_FEATURES}
+        {"queue_groups", "acks", EVERY_MESSAGE, DECOUPLED, *MESSAGE_FEATURES}
     )
 
     def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
@@ -133,7 +139,9 @@ class JetStreamHarness:
 class NatsHarness:
     nc: nats.aio.client.Client
     name: str = "nats"
-    capabilities: frozenset[str] = frozenset({"queue_groups", EVERY_MESSAGE, *MESSAGE_FEATURES})
+    capabilities: frozenset[str] = frozenset(
+        {"queue_groups", EVERY_MESSAGE, DECOUPLED, *MESSAGE_FEATURES}
+    )
 
     def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
         return gnats.Publisher(self.nc, codec, telemetry=telemetry)
@@ -221,7 +229,7 @@ class KeyValueHarness:
 
     js: JetStreamContext
     name: str = "key_value"
-    capabilities: frozenset[str] = frozenset()
+    capabilities: frozenset[str] = frozenset({DECOUPLED})
 
     def _bucket(self, codec: Codec[T], telemetry: Telemetry | None) -> jetstream.KeyValue[T]:
         return jetstream.KeyValue(self.js, BUCKET, codec, telemetry=telemetry)
@@ -239,6 +247,39 @@ class KeyValueHarness:
     ) -> Subscriber[T]:
         watcher = self._bucket(codec, telemetry).watcher(updates_only=True, ignore_deletes=True)
         return EntryValues(watcher)
+
+
+@dataclass
+class HttpHarness:
+    """Subscribers on one router served by uvicorn; publishers POST to it over loopback."""
+
+    base_url: str
+    router: ghttp.Router
+    name: str = "http"
+    # Spans: the handler's is a child of the sender's (tests/transports/http checks it).
+    capabilities: frozenset[str] = frozenset(
+        {"multi_value_headers", "headers", "message_ids", EVERY_MESSAGE}
+    )
+
+    def publisher(self, codec: Codec[T], *, telemetry: Telemetry | None = None) -> Publisher[T]:
+        return ghttp.Publisher(self.base_url, codec, telemetry=telemetry)
+
+    def subscriber(
+        self,
+        codec: Codec[T],
+        *,
+        telemetry: Telemetry | None = None,
+        queue: str | None = None,
+        manual_ack: bool = False,
+    ) -> Subscriber[T]:
+        return ghttp.Subscriber(codec, telemetry=telemetry, router=self.router)
+
+
+@asynccontextmanager
+async def http_harness() -> AsyncIterator[Harness]:
+    router = ghttp.Router()
+    async with HttpServer(router, "127.0.0.1", 0) as server:
+        yield HttpHarness(f"http://127.0.0.1:{server.port}", router)
 
 
 @asynccontextmanager
@@ -282,12 +323,14 @@ async def key_value_harness() -> AsyncIterator[Harness]:
 
 HARNESSES: dict[str, Callable[[], AbstractAsyncContextManager[Harness]]] = {
     "channel": channel_harness,
+    "http": http_harness,
     "jetstream": jetstream_harness,
     "key_value": key_value_harness,
     "nats": nats_harness,
 }
 CAPABILITIES: dict[str, frozenset[str]] = {
     "channel": ChannelHarness.capabilities,
+    "http": HttpHarness.capabilities,
     "jetstream": JetStreamHarness.capabilities,
     "key_value": KeyValueHarness.capabilities,
     "nats": NatsHarness.capabilities,

@@ -84,7 +84,8 @@ async def test_message_id_is_carried(id_harness: Harness) -> None:
     assert msg.id == "order-1-created"
 
 
-async def test_wildcards_expose_the_concrete_subject(harness: Harness) -> None:
+async def test_wildcards_expose_the_concrete_subject(decoupled_harness: Harness) -> None:
+    harness = decoupled_harness
     star: Inbox[Order] = Inbox()
     tail: Inbox[Order] = Inbox()
     async with harness.subscriber(CODEC) as sub, harness.publisher(CODEC) as pub:
@@ -115,7 +116,8 @@ async def test_each_subscriber_sees_messages_in_publish_order(
     assert [p.id for p in inbox.payloads] == [f"o-{n}" for n in range(300)]
 
 
-async def test_fan_out_to_every_plain_subscriber(harness: Harness) -> None:
+async def test_fan_out_to_every_plain_subscriber(decoupled_harness: Harness) -> None:
+    harness = decoupled_harness
     first: Inbox[Order] = Inbox()
     second: Inbox[Order] = Inbox()
     async with (
@@ -132,7 +134,8 @@ async def test_fan_out_to_every_plain_subscriber(harness: Harness) -> None:
     assert first.payloads == second.payloads
 
 
-async def test_a_failing_handler_does_not_stop_the_subscription(harness: Harness) -> None:
+async def test_a_failing_handler_does_not_stop_the_subscription(decoupled_harness: Harness) -> None:
+    harness = decoupled_harness
     seen: Inbox[Order] = Inbox()
 
     async def flaky(msg: Message[Order]) -> None:
@@ -151,7 +154,8 @@ async def test_a_failing_handler_does_not_stop_the_subscription(harness: Harness
     assert seen.payloads[0].id == "o-1"
 
 
-async def test_stop_drains_in_flight_handlers_and_then_delivers_nothing(harness: Harness) -> None:
+async def test_stop_drains_in_flight_handlers_and_then_delivers_nothing(decoupled_harness: Harness) -> None:
+    harness = decoupled_harness
     started = asyncio.Event()
     release = asyncio.Event()
     finished: list[str] = []
@@ -227,7 +231,8 @@ async def test_closed_publisher_and_subscriber_refuse_work(harness: Harness) -> 
         await sub.start("orders.x", Inbox[Order]())
 
 
-async def test_subscribe_runs_until_cancelled(harness: Harness) -> None:
+async def test_subscribe_runs_until_cancelled(decoupled_harness: Harness) -> None:
+    harness = decoupled_harness
     inbox: Inbox[Order] = Inbox()
     async with harness.subscriber(CODEC) as sub, harness.publisher(CODEC) as pub:
         control: Inbox[Order] = Inbox()

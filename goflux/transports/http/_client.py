@@ -1,0 +1,178 @@
+"""What the publisher and requester share: the httpx client, one POST, its failures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+from urllib.parse import urlsplit
+
+import httpx
+
+from goflux._codecs import content_type_of
+from goflux._urls import redact_url
+from goflux.transports.http._wire import (
+    check_base_url,
+    first_line,
+    outgoing_headers,
+    parse_retry_after,
+    target_url,
+)
+
+__all__ = ("DEFAULT_TIMEOUT", "MAX_ANSWER", "Answer", "Poster", "Unsent")
+
+DEFAULT_TIMEOUT: Final = 10.0  # seconds, as Go goflux's default client
+MAX_ANSWER: Final = 1 << 20  # bytes of an answer read (Go goflux reads 1 MiB)
+_MAX_ERROR_BODY: Final = 64 * 1024  # bytes of an error answer read for its first line
+
+
+class Unsent(Exception):
+    """A POST failed before an answer came.
+
+    Attributes:
+        reason: What happened, for the caller's error message.
+        may_be_stored: The request may have reached the endpoint (it went out, and
+            the answer did not come in time or the connection dropped meanwhile).
+        timed_out: No answer within the timeout.
+    """
+
+    def __init__(self, reason: str, *, may_be_stored: bool, timed_out: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.may_be_stored = may_be_stored
+        self.timed_out = timed_out
+
+
+class Answer:
+    """The endpoint's answer: status, body (bounded) and what an error needs."""
+
+    __slots__ = ("body", "complete", "headers", "status")
+
+    def __init__(self, status: int, body: bytes, headers: httpx.Headers, complete: bool) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.complete = complete
+        """False when the body was longer than what was read of it."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the status is 2xx."""
+        return 200 <= self.status < 300
+
+    @property
+    def detail(self) -> str:
+        """The first line of the body."""
+        return first_line(self.body)
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds ``Retry-After`` asks to wait, or None."""
+        return parse_retry_after(self.headers.get("retry-after"))
+
+
+class Poster:
+    """POSTs encoded bodies to ``{base_url}/{subject}`` with an httpx client.
+
+    Args:
+        base_url: The endpoint root.
+        codec: The codec whose content type is sent.
+        client: An ``httpx.AsyncClient`` the caller owns, or None for one of our own
+            (closed by :meth:`close`).
+        timeout: Seconds a POST may take in all (connect, send, answer).
+
+    Raises:
+        ValueError: ``base_url`` is no http(s) URL or ``timeout`` is not positive.
+    """
+
+    def __init__(
+        self, base_url: str, codec: object, client: httpx.AsyncClient | None, timeout: float
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.base_url = check_base_url(base_url)
+        self.shown_base_url = redact_url(self.base_url)
+        parts = urlsplit(self.base_url)
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.content_type = content_type_of(codec) or "application/json"
+        self._owned = client is None
+        self.client = client if client is not None else httpx.AsyncClient()
+        self.timeout = httpx.Timeout(timeout)
+        self.seconds = timeout
+
+    def url(self, subject: str) -> str:
+        """Where a message to ``subject`` goes."""
+        return target_url(self.base_url, subject)
+
+    async def post(
+        self,
+        url: str,
+        data: bytes,
+        wire: dict[str, str],
+        timeout: float | None = None,
+        on_answer: Callable[[int], None] | None = None,
+        answer_limit: int = MAX_ANSWER,
+    ) -> Answer:
+        """POST ``data`` with goflux's transport headers ``wire``; return the answer.
+
+        At most ``answer_limit`` bytes of a 2xx answer's body are read (64 KiB of an
+        error's); :attr:`Answer.complete` says whether that was all of it.
+
+        Raises:
+            Unsent: No answer came (refused, unreachable, timed out, dropped).
+        """
+        request = self.client.build_request(
+            "POST",
+            url,
+            content=data,
+            headers=outgoing_headers(wire, self.content_type),
+            timeout=self.timeout if timeout is None else httpx.Timeout(timeout),
+        )
+        wait = self.seconds if timeout is None else timeout
+        try:
+            response = await self.client.send(request, stream=True)
+            try:
+                if on_answer is not None:
+                    on_answer(response.status_code)
+                ok = 200 <= response.status_code < 300
+                body, complete = await _read(response, answer_limit if ok else _MAX_ERROR_BODY)
+            finally:
+                await response.aclose()
+        except httpx.ConnectTimeout as exc:
+            raise Unsent(
+                f"no connection within {wait}s", may_be_stored=False, timed_out=True
+            ) from exc
+        except httpx.PoolTimeout as exc:
+            raise Unsent(
+                f"no free connection in the client's pool within {wait}s",
+                may_be_stored=False,
+                timed_out=True,
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise Unsent(f"no answer within {wait}s", may_be_stored=True, timed_out=True) from exc
+        except httpx.ConnectError as exc:
+            raise Unsent(
+                f"cannot connect: {exc or type(exc).__name__}", may_be_stored=False, timed_out=False
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise Unsent(
+                f"{type(exc).__name__}: {exc}", may_be_stored=True, timed_out=False
+            ) from exc
+        return Answer(response.status_code, body, response.headers, complete)
+
+    async def close(self) -> None:
+        """Close the client if it is our own."""
+        if self._owned:
+            await self.client.aclose()
+
+
+async def _read(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """Up to ``limit`` bytes of the body, and whether that was all of it."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit], False
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks), True

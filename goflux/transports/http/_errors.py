@@ -1,0 +1,44 @@
+"""The errors of the HTTP transport."""
+
+from __future__ import annotations
+
+from goflux._errors import PublishError
+
+__all__ = ("StatusError",)
+
+# 4xx answers worth another attempt: a timeout, "too early", "too many requests".
+_RETRYABLE_CLIENT_ERRORS = frozenset({408, 425, 429})
+
+
+class StatusError(PublishError):
+    """The endpoint answered a publish with a status other than 2xx.
+
+    A 4xx answer is ``permanent`` (the same message would be refused again: it does
+    not decode, the subscriber terminated it, nobody serves the subject), except 408,
+    425 and 429; a 5xx answer is worth another attempt (the handler failed, or asked
+    for a retry: goflux answers a ``nak`` with 503 and ``Retry-After``).
+
+    Attributes:
+        url: The URL posted to (credentials masked).
+        status: The HTTP status code.
+        detail: The first line of the answer's body (at most 200 characters).
+        retry_after: Seconds the endpoint asked to wait before a retry
+            (``Retry-After``), or None.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str,
+        url: str,
+        status: int,
+        detail: str,
+        retry_after: float | None,
+    ) -> None:
+        permanent = 400 <= status < 500 and status not in _RETRYABLE_CLIENT_ERRORS
+        super().__init__(message, subject=subject, permanent=permanent)
+        self.url = url
+        self.status = status
+        self.detail = detail
+        self.retry_after = retry_after

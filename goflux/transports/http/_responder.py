@@ -1,0 +1,263 @@
+"""Answering typed requests over HTTP: :class:`Responder`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from opentelemetry.trace import SpanKind
+from starlette.types import Receive, Scope, Send
+
+from goflux._codecs import Codec, content_type_of
+from goflux._errors import DecodeError, EncodeError, ServiceError
+from goflux._facts import Facts
+from goflux._lifecycle import SubscriberLifecycle
+from goflux._otel.scopes import ProcessScopes
+from goflux._otel.semconv import (
+    GOFLUX_REPLY_BODY_SIZE,
+    HTTP_REQUEST_METHOD,
+    HTTP_RESPONSE_STATUS_CODE,
+    URL_PATH,
+)
+from goflux._otel.telemetry import Telemetry
+from goflux._subjects import is_wildcard
+from goflux.transports.http._answers import send_error, send_reply
+from goflux.transports.http._router import Router
+from goflux.transports.http._served import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_MAX_BODY_SIZE,
+    ServedRoute,
+)
+from goflux.transports.http._subscriber import check_route_options
+from goflux.transports.http._system import SYSTEM
+from goflux.transports.http._wire import check_base_path, incoming, route_path
+
+__all__ = ("Responder", "ResponderRoute")
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+logger = logging.getLogger("goflux.transports.http")
+
+_DEFAULT_REPLY_TYPE = "application/json"  # what Go goflux's responder always says
+
+
+class ResponderRoute(ServedRoute, Generic[Req, Resp]):
+    """A subject answered over HTTP: 200 with the encoded reply, or an error status.
+
+    Attributes:
+        answered: Requests answered 200.
+        failed: Requests answered with an error (bad request, handler failure).
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        base_path: str,
+        subject: str,
+        request_codec: Codec[Req],
+        reply_codec: Codec[Resp],
+        handle: Callable[[Req], Awaitable[Resp]],
+        *,
+        max_body_size: int,
+        body_timeout: float,
+        drain_timeout: float,
+        telemetry: Telemetry,
+    ) -> None:
+        super().__init__(
+            router,
+            base_path,
+            subject,
+            max_body_size=max_body_size,
+            body_timeout=body_timeout,
+            drain_timeout=drain_timeout,
+        )
+        self._request_codec = request_codec
+        self._reply_codec = reply_codec
+        self._content_type = content_type_of(reply_codec) or _DEFAULT_REPLY_TYPE
+        self._handle = handle
+        self._scopes = ProcessScopes(
+            telemetry,
+            SYSTEM,
+            template=subject if is_wildcard(subject) else None,
+            kind=SpanKind.SERVER,
+            parented=True,  # the caller waits: the span is its child, not a link
+        )
+        self.answered = 0
+        self.failed = 0
+
+    async def _answer(
+        self, scope: Scope, receive: Receive, send: Send, subject: str, body: bytes
+    ) -> None:
+        wire = incoming(scope["headers"])
+        reply_headers = {"x-message-id": wire.message_id} if wire.message_id is not None else None
+        with self._scopes.open(
+            subject,
+            wire.wire,
+            message_id=wire.message_id,
+            body_size=len(body),
+            attributes={HTTP_REQUEST_METHOD: "POST", URL_PATH: route_path(scope)},
+        ) as span:
+            status, text = 500, "internal server error"
+            failure: BaseException | None
+            try:
+                request = self._request_codec.decode(body)
+            except DecodeError as exc:
+                logger.error("undecodable request on %r refused (400): %s", subject, exc)
+                status, text, failure = 400, f"bad request: {exc}", exc
+            else:
+                failure = None
+                try:
+                    data = self._reply_codec.encode(await self._handle(request))
+                except ServiceError as exc:
+                    status, text, failure = exc.code, exc.description, exc
+                except EncodeError as exc:
+                    logger.error("cannot encode the reply on %r: %s", subject, exc)
+                    failure = exc
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        self.failed += 1
+                        raise  # the drain deadline or the server: answered 503 above
+                    failure = asyncio.CancelledError("the handler was cancelled")
+                    logger.error("handler for request on %r was cancelled", subject)
+                except Exception as exc:
+                    logger.exception(
+                        "handler failed for request on %r: %s: %s",
+                        subject,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    failure = exc
+                else:
+                    status = 200
+                    if span.recording:
+                        span.set_attributes({GOFLUX_REPLY_BODY_SIZE: len(data)})
+            if failure is not None:
+                span.fail(failure)
+            span.set_attributes({HTTP_RESPONSE_STATUS_CODE: status})
+        if status == 200:
+            self.answered += 1
+            await send_reply(scope, receive, send, data, self._content_type, reply_headers)
+        else:
+            self.failed += 1
+            await send_error(scope, receive, send, status, text, reply_headers)
+
+
+class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, Resp]):
+    """Answers typed requests over HTTP: ``POST {base_path}/{subject}``, as Go goflux.
+
+    The reply is 200 with the encoded reply and the reply codec's ``Content-Type``
+    (``application/json`` for JSON). A :class:`~goflux.ServiceError` raised by the
+    handler answers with its code and message (the requester raises
+    :class:`~goflux.RemoteError` with both); an undecodable request is 400; any other
+    exception, or a reply that cannot be encoded, 500 (the exception is logged, not
+    sent). 404, 405, 408, 413 and 503 (stopping) as for
+    :class:`~goflux.transports.http.Subscriber`. The handler runs inside a SERVER
+    span, child of the requester's. :attr:`app` is the ASGI application.
+
+    Args:
+        request_codec: Decodes the requests.
+        reply_codec: Encodes the replies.
+        base_path: Path prefix of every route (``""`` or ``/a/b``).
+        max_body_size: Largest request body taken, in bytes (default 1 MiB).
+        body_timeout: Seconds a request's body may take to arrive (then 408).
+        drain_timeout: Seconds a stopping route waits for handlers.
+        telemetry: Tracing and metrics; default: OpenTelemetry globals.
+        router: Serve the routes on this router; default: one of its own.
+
+    Raises:
+        ValueError: An option is out of range, or ``base_path`` is no path.
+    """
+
+    def __init__(
+        self,
+        request_codec: Codec[Req],
+        reply_codec: Codec[Resp],
+        *,
+        base_path: str = "",
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        telemetry: Telemetry | None = None,
+        router: Router | None = None,
+    ) -> None:
+        check_route_options(max_body_size, body_timeout, drain_timeout)
+        self._request_codec = request_codec
+        self._reply_codec = reply_codec
+        self._base_path = check_base_path(base_path)
+        self._max_body_size = max_body_size
+        self._body_timeout = body_timeout
+        self._drain_timeout = drain_timeout
+        self._tel = Telemetry.or_default(telemetry)
+        self._router = router if router is not None else Router()
+        super().__init__()
+
+    @property
+    def app(self) -> Router:
+        """The ASGI application serving the started subjects."""
+        return self._router
+
+    @property
+    def request_codec(self) -> Codec[Req]:
+        """The codec that decodes the requests."""
+        return self._request_codec
+
+    @property
+    def response_codec(self) -> Codec[Resp]:
+        """The codec that encodes the replies."""
+        return self._reply_codec
+
+    @property
+    def base_path(self) -> str:
+        """The path prefix of every route."""
+        return self._base_path
+
+    def _facts(self) -> Facts:
+        return Facts(
+            "http",
+            codec=self._request_codec,
+            reply_codec=self._reply_codec,
+            http={"basePath": self._base_path, "maxBodySize": self._max_body_size},
+        )
+
+    async def start(
+        self, subject: str, handle: Callable[[Req], Awaitable[Resp]]
+    ) -> ResponderRoute[Req, Resp]:
+        """Answer requests to ``subject`` at ``{base_path}/{subject}`` from now on.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid pattern.
+            SubscribeError: The responder is closed, or a running route already
+                serves that path on the router.
+        """
+
+        async def open_route() -> ResponderRoute[Req, Resp]:
+            route = ResponderRoute(
+                self._router,
+                self._base_path,
+                subject,
+                self._request_codec,
+                self._reply_codec,
+                handle,
+                max_body_size=self._max_body_size,
+                body_timeout=self._body_timeout,
+                drain_timeout=self._drain_timeout,
+                telemetry=self._tel,
+            )
+            self._router.add(route)
+            return route
+
+        return await self._start_subscription(subject, open_route)
+
+    async def serve(self, subject: str, handle: Callable[[Req], Awaitable[Resp]]) -> None:
+        """Answer ``subject`` until cancelled or the responder is closed, then drain.
+
+        Raises:
+            InvalidSubject: ``subject`` is not a valid pattern.
+            SubscribeError: As for :meth:`start`.
+        """
+        await self._run(await self.start(subject, handle))

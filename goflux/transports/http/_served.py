@@ -1,0 +1,173 @@
+"""What every HTTP route shares: its lifecycle, the drain, and reading the body."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+from starlette.types import Receive, Scope, Send
+
+from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
+from goflux.transports.http._answers import BodyRefused, read_body, send_error
+from goflux.transports.http._router import Router
+
+__all__ = ("DEFAULT_BODY_TIMEOUT", "DEFAULT_DRAIN_TIMEOUT", "DEFAULT_MAX_BODY_SIZE", "ServedRoute")
+
+logger = logging.getLogger("goflux.transports.http")
+
+DEFAULT_MAX_BODY_SIZE: Final = 1 << 20  # 1 MiB, as Go goflux
+DEFAULT_BODY_TIMEOUT: Final = 30.0
+DEFAULT_DRAIN_TIMEOUT: Final = 30.0
+_STOPPED_RETRY_AFTER: Final = {"retry-after": "1"}
+_CLOSE: Final = {"connection": "close"}
+
+
+class ServedRoute(StopOnExit):
+    """A subject served on a router until stopped; counts and drains its requests.
+
+    Subclasses answer a request whose body was read (:meth:`_answer`). Once stopping,
+    new requests are answered 503 at once; those in flight finish within the drain
+    timeout, and are then cancelled (answered 503 too).
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        base_path: str,
+        subject: str,
+        *,
+        max_body_size: int,
+        body_timeout: float,
+        drain_timeout: float,
+    ) -> None:
+        self._router = router
+        self._base_path = base_path
+        self._subject = subject
+        self._max_body_size = max_body_size
+        self._body_timeout = body_timeout
+        self._drain_timeout = drain_timeout
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._cancelled: set[asyncio.Task[object]] = set()  # by the drain deadline
+        self._idle: asyncio.Event | None = None
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._stop_task: asyncio.Task[None] | None = None
+        self.received = 0
+        """Requests that reached the route (whatever their answer)."""
+        self.refused = 0
+        """Requests answered before their body was taken (413, 408, 503 while stopping)."""
+
+    @property
+    def base_path(self) -> str:
+        """The path prefix (``""`` or ``/a/b``)."""
+        return self._base_path
+
+    @property
+    def subject(self) -> str:
+        """The subject pattern served."""
+        return self._subject
+
+    @property
+    def path(self) -> str:
+        """Where the route is served: ``{base_path}/{subject}``."""
+        return f"{self._base_path}/{self._subject}"
+
+    @property
+    def running(self) -> bool:
+        """True until the route starts stopping."""
+        return not self._stopping
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being answered now."""
+        return len(self._tasks)
+
+    async def wait(self) -> None:
+        """Return once the route has stopped."""
+        await self._stopped.wait()
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send, subject: str) -> None:
+        """Answer one POST for the concrete ``subject`` (called by the router)."""
+        self.received += 1
+        if self._stopping:
+            self.refused += 1
+            await send_error(
+                scope, receive, send, 503, f"{self.path} is stopping", _STOPPED_RETRY_AFTER
+            )
+            return
+        task: asyncio.Task[object] | None = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        enter_handler_context(self)
+        try:
+            try:
+                body = await read_body(scope, receive, self._max_body_size, self._body_timeout)
+            except BodyRefused as exc:
+                self.refused += 1
+                headers = _CLOSE if exc.close else None
+                await send_error(scope, receive, send, exc.status, exc.text, headers)
+                return
+            await self._answer(scope, receive, send, subject, body)
+        except asyncio.CancelledError:
+            if task not in self._cancelled:
+                raise  # the server's own cancellation (it is shutting down)
+            task.uncancel()
+            with contextlib.suppress(Exception):
+                await send_error(
+                    scope, receive, send, 503, f"{self.path} stopped", _STOPPED_RETRY_AFTER
+                )
+        finally:
+            self._tasks.discard(task)
+            self._cancelled.discard(task)
+            if self._idle is not None and not self._busy():
+                self._idle.set()
+
+    async def _answer(
+        self, scope: Scope, receive: Receive, send: Send, subject: str, body: bytes
+    ) -> None:
+        raise NotImplementedError
+
+    def _busy(self) -> bool:
+        """Whether requests other than the caller's own are in flight."""
+        current = asyncio.current_task()
+        return any(task is not current for task in self._tasks)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop taking requests (503 from now on) and let those in flight finish.
+
+        Requests still running after ``timeout`` seconds (default: the drain
+        timeout) are cancelled and answered 503. Called from one of this route's
+        own handlers, it does not wait for that one.
+        """
+        if self._stop_task is None:
+            self._stopping = True
+            wait = self._drain_timeout if timeout is None else timeout
+            self._stop_task = asyncio.get_running_loop().create_task(self._drain(wait))
+        if in_handler_context(self):
+            return  # the drain waits for the caller's handler; do not wait for it here
+        await asyncio.shield(self._stop_task)
+
+    async def _drain(self, timeout: float) -> None:
+        try:
+            if self._tasks:
+                self._idle = asyncio.Event()
+                try:
+                    await asyncio.wait_for(self._idle.wait(), timeout)
+                except TimeoutError:
+                    left = set(self._tasks)
+                    logger.warning(
+                        "%d request(s) on %s still running after the %ss drain: cancelled",
+                        len(left),
+                        self.path,
+                        timeout,
+                    )
+                    self._cancelled |= left
+                    for task in left:
+                        task.cancel()
+                    self._idle.clear()
+                    if self._tasks:
+                        await self._idle.wait()
+        finally:
+            self._stopped.set()

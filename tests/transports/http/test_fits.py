@@ -1,0 +1,176 @@
+"""The HTTP transport with the rest of goflux: telemetry, Starlette/FastAPI, groups."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import httpx
+from fastapi import FastAPI
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from goflux import Group, JsonCodec, Message
+from goflux.middleware import RetryPolicy, retry_ack
+from goflux.transports import http as ghttp
+from tests.conftest import Otel
+from tests.helpers import Inbox
+from tests.models import PRICE, QUOTE, Order, Price, Quote, order
+from tests.transports.http.conftest import Serve
+
+CODEC = JsonCodec(Order)
+
+
+async def test_the_handlers_span_is_a_child_of_the_senders(served: Serve, otel: Otel) -> None:
+    seen: list[trace.SpanContext] = []
+
+    async def handler(msg: Message[Order]) -> None:
+        seen.append(trace.get_current_span().get_span_context())
+
+    sub = ghttp.Subscriber(CODEC, telemetry=otel.telemetry)
+    await sub.start("orders.traced", handler)
+    async with (
+        served(sub.app) as url,
+        ghttp.Publisher(url, CODEC, telemetry=otel.telemetry) as pub,
+    ):
+        await pub.publish("orders.traced", order(), message_id="m-1")
+        port = int(url.rsplit(":", 1)[1])
+    producer = otel.span("send orders.traced")
+    consumer = otel.span("process orders.traced")
+    assert (producer.kind, consumer.kind) == (SpanKind.PRODUCER, SpanKind.CONSUMER)
+    assert producer.context is not None
+    assert consumer.parent is not None
+    assert consumer.parent.span_id == producer.context.span_id
+    assert consumer.context.trace_id == producer.context.trace_id
+    assert not consumer.links
+    assert seen == [consumer.context]
+    sent = dict(producer.attributes or {})
+    assert sent["messaging.system"] == "http"
+    assert sent["messaging.message.id"] == "m-1"
+    assert sent["url.full"] == f"{url}/orders.traced"
+    assert sent["http.request.method"] == "POST"
+    assert sent["http.response.status_code"] == 204
+    assert (sent["server.address"], sent["server.port"]) == ("127.0.0.1", port)
+    processed = dict(consumer.attributes or {})
+    assert processed["messaging.system"] == "http"
+    assert processed["url.path"] == "/orders.traced"
+    assert processed["http.response.status_code"] == 204
+    assert processed["messaging.message.id"] == "m-1"
+    metrics = otel.metrics()
+    assert "messaging.client.sent.messages" in metrics
+    assert "messaging.process.duration" in metrics
+
+
+async def test_a_failure_marks_both_spans(served: Serve, otel: Otel) -> None:
+    async def boom(msg: Message[Order]) -> None:
+        raise RuntimeError("boom")
+
+    sub = ghttp.Subscriber(CODEC, telemetry=otel.telemetry)
+    await sub.start("orders.boom", boom)
+    async with (
+        served(sub.app) as url,
+        ghttp.Publisher(url, CODEC, telemetry=otel.telemetry) as pub,
+    ):
+        with contextlib.suppress(ghttp.StatusError):
+            await pub.publish("orders.boom", order())
+    sent = dict(otel.span("send orders.boom").attributes or {})
+    processed = dict(otel.span("process orders.boom").attributes or {})
+    assert sent["error.type"] == "goflux.transports.http.StatusError"
+    assert sent["http.response.status_code"] == 500
+    assert processed["error.type"] == "RuntimeError"
+    assert processed["http.response.status_code"] == 500
+
+
+async def test_request_spans_are_client_and_server(served: Serve, otel: Otel) -> None:
+    async def price(quote: Quote) -> Price:
+        return Price(sku=quote.sku, total=1.0)
+
+    responder = ghttp.Responder(QUOTE, PRICE, telemetry=otel.telemetry)
+    await responder.start("pricing.quote", price)
+    async with (
+        served(responder.app) as url,
+        ghttp.Requester(url, QUOTE, PRICE, telemetry=otel.telemetry) as requester,
+    ):
+        await requester.request("pricing.quote", Quote(sku="a", quantity=1))
+    client = otel.span("send pricing.quote")
+    server = otel.span("process pricing.quote")
+    assert (client.kind, server.kind) == (SpanKind.CLIENT, SpanKind.SERVER)
+    assert client.context is not None
+    assert server.parent is not None
+    assert server.parent.span_id == client.context.span_id
+    assert dict(client.attributes or {})["goflux.reply.body.size"] == len(
+        b'{"sku":"a","total":1.0}'
+    )
+    assert dict(server.attributes or {})["goflux.reply.body.size"] == len(
+        b'{"sku":"a","total":1.0}'
+    )
+
+
+async def test_mounted_in_starlette_and_fastapi(served: Serve) -> None:
+    inbox: Inbox[Order] = Inbox()
+    sub = ghttp.Subscriber(CODEC)
+    await sub.start("orders.created", inbox)
+    fastapi = FastAPI()
+
+    @fastapi.get("/ping")
+    async def ping() -> dict[str, str]:
+        return {"pong": "yes"}
+
+    fastapi.mount("/hooks", sub.app)
+    starlette = Starlette(routes=[Mount("/in", app=sub.app)])
+    for app, prefix in ((fastapi, "/hooks"), (starlette, "/in")):
+        async with served(app) as url, ghttp.Publisher(url + prefix, CODEC) as pub:
+            await pub.publish("orders.created", order())
+            async with httpx.AsyncClient(base_url=url) as client:
+                missing = await client.post(f"{prefix}/orders.other", content=b"{}")
+                assert missing.status_code == 404
+                if app is fastapi:
+                    assert (await client.get("/ping")).json() == {"pong": "yes"}
+    assert len(inbox.messages) == 2
+    assert {m.subject for m in inbox.messages} == {"orders.created"}
+
+
+async def test_a_group_starts_and_drains_http_members(served: Serve) -> None:
+    inbox: Inbox[Order] = Inbox()
+    router = ghttp.Router()
+    sub = ghttp.Subscriber(CODEC, router=router)
+    responder = ghttp.Responder(QUOTE, PRICE, router=router)
+
+    async def price(quote: Quote) -> Price:
+        return Price(sku=quote.sku, total=3.0)
+
+    group = Group(signals=())
+    group.subscribe(sub, "orders.created", inbox)
+    group.respond(responder, "pricing.quote", price)
+    async with served(router) as url, httpx.AsyncClient(base_url=url) as client:
+        before = await client.post("/orders.created", content=b"{}")
+        assert before.status_code == 404  # not started yet
+        async with group:
+            assert group.readiness().ready
+            async with (
+                ghttp.Publisher(url, CODEC) as pub,
+                ghttp.Requester(url, QUOTE, PRICE) as req,
+            ):
+                await pub.publish("orders.created", order())
+                assert (await req.request("pricing.quote", Quote(sku="a", quantity=1))).total == 3
+        after = await client.post("/orders.created", content=b"{}")
+        assert after.status_code == 503
+    assert len(inbox.messages) == 1
+
+
+async def test_retry_ack_retries_in_place_and_answers_once(served: Serve) -> None:
+    attempts: list[int] = []
+
+    async def flaky(msg: Message[Order]) -> None:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RuntimeError("not yet")
+
+    policy = RetryPolicy(max_attempts=5, backoff=[0.01])
+    sub = ghttp.Subscriber(CODEC)
+    await sub.start("orders.flaky", retry_ack(policy)(flaky))
+    async with served(sub.app) as url, ghttp.Publisher(url, CODEC) as pub:
+        await asyncio.wait_for(pub.publish("orders.flaky", order()), 10)
+    assert len(attempts) == 3
