@@ -202,6 +202,9 @@ class PublishError(GofluxError):
             same message ID, which the server de-duplicates (or refuses at once, and
             then permanently), so ``may_be_stored=True`` wins.
         err_code: The JetStream error code of a refusal (e.g. 10077), if any.
+        retry_after: Seconds the receiver asked to wait before another attempt (an
+            HTTP endpoint's ``Retry-After``), if it said; retry middleware waits at
+            least that long.
     """
 
     def __init__(
@@ -212,12 +215,14 @@ class PublishError(GofluxError):
         may_be_stored: bool = False,
         permanent: bool = False,
         err_code: int | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.subject = subject
         self.may_be_stored = may_be_stored
         self.permanent = permanent and not may_be_stored
         self.err_code = err_code
+        self.retry_after = retry_after
 
 
 class PayloadTooLarge(PublishError):

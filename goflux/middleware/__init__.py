@@ -33,12 +33,13 @@ from goflux.middleware._context import (
     forward_context,
     message_context,
 )
-from goflux.middleware._publish import retry_publish
+from goflux.middleware._publish import MAX_RETRY_AFTER, retry_publish
 from goflux.middleware._retry import Decision, RetryPolicy, retry_ack
 from goflux.middleware._timeout import timeout
 from goflux.middleware._wrapping import WrappingPublisher
 
 __all__ = (
+    "MAX_RETRY_AFTER",
     "REDELIVERY_BACKOFF",
     "Backoff",
     "BackoffLike",

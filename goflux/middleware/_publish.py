@@ -14,13 +14,20 @@ from goflux._interfaces import GenericPublisherMiddleware, Publisher
 from goflux._receipt import PublishReceipt
 from goflux.middleware._wrapping import WrappingPublisher
 
-__all__ = ("DEFAULT_PUBLISH_ATTEMPTS", "DEFAULT_PUBLISH_BACKOFF", "retry_publish")
+__all__ = (
+    "DEFAULT_PUBLISH_ATTEMPTS",
+    "DEFAULT_PUBLISH_BACKOFF",
+    "MAX_RETRY_AFTER",
+    "retry_publish",
+)
 
 T = TypeVar("T")
 
 logger = logging.getLogger("goflux.middleware")
 
 DEFAULT_PUBLISH_ATTEMPTS: Final = 5
+MAX_RETRY_AFTER: Final = 60.0
+"""The longest ``Retry-After`` :func:`retry_publish` waits; one longer ends the retries."""
 DEFAULT_PUBLISH_BACKOFF: Final = ExponentialBackoff(
     initial=0.1, multiplier=2.0, max=5.0, jitter=0.2
 )
@@ -71,6 +78,11 @@ class _Retrying(WrappingPublisher[T]):
                 if exc.permanent or attempt >= self._attempts:
                     raise
                 delay = self._backoff.delay(attempt)
+                asked = exc.retry_after
+                if asked is not None:
+                    if asked > MAX_RETRY_AFTER:
+                        raise  # the receiver asks for a longer wait than a publish should
+                    delay = max(delay, asked)
                 logger.warning(
                     "publish to %r failed (attempt %d of %d), retrying in %.3gs: %s",
                     subject,
@@ -96,9 +108,12 @@ def retry_publish(
     once. Every attempt carries the same message ID, generated when the caller gave
     none, so a retry after a lost acknowledgement is de-duplicated by JetStream instead
     of stored twice (keep the stream's duplicate window longer than the retries take).
-    Cancelling the publishing task stops the retries at once; a publish already handed
-    to the client may still be stored (nats-py sends what it buffered once it
-    reconnects), which is why the ID stays the same.
+    A receiver that asks for a wait (an HTTP endpoint's ``Retry-After``, in
+    :attr:`~goflux.PublishError.retry_after`) gets at least that wait before the next
+    attempt; one asking for more than :data:`MAX_RETRY_AFTER` seconds ends the
+    retries with its error. Cancelling the publishing task stops the retries at once;
+    a publish already handed to the client may still be stored (nats-py sends what it
+    buffered once it reconnects), which is why the ID stays the same.
 
     Args:
         attempts: Attempts in all (1 disables retrying).

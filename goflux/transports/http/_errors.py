@@ -22,8 +22,9 @@ class StatusError(PublishError):
         url: The URL posted to (credentials masked).
         status: The HTTP status code.
         detail: The first line of the answer's body (at most 200 characters).
-        retry_after: Seconds the endpoint asked to wait before a retry
-            (``Retry-After``), or None.
+
+    ``retry_after`` (of :class:`~goflux.PublishError`) holds the answer's
+    ``Retry-After`` in seconds, or None.
     """
 
     def __init__(
@@ -37,8 +38,7 @@ class StatusError(PublishError):
         retry_after: float | None,
     ) -> None:
         permanent = 400 <= status < 500 and status not in _RETRYABLE_CLIENT_ERRORS
-        super().__init__(message, subject=subject, permanent=permanent)
+        super().__init__(message, subject=subject, permanent=permanent, retry_after=retry_after)
         self.url = url
         self.status = status
         self.detail = detail
-        self.retry_after = retry_after

@@ -6,14 +6,15 @@ import asyncio
 import contextlib
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from goflux import Group, JsonCodec, Message
-from goflux.middleware import RetryPolicy, retry_ack
+from goflux import Group, JsonCodec, Message, chain_publishers
+from goflux.middleware import RetryPolicy, retry_ack, retry_publish
 from goflux.transports import http as ghttp
 from tests.conftest import Otel
 from tests.helpers import Inbox
@@ -174,3 +175,27 @@ async def test_retry_ack_retries_in_place_and_answers_once(served: Serve) -> Non
     async with served(sub.app) as url, ghttp.Publisher(url, CODEC) as pub:
         await asyncio.wait_for(pub.publish("orders.flaky", order()), 10)
     assert len(attempts) == 3
+
+
+async def test_retry_publish_waits_as_long_as_retry_after_asks(served: Serve) -> None:
+    answers: list[float] = []
+
+    async def busy_once(msg: Message[Order]) -> None:
+        answers.append(asyncio.get_running_loop().time())
+        if len(answers) == 1:
+            await msg.nak(1)  # 503, Retry-After: 1
+        elif msg.payload.id == "o-2":
+            await msg.nak(3600)  # longer than a publish waits
+
+    sub = ghttp.Subscriber(CODEC)
+    await sub.start("orders.busy", busy_once)
+    async with served(sub.app) as url:
+        inner = ghttp.Publisher(url, CODEC)
+        pub = chain_publishers(retry_publish(attempts=3, backoff=[0.01]))(inner)
+        await pub.publish("orders.busy", order(1))
+        with pytest.raises(ghttp.StatusError) as too_long:
+            await pub.publish("orders.busy", order(2))
+        await inner.close()
+    assert answers[1] - answers[0] >= 1.0
+    assert too_long.value.retry_after == 3600
+    assert len(answers) == 3  # the 3600 s one was not tried again
