@@ -18,6 +18,7 @@ __all__ = (
     "SettlementObserver",
     "observe_settlement",
     "received",
+    "retried_by_sender",
 )
 
 T = TypeVar("T")
@@ -61,7 +62,10 @@ class Acker(Protocol):
 
     An acker that can have an ack confirmed by the broker also has an
     ``ack_confirmed()`` coroutine method, which :meth:`Message.ack` calls for
-    ``ack(confirm=True)``; without it, a confirmed ack is a plain ``ack()``.
+    ``ack(confirm=True)``; without it, a confirmed ack is a plain ``ack()``. One
+    whose nak asks the sender to send the message again (HTTP: 503 and
+    ``Retry-After``), where no broker counts deliveries, has ``sender_retries = True``
+    (see :func:`retried_by_sender`).
     """
 
     async def ack(self) -> None:
@@ -341,6 +345,15 @@ def received(
     message._observer = None
     message._wire = wire
     return message
+
+
+def retried_by_sender(message: Message[object]) -> bool:
+    """Whether a nak of ``message`` asks its sender to send it again (HTTP's 503).
+
+    Such a transport redelivers as a broker does, but counts no deliveries: retry
+    middleware naks a failure there instead of retrying in place.
+    """
+    return bool(getattr(message._acker, "sender_retries", False))
 
 
 def observe_settlement(message: Message[object], observer: SettlementObserver | None) -> None:

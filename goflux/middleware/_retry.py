@@ -20,7 +20,7 @@ from goflux._errors import DecodeError, SettlementError, find_in_chain
 from goflux._errors import is_non_retryable as _marked_non_retryable
 from goflux._headers import Headers, escape_header_value
 from goflux._interfaces import GenericMiddleware, Handler
-from goflux._message import Message
+from goflux._message import Message, retried_by_sender
 from goflux._otel.semconv import error_type
 
 __all__ = ("DEFAULT_MAX_ATTEMPTS", "Decision", "RetryPolicy", "retry_ack")
@@ -252,16 +252,16 @@ class _Retrier:
         return True
 
     async def settle_failure(self, attempt: _Attempt) -> None:
-        """Nak, or dead-letter and terminate, a message the broker redelivers."""
+        """Nak, or dead-letter and terminate, a message the broker (or sender) redelivers."""
         message = attempt.message
         delivery = message.delivery
-        assert delivery is not None
+        which = "" if delivery is None else f" {delivery.stream_sequence}"
         decision = self._policy.decide(attempt.error, attempt.number)
         try:
             if decision.action == "nak":
                 logger.info(
-                    "message %s on %r failed on delivery %d (%s: %s); redelivery in %.3gs",
-                    delivery.stream_sequence,
+                    "message%s on %r failed on delivery %d (%s: %s); redelivery in %.3gs",
+                    which,
                     message.subject,
                     attempt.number,
                     type(attempt.error).__name__,
@@ -277,17 +277,17 @@ class _Retrier:
                 # then (the destination may be down, or misconfigured: see the log).
                 retry_in = max(self._policy.backoff.delay(attempt.number), DEAD_LETTER_RETRY)
                 logger.error(
-                    "message %s on %r is kept and dead-lettered on a later delivery "
+                    "message%s on %r is kept and dead-lettered on a later delivery "
                     "(in %.3gs at the earliest)",
-                    delivery.stream_sequence,
+                    which,
                     message.subject,
                     retry_in,
                 )
                 await message.nak(retry_in)
                 return
             logger.warning(
-                "message %s on %r given up on delivery %d (%s)%s; terminating it",
-                delivery.stream_sequence,
+                "message%s on %r given up on delivery %d (%s)%s; terminating it",
+                which,
                 message.subject,
                 attempt.number,
                 decision.reason,
@@ -389,10 +389,12 @@ def retry_ack(policy: RetryPolicy | None = None) -> GenericMiddleware:
     without it (see :func:`~goflux._compose.deadletter.refused_for_good`).
 
     On JetStream the broker redelivers (``nak`` with a delay) and counts the attempts
-    (``msg.delivery.num_delivered``). Where messages cannot be redelivered (in-process
-    channel, core NATS, JetStream's ordered mode) the attempts run in the handler's
-    place, waiting the delays in between; the last error is re-raised once the message
-    is given up.
+    (``msg.delivery.num_delivered``). Over HTTP the sender redelivers: a failure is
+    answered 503 with the first delay as ``Retry-After`` (or, given up, 422), and the
+    sender's retries count the attempts, not ``max_attempts``. Where messages cannot
+    be redelivered (in-process channel, core NATS, JetStream's ordered mode) the
+    attempts run in the handler's place, waiting the delays in between; the last
+    error is re-raised once the message is given up.
 
     A cancellation that escapes the handler while its task is not being cancelled (a
     stray ``CancelledError`` from a library) counts as a retryable failure; a real
@@ -421,6 +423,10 @@ def retry_ack(policy: RetryPolicy | None = None) -> GenericMiddleware:
                 if message.acknowledgeable and delivery is not None:
                     attempt = _Attempt(message, error, delivery.num_delivered, received)
                     await retrier.settle_failure(attempt)
+                    raise
+                if message.acknowledgeable and retried_by_sender(message):
+                    # The sender sends it again (HTTP: 503, Retry-After); it counts.
+                    await retrier.settle_failure(_Attempt(message, error, 1, received))
                     raise
                 first = _Attempt(message, error, 1, received)
                 await retrier.run_in_process(handler, message, first)

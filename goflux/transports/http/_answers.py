@@ -12,7 +12,7 @@ from starlette.types import Receive, Scope, Send
 
 from goflux.transports.http._wire import ERROR_CONTENT_TYPE, error_body
 
-__all__ = ("BodyRefused", "read_body", "send_empty", "send_error", "send_reply")
+__all__ = ("BodyRefused", "RawHeaders", "read_body", "send_empty", "send_error", "send_reply")
 
 _NOSNIFF: Final = {"x-content-type-options": "nosniff"}
 
@@ -56,8 +56,9 @@ async def read_body(scope: Scope, receive: Receive, limit: int, timeout: float) 
     A declared ``Content-Length`` over the limit is refused before a byte is read
     (a client waiting for ``100 Continue`` sends nothing); a body without one is
     read until it passes the limit. Nothing past the limit is kept: the server
-    discards the rest of a refused body (up to 16 MiB more, so that a client that
-    writes its whole body before reading gets the 413) or closes the connection.
+    discards the rest of a refused body of a declared length (up to 16 MiB more, so
+    that a client that writes its whole body before reading gets the 413), or closes
+    the connection (more than that, or no length declared).
     The whole body must arrive within ``timeout`` seconds, so a slow client cannot
     hold a handler's slot.
 
@@ -77,8 +78,8 @@ async def read_body(scope: Scope, receive: Receive, limit: int, timeout: float) 
         async with asyncio.timeout(timeout):
             async for chunk in Request(scope, receive).stream():
                 size += len(chunk)
-                if size > limit:
-                    raise BodyRefused(413, f"request body exceeds {limit} bytes")
+                if size > limit:  # no length declared: the rest may never end
+                    raise BodyRefused(413, f"request body exceeds {limit} bytes", close=True)
                 if chunk:
                     chunks.append(chunk)
     except TimeoutError as exc:
@@ -88,6 +89,10 @@ async def read_body(scope: Scope, receive: Receive, limit: int, timeout: float) 
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+RawHeaders = list[tuple[bytes, bytes]]
+"""Header lines as they go on the wire (sent as they are)."""
+
+
 async def send_error(
     scope: Scope,
     receive: Receive,
@@ -95,12 +100,15 @@ async def send_error(
     status: int,
     text: str,
     headers: Mapping[str, str] | None = None,
+    raw: RawHeaders | None = None,
 ) -> None:
     """Answer ``status`` with ``text`` as Go's ``http.Error`` does."""
     all_headers = {**_NOSNIFF, **headers} if headers else _NOSNIFF
     response = Response(
         error_body(text), status, headers=all_headers, media_type=ERROR_CONTENT_TYPE
     )
+    if raw:
+        response.raw_headers.extend(raw)
     await response(scope, receive, send)
 
 
@@ -117,7 +125,10 @@ async def send_reply(
     send: Send,
     data: bytes,
     content_type: str,
-    headers: Mapping[str, str] | None = None,
+    raw: RawHeaders | None = None,
 ) -> None:
     """Answer 200 with an encoded reply."""
-    await Response(data, 200, headers=headers, media_type=content_type)(scope, receive, send)
+    response = Response(data, 200, media_type=content_type)
+    if raw:
+        response.raw_headers.extend(raw)
+    await response(scope, receive, send)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Final
 from urllib.parse import urlsplit
@@ -23,6 +24,7 @@ __all__ = ("DEFAULT_TIMEOUT", "MAX_ANSWER", "Answer", "Poster", "Unsent")
 DEFAULT_TIMEOUT: Final = 10.0  # seconds, as Go goflux's default client
 MAX_ANSWER: Final = 1 << 20  # bytes of an answer read (Go goflux reads 1 MiB)
 _MAX_ERROR_BODY: Final = 64 * 1024  # bytes of an error answer read for its first line
+_LARGE_BODY: Final = 1 << 20  # Go goflux's default body limit: a body larger may be refused
 
 
 class Unsent(Exception):
@@ -35,11 +37,35 @@ class Unsent(Exception):
         timed_out: No answer within the timeout.
     """
 
-    def __init__(self, reason: str, *, may_be_stored: bool, timed_out: bool) -> None:
+    def __init__(
+        self, reason: str, *, may_be_stored: bool, timed_out: bool, closed: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.may_be_stored = may_be_stored
         self.timed_out = timed_out
+        self.closed = closed
+        """The client was closed: no attempt can succeed."""
+
+
+def _os_cause(exc: BaseException) -> str:
+    """``" (Connection refused)"``: the operating system's words, found in the chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return f" ({seen.strerror})"
+        for inner in getattr(seen, "exceptions", ()):  # an ExceptionGroup of attempts
+            found = _os_cause(inner)
+            if found:
+                return found
+        seen = seen.__cause__ or seen.__context__
+    return ""
+
+
+def _named(exc: Exception) -> str:
+    """``Type: text`` of an httpx error, or the type alone when it says nothing."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Answer:
@@ -69,6 +95,21 @@ class Answer:
         """Seconds ``Retry-After`` asks to wait, or None."""
         return parse_retry_after(self.headers.get("retry-after"))
 
+    @property
+    def redirected_to(self) -> str | None:
+        """Where a 3xx answer (a redirect the client did not follow) points, or None."""
+        if 300 <= self.status < 400:
+            return redact_url(self.headers.get("location", "?"))
+        return None
+
+    def why(self) -> str:
+        """The answer as an error message tells it: status and first line (or redirect)."""
+        target = self.redirected_to
+        if target is not None:
+            return f"{self.status}, a redirect to {target} (not followed)"
+        detail = self.detail
+        return f"{self.status}: {detail}" if detail else str(self.status)
+
 
 class Poster:
     """POSTs encoded bodies to ``{base_url}/{subject}`` with an httpx client.
@@ -96,7 +137,8 @@ class Poster:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.content_type = content_type_of(codec) or "application/json"
         self._owned = client is None
-        self.client = client if client is not None else httpx.AsyncClient()
+        # Like Go's default client, follow redirects (307/308 resend the body).
+        self.client = client if client is not None else httpx.AsyncClient(follow_redirects=True)
         self.timeout = httpx.Timeout(timeout)
         self.seconds = timeout
 
@@ -121,23 +163,35 @@ class Poster:
         Raises:
             Unsent: No answer came (refused, unreachable, timed out, dropped).
         """
-        request = self.client.build_request(
+        client = self.client
+        if client.is_closed:
+            raise Unsent(
+                "its httpx client is closed", may_be_stored=False, timed_out=False, closed=True
+            )
+        wait = self.seconds if timeout is None else timeout
+        request = client.build_request(
             "POST",
             url,
             content=data,
             headers=outgoing_headers(wire, self.content_type),
             timeout=self.timeout if timeout is None else httpx.Timeout(timeout),
         )
-        wait = self.seconds if timeout is None else timeout
         try:
-            response = await self.client.send(request, stream=True)
-            try:
-                if on_answer is not None:
-                    on_answer(response.status_code)
-                ok = 200 <= response.status_code < 300
-                body, complete = await _read(response, answer_limit if ok else _MAX_ERROR_BODY)
-            finally:
-                await response.aclose()
+            # httpx's timeout bounds each step (connect, each read); this bounds all.
+            async with asyncio.timeout(wait):
+                response = await client.send(request, stream=True)
+                try:
+                    if on_answer is not None:
+                        on_answer(response.status_code)
+                    ok = 200 <= response.status_code < 300
+                    limit = answer_limit if ok else _MAX_ERROR_BODY
+                    body, complete = await _read(response, limit)
+                finally:
+                    await response.aclose()
+        except TimeoutError as exc:
+            raise Unsent(
+                f"no complete answer within {wait}s", may_be_stored=True, timed_out=True
+            ) from exc
         except httpx.ConnectTimeout as exc:
             raise Unsent(
                 f"no connection within {wait}s", may_be_stored=False, timed_out=True
@@ -152,11 +206,28 @@ class Poster:
             raise Unsent(f"no answer within {wait}s", may_be_stored=True, timed_out=True) from exc
         except httpx.ConnectError as exc:
             raise Unsent(
-                f"cannot connect: {exc or type(exc).__name__}", may_be_stored=False, timed_out=False
+                f"cannot connect: {_named(exc)}{_os_cause(exc)}",
+                may_be_stored=False,
+                timed_out=False,
+            ) from exc
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+            hint = (
+                f", with {len(data)} bytes to send: the endpoint may refuse bodies this large"
+                if len(data) > _LARGE_BODY
+                else ""
+            )
+            raise Unsent(
+                f"the connection closed before an answer came ({_named(exc)}){hint}",
+                may_be_stored=True,
+                timed_out=False,
             ) from exc
         except httpx.HTTPError as exc:
+            raise Unsent(_named(exc), may_be_stored=True, timed_out=False) from exc
+        except RuntimeError as exc:  # httpx: the client was closed meanwhile
+            if not client.is_closed:
+                raise
             raise Unsent(
-                f"{type(exc).__name__}: {exc}", may_be_stored=True, timed_out=False
+                "its httpx client is closed", may_be_stored=False, timed_out=False, closed=True
             ) from exc
         return Answer(response.status_code, body, response.headers, complete)
 

@@ -15,8 +15,10 @@ class StatusError(PublishError):
 
     A 4xx answer is ``permanent`` (the same message would be refused again: it does
     not decode, the subscriber terminated it, nobody serves the subject), except 408,
-    425 and 429; a 5xx answer is worth another attempt (the handler failed, or asked
-    for a retry: goflux answers a ``nak`` with 503 and ``Retry-After``).
+    425 and 429, and so is a redirect the client did not follow (the publisher's own
+    client follows them, as Go's does); a 5xx answer is worth another attempt (the
+    handler failed, or asked for a retry: goflux answers a ``nak`` with 503 and
+    ``Retry-After``).
 
     Attributes:
         url: The URL posted to (credentials masked).
@@ -37,7 +39,8 @@ class StatusError(PublishError):
         detail: str,
         retry_after: float | None,
     ) -> None:
-        permanent = 400 <= status < 500 and status not in _RETRYABLE_CLIENT_ERRORS
+        # A redirect not followed comes again; a 4xx other than these is refused again.
+        permanent = 300 <= status < 500 and status not in _RETRYABLE_CLIENT_ERRORS
         super().__init__(message, subject=subject, permanent=permanent, retry_after=retry_after)
         self.url = url
         self.status = status

@@ -126,11 +126,11 @@ class Publisher(CloseOnExit, Generic[T]):
                     f"publish to {subject!r} at {redact_url(url)} failed: {exc.reason}",
                     subject=subject,
                     may_be_stored=exc.may_be_stored,
+                    permanent=exc.closed,
                 ) from exc
             if not answer.ok:
                 raise StatusError(
-                    f"publish to {subject!r}: {redact_url(url)} answered {answer.status}"
-                    + (f": {answer.detail}" if answer.detail else ""),
+                    f"publish to {subject!r}: {redact_url(url)} answered {answer.why()}",
                     subject=subject,
                     url=redact_url(url),
                     status=answer.status,

@@ -148,8 +148,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
                 scope.set_attributes({GOFLUX_REPLY_BODY_SIZE: len(answer.body)})
             if not answer.ok:
                 raise RemoteError(
-                    f"{shown} answered {answer.status}"
-                    + (f": {answer.detail}" if answer.detail else ""),
+                    f"request to {subject!r}: {shown} answered {answer.why()}",
                     subject=subject,
                     remote_message=answer.detail,
                     code=answer.status,

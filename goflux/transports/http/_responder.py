@@ -29,11 +29,11 @@ from goflux.transports.http._served import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_MAX_BODY_SIZE,
+    RouteOptions,
     ServedRoute,
 )
-from goflux.transports.http._subscriber import check_route_options
 from goflux.transports.http._system import SYSTEM
-from goflux.transports.http._wire import check_base_path, incoming, route_path
+from goflux.transports.http._wire import check_base_path, incoming
 
 __all__ = ("Responder", "ResponderRoute")
 
@@ -61,20 +61,10 @@ class ResponderRoute(ServedRoute, Generic[Req, Resp]):
         request_codec: Codec[Req],
         reply_codec: Codec[Resp],
         handle: Callable[[Req], Awaitable[Resp]],
-        *,
-        max_body_size: int,
-        body_timeout: float,
-        drain_timeout: float,
+        options: RouteOptions,
         telemetry: Telemetry,
     ) -> None:
-        super().__init__(
-            router,
-            base_path,
-            subject,
-            max_body_size=max_body_size,
-            body_timeout=body_timeout,
-            drain_timeout=drain_timeout,
-        )
+        super().__init__(router, base_path, subject, options)
         self._request_codec = request_codec
         self._reply_codec = reply_codec
         self._content_type = content_type_of(reply_codec) or _DEFAULT_REPLY_TYPE
@@ -93,13 +83,14 @@ class ResponderRoute(ServedRoute, Generic[Req, Resp]):
         self, scope: Scope, receive: Receive, send: Send, subject: str, body: bytes
     ) -> None:
         wire = incoming(scope["headers"])
-        reply_headers = {"x-message-id": wire.message_id} if wire.message_id is not None else None
+        raw_id = wire.raw_message_id
+        reply_headers = None if raw_id is None else [(b"x-message-id", raw_id)]
         with self._scopes.open(
             subject,
             wire.wire,
             message_id=wire.message_id,
             body_size=len(body),
-            attributes={HTTP_REQUEST_METHOD: "POST", URL_PATH: route_path(scope)},
+            attributes={HTTP_REQUEST_METHOD: "POST", URL_PATH: scope["path"]},
         ) as span:
             status, text = 500, "internal server error"
             failure: BaseException | None
@@ -144,7 +135,7 @@ class ResponderRoute(ServedRoute, Generic[Req, Resp]):
             await send_reply(scope, receive, send, data, self._content_type, reply_headers)
         else:
             self.failed += 1
-            await send_error(scope, receive, send, status, text, reply_headers)
+            await send_error(scope, receive, send, status, text, raw=reply_headers)
 
 
 class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, Resp]):
@@ -166,6 +157,8 @@ class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, R
         max_body_size: Largest request body taken, in bytes (default 1 MiB).
         body_timeout: Seconds a request's body may take to arrive (then 408).
         drain_timeout: Seconds a stopping route waits for handlers.
+        max_concurrency: Most requests a route handles at a time; one more is
+            answered 503 with ``Retry-After: 1`` at once (default: no limit).
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
         router: Serve the routes on this router; default: one of its own.
 
@@ -182,16 +175,14 @@ class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, R
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        max_concurrency: int | None = None,
         telemetry: Telemetry | None = None,
         router: Router | None = None,
     ) -> None:
-        check_route_options(max_body_size, body_timeout, drain_timeout)
+        self._options = RouteOptions(max_body_size, body_timeout, drain_timeout, max_concurrency)
         self._request_codec = request_codec
         self._reply_codec = reply_codec
         self._base_path = check_base_path(base_path)
-        self._max_body_size = max_body_size
-        self._body_timeout = body_timeout
-        self._drain_timeout = drain_timeout
         self._tel = Telemetry.or_default(telemetry)
         self._router = router if router is not None else Router()
         super().__init__()
@@ -221,7 +212,7 @@ class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, R
             "http",
             codec=self._request_codec,
             reply_codec=self._reply_codec,
-            http={"basePath": self._base_path, "maxBodySize": self._max_body_size},
+            http={"basePath": self._base_path, "maxBodySize": self._options.max_body_size},
         )
 
     async def start(
@@ -243,10 +234,8 @@ class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, R
                 self._request_codec,
                 self._reply_codec,
                 handle,
-                max_body_size=self._max_body_size,
-                body_timeout=self._body_timeout,
-                drain_timeout=self._drain_timeout,
-                telemetry=self._tel,
+                self._options,
+                self._tel,
             )
             self._router.add(route)
             return route

@@ -59,7 +59,9 @@ class Router:
 
     One route answers each path: a subject started as it is (``orders.created``)
     before any wildcard; among wildcards the most specific (``orders.*`` before
-    ``orders.>``; fewer ``*`` first; then the one started first).
+    ``orders.>``; fewer ``*`` first; then the one started first). A stopped route
+    answers 503 for its path until a route is started there again, unless a running
+    route (a wildcard) serves the path too.
     """
 
     def __init__(self) -> None:
@@ -117,34 +119,53 @@ class Router:
             del self._exact[key]
         self._wild = [w for w in self._wild if w[2] is not route]
 
-    def match(self, path: str) -> tuple[Route, str] | None:
-        """The route serving ``path`` and the concrete subject, or None."""
-        found = self._exact.get(path)
-        if found is not None:
-            return found
-        for prefix, tokens, route in self._wild:
-            if path.startswith(prefix):
-                subject = path[len(prefix) :]
-                try:
-                    validate_subject(subject)
-                except InvalidSubject:
-                    continue
-                if tokens_match(tokens, subject.split(".")):
-                    return route, subject
+    def _routers(self) -> list[Router]:
+        """This router and every router merged into it, in lookup order."""
+        found = [self]
         for child in self._children:
-            found = child.match(path)
+            found.extend(child._routers())
+        return found
+
+    def match(self, path: str) -> tuple[Route, str] | None:
+        """The route serving ``path`` and the concrete subject, or None.
+
+        A running route wins over a stopped one (which answers 503 only when no
+        running route serves the path); exact paths before wildcards, in every
+        merged router, and the most specific wildcard first.
+        """
+        routers = self._routers() if self._children else [self]
+        stopped: tuple[Route, str] | None = None
+        for router in routers:
+            found = router._exact.get(path)
             if found is not None:
-                return found
-        return None
+                if found[0].running:
+                    return found
+                stopped = stopped or found
+        wild = [entry for router in routers for entry in router._wild]
+        if len(routers) > 1:
+            wild.sort(key=_specificity)
+        subject: str | None = None
+        for prefix, tokens, route in wild:
+            if not path.startswith(prefix):
+                continue
+            subject = path[len(prefix) :]
+            try:
+                validate_subject(subject)
+            except InvalidSubject:
+                continue
+            if tokens_match(tokens, subject.split(".")):
+                if route.running:
+                    return route, subject
+                stopped = stopped or (route, subject)
+        return stopped
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection: HTTP requests, and the lifespan protocol."""
         kind = scope["type"]
         if kind == "http":
-            path = route_path(scope)
-            found = self.match(path)
+            found = self.match(route_path(scope))
             if found is None:
-                await send_error(scope, receive, send, 404, f"no route for {path}")
+                await send_error(scope, receive, send, 404, f"no route for {scope['path']}")
                 return
             route, subject = found
             if scope["method"] != "POST":
@@ -153,7 +174,7 @@ class Router:
                     receive,
                     send,
                     405,
-                    f"method {scope['method']} not allowed: POST a message to {path}",
+                    f"method {scope['method']} not allowed: POST a message to {scope['path']}",
                     {"allow": "POST"},
                 )
                 return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Final
 
 from starlette.types import Receive, Scope, Send
@@ -13,15 +14,47 @@ from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_cont
 from goflux.transports.http._answers import BodyRefused, read_body, send_error
 from goflux.transports.http._router import Router
 
-__all__ = ("DEFAULT_BODY_TIMEOUT", "DEFAULT_DRAIN_TIMEOUT", "DEFAULT_MAX_BODY_SIZE", "ServedRoute")
+__all__ = (
+    "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_DRAIN_TIMEOUT",
+    "DEFAULT_MAX_BODY_SIZE",
+    "RouteOptions",
+    "ServedRoute",
+)
 
 logger = logging.getLogger("goflux.transports.http")
 
 DEFAULT_MAX_BODY_SIZE: Final = 1 << 20  # 1 MiB, as Go goflux
 DEFAULT_BODY_TIMEOUT: Final = 30.0
 DEFAULT_DRAIN_TIMEOUT: Final = 30.0
-_STOPPED_RETRY_AFTER: Final = {"retry-after": "1"}
+_RETRY_SOON: Final = {"retry-after": "1"}
 _CLOSE: Final = {"connection": "close"}
+
+
+@dataclass(frozen=True, slots=True)
+class RouteOptions:
+    """What every route of a subscriber or responder is given.
+
+    Raises:
+        ValueError: One is out of range.
+    """
+
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        size = self.max_body_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"max_body_size must be an int >= 0, got {size!r}")
+        if not self.body_timeout > 0:
+            raise ValueError(f"body_timeout must be > 0 seconds, got {self.body_timeout}")
+        if not self.drain_timeout >= 0:
+            raise ValueError(f"drain_timeout must be >= 0 seconds, got {self.drain_timeout}")
+        most = self.max_concurrency
+        if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
+            raise ValueError(f"max_concurrency must be an int >= 1 or None, got {most!r}")
 
 
 class ServedRoute(StopOnExit):
@@ -29,25 +62,18 @@ class ServedRoute(StopOnExit):
 
     Subclasses answer a request whose body was read (:meth:`_answer`). Once stopping,
     new requests are answered 503 at once; those in flight finish within the drain
-    timeout, and are then cancelled (answered 503 too).
+    timeout, and are then cancelled (answered 503 too). With ``max_concurrency``, a
+    request beyond that many in flight is answered 503 at once (``Retry-After: 1``).
     """
 
-    def __init__(
-        self,
-        router: Router,
-        base_path: str,
-        subject: str,
-        *,
-        max_body_size: int,
-        body_timeout: float,
-        drain_timeout: float,
-    ) -> None:
+    def __init__(self, router: Router, base_path: str, subject: str, options: RouteOptions) -> None:
         self._router = router
         self._base_path = base_path
         self._subject = subject
-        self._max_body_size = max_body_size
-        self._body_timeout = body_timeout
-        self._drain_timeout = drain_timeout
+        self._max_body_size = options.max_body_size
+        self._body_timeout = options.body_timeout
+        self._drain_timeout = options.drain_timeout
+        self._max_concurrency = options.max_concurrency
         self._tasks: set[asyncio.Task[object]] = set()
         self._cancelled: set[asyncio.Task[object]] = set()  # by the drain deadline
         self._idle: asyncio.Event | None = None
@@ -57,7 +83,7 @@ class ServedRoute(StopOnExit):
         self.received = 0
         """Requests that reached the route (whatever their answer)."""
         self.refused = 0
-        """Requests answered before their body was taken (413, 408, 503 while stopping)."""
+        """Requests answered before their body was taken (413, 408, 503: stopping, busy)."""
 
     @property
     def base_path(self) -> str:
@@ -93,8 +119,18 @@ class ServedRoute(StopOnExit):
         self.received += 1
         if self._stopping:
             self.refused += 1
+            await send_error(scope, receive, send, 503, f"{self.path} is stopping", _RETRY_SOON)
+            return
+        most = self._max_concurrency
+        if most is not None and len(self._tasks) >= most:
+            self.refused += 1
             await send_error(
-                scope, receive, send, 503, f"{self.path} is stopping", _STOPPED_RETRY_AFTER
+                scope,
+                receive,
+                send,
+                503,
+                f"{self.path} is busy: {most} requests in flight",
+                _RETRY_SOON,
             )
             return
         task: asyncio.Task[object] | None = asyncio.current_task()
@@ -115,9 +151,7 @@ class ServedRoute(StopOnExit):
                 raise  # the server's own cancellation (it is shutting down)
             task.uncancel()
             with contextlib.suppress(Exception):
-                await send_error(
-                    scope, receive, send, 503, f"{self.path} stopped", _STOPPED_RETRY_AFTER
-                )
+                await send_error(scope, receive, send, 503, f"{self.path} stopped", _RETRY_SOON)
         finally:
             self._tasks.discard(task)
             self._cancelled.discard(task)

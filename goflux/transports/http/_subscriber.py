@@ -26,12 +26,13 @@ from goflux.transports.http._served import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_MAX_BODY_SIZE,
+    RouteOptions,
     ServedRoute,
 )
 from goflux.transports.http._system import SYSTEM
-from goflux.transports.http._wire import check_base_path, incoming, retry_after, route_path
+from goflux.transports.http._wire import check_base_path, incoming, retry_after
 
-__all__ = ("HttpSubscription", "Subscriber", "check_route_options")
+__all__ = ("HttpSubscription", "Subscriber")
 
 T = TypeVar("T")
 
@@ -50,6 +51,8 @@ class _Answer:
     """
 
     __slots__ = ("delay", "outcome", "reason")
+
+    sender_retries = True  # a nak is a 503: the sender sends the message again
 
     def __init__(self) -> None:
         self.outcome: Outcome | None = None
@@ -75,20 +78,6 @@ class _Answer:
         return None
 
 
-def check_route_options(max_body_size: int, body_timeout: float, drain_timeout: float) -> None:
-    """Check the options every HTTP route takes.
-
-    Raises:
-        ValueError: One is out of range.
-    """
-    if not isinstance(max_body_size, int) or max_body_size < 0:
-        raise ValueError(f"max_body_size must be an int >= 0, got {max_body_size!r}")
-    if not body_timeout > 0:
-        raise ValueError(f"body_timeout must be > 0 seconds, got {body_timeout}")
-    if not drain_timeout >= 0:
-        raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout}")
-
-
 class HttpSubscription(ServedRoute, Generic[T]):
     """A subject served over HTTP: each POST is decoded and handed to the handler.
 
@@ -111,20 +100,10 @@ class HttpSubscription(ServedRoute, Generic[T]):
         subject: str,
         codec: Codec[T],
         handler: Handler[T],
-        *,
-        max_body_size: int,
-        body_timeout: float,
-        drain_timeout: float,
+        options: RouteOptions,
         telemetry: Telemetry,
     ) -> None:
-        super().__init__(
-            router,
-            base_path,
-            subject,
-            max_body_size=max_body_size,
-            body_timeout=body_timeout,
-            drain_timeout=drain_timeout,
-        )
+        super().__init__(router, base_path, subject, options)
         self._codec = codec
         self._handler = handler
         self._scopes = ProcessScopes(
@@ -150,7 +129,7 @@ class HttpSubscription(ServedRoute, Generic[T]):
             wire.wire,
             message_id=wire.message_id,
             body_size=len(body),
-            attributes={HTTP_REQUEST_METHOD: "POST", URL_PATH: route_path(scope)},
+            attributes={HTTP_REQUEST_METHOD: "POST", URL_PATH: scope["path"]},
         ) as span:
             try:
                 payload = self._codec.decode(body)
@@ -194,7 +173,7 @@ class HttpSubscription(ServedRoute, Generic[T]):
             headers = None if answer.delay is None else {"retry-after": retry_after(answer.delay)}
             await send_error(scope, receive, send, status, "try again later", headers)
         elif status == TERM_STATUS:
-            await send_error(scope, receive, send, status, answer.reason or "not processable")
+            await send_error(scope, receive, send, status, _term_text(answer.reason))
         else:
             await send_error(scope, receive, send, 500, "internal server error")
 
@@ -211,9 +190,24 @@ def _status(answer: _Answer, failure: BaseException | None) -> int:
     if failure is None:
         return 204
     if isinstance(failure, Exception) and is_non_retryable(failure):
-        answer.reason = f"not processable: {failure}"
+        answer.reason = "goflux: non-retryable failure"
         return TERM_STATUS
     return 500
+
+
+def _term_text(reason: str | None) -> str:
+    """What a 422 says: the handler's own ``term`` reason, or only the kind of a failure.
+
+    Reasons goflux writes (``goflux: max_attempts: RuntimeError: ...``) carry the
+    exception's text, which may hold what the sender must not see; they are logged,
+    and the sender gets ``not processable (max_attempts)``.
+    """
+    if not reason:
+        return "not processable"
+    if reason.startswith("goflux: "):
+        kind = reason[len("goflux: ") :].split(":", 1)[0].strip()
+        return f"not processable ({kind})"
+    return reason
 
 
 class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Generic[T]):
@@ -247,6 +241,8 @@ class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Gener
             a larger one is refused (413) before it is read whole.
         body_timeout: Seconds a request's body may take to arrive (then 408).
         drain_timeout: Seconds a stopping subscription waits for handlers.
+        max_concurrency: Most requests a route handles at a time; one more is
+            answered 503 with ``Retry-After: 1`` at once (default: no limit).
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
         router: Serve the routes on this router (shared with other subscribers and
             responders); default: one of its own.
@@ -263,15 +259,13 @@ class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Gener
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        max_concurrency: int | None = None,
         telemetry: Telemetry | None = None,
         router: Router | None = None,
     ) -> None:
-        check_route_options(max_body_size, body_timeout, drain_timeout)
+        self._options = RouteOptions(max_body_size, body_timeout, drain_timeout, max_concurrency)
         self._codec = codec
         self._base_path = check_base_path(base_path)
-        self._max_body_size = max_body_size
-        self._body_timeout = body_timeout
-        self._drain_timeout = drain_timeout
         self._tel = Telemetry.or_default(telemetry)
         self._router = router if router is not None else Router()
         super().__init__()
@@ -295,7 +289,7 @@ class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Gener
         return Facts(
             "http",
             codec=self._codec,
-            http={"basePath": self._base_path, "maxBodySize": self._max_body_size},
+            http={"basePath": self._base_path, "maxBodySize": self._options.max_body_size},
         )
 
     async def start(self, subject: str, handler: Handler[T]) -> HttpSubscription[T]:
@@ -317,10 +311,8 @@ class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Gener
                 subject,
                 self._codec,
                 handler,
-                max_body_size=self._max_body_size,
-                body_timeout=self._body_timeout,
-                drain_timeout=self._drain_timeout,
-                telemetry=self._tel,
+                self._options,
+                self._tel,
             )
             self._router.add(subscription)
             return subscription

@@ -140,11 +140,19 @@ class Incoming:
             ``Message.wire_headers``.
     """
 
-    __slots__ = ("headers", "message_id", "wire")
+    __slots__ = ("headers", "message_id", "raw_message_id", "wire")
 
-    def __init__(self, headers: Headers | None, message_id: str | None, wire: WireHeaders) -> None:
+    def __init__(
+        self,
+        headers: Headers | None,
+        message_id: str | None,
+        raw_message_id: bytes | None,
+        wire: WireHeaders,
+    ) -> None:
         self.headers = headers
         self.message_id = message_id
+        self.raw_message_id = raw_message_id
+        """The message ID's bytes as received (echoed in a reply unchanged)."""
         self.wire = wire
 
 
@@ -159,6 +167,7 @@ def incoming(raw: Iterable[tuple[bytes, bytes]]) -> Incoming:
     """Read an ASGI request's header lines (lowercase names, as servers hand them)."""
     pairs: list[tuple[str, str]] = []
     message_id: str | None = None
+    raw_message_id: bytes | None = None
     wire = WireHeaders()
     lines = wire.lines
     for raw_name, raw_value in raw:
@@ -168,10 +177,11 @@ def incoming(raw: Iterable[tuple[bytes, bytes]]) -> Incoming:
         wire.setdefault(name, value)
         if raw_name[:_PREFIX_LEN].lower() == _PREFIX and len(raw_name) > _PREFIX_LEN:
             pairs.append((canonical(name[_PREFIX_LEN:]), value))
-        elif message_id is None and name == "x-message-id":
-            message_id = value
+        elif message_id is None and name == "x-message-id" and value:
+            message_id = value  # Go reads an empty one as none
+            raw_message_id = raw_value
     headers = Headers._trusted(pairs) if pairs else None
-    return Incoming(headers, message_id, wire)
+    return Incoming(headers, message_id, raw_message_id, wire)
 
 
 def error_body(text: str) -> bytes:
@@ -180,8 +190,11 @@ def error_body(text: str) -> bytes:
 
 
 def first_line(body: bytes) -> str:
-    """The first line of an answer's body, at most 200 characters (for error messages)."""
-    line = body.decode("utf-8", "replace").strip().split("\n", 1)[0].strip()
+    """The first line of an answer's body, printable, at most 200 characters."""
+    text = body[: 4 * _DETAIL_CHARS].decode("utf-8", "replace")
+    line = text.strip().split("\n", 1)[0]
+    line = "".join(c if c.isprintable() and c != "\ufffd" else " " for c in line)
+    line = " ".join(line.split())
     return line if len(line) <= _DETAIL_CHARS else line[: _DETAIL_CHARS - 1] + "…"
 
 

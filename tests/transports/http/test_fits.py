@@ -13,8 +13,9 @@ from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from goflux import Group, JsonCodec, Message, chain_publishers
-from goflux.middleware import RetryPolicy, retry_ack, retry_publish
+from goflux import DecodeError, Group, JsonCodec, Message, chain_publishers
+from goflux.middleware import DeadLetter, RetryPolicy, retry_ack, retry_publish
+from goflux.transports import channel
 from goflux.transports import http as ghttp
 from tests.conftest import Otel
 from tests.helpers import Inbox
@@ -161,20 +162,38 @@ async def test_a_group_starts_and_drains_http_members(served: Serve) -> None:
     assert len(inbox.messages) == 1
 
 
-async def test_retry_ack_retries_in_place_and_answers_once(served: Serve) -> None:
-    attempts: list[int] = []
+async def test_retry_ack_asks_the_sender_to_retry_and_gives_up_with_a_422(served: Serve) -> None:
+    attempts: list[str] = []
+    dead: Inbox[bytes] = Inbox()
 
     async def flaky(msg: Message[Order]) -> None:
-        attempts.append(1)
-        if len(attempts) < 3:
+        attempts.append(msg.payload.id)
+        if msg.payload.id == "o-1" and attempts.count("o-1") < 3:
             raise RuntimeError("not yet")
+        if msg.payload.id == "o-2":
+            raise DecodeError("secret detail", type_name="Order", size=1)
 
-    policy = RetryPolicy(max_attempts=5, backoff=[0.01])
+    dead_letters = channel.Bus[bytes]()
+    await channel.Subscriber(dead_letters).start("orders.dlq", dead)
+    policy = RetryPolicy(
+        backoff=[1.0], dead_letter=DeadLetter(channel.Publisher(dead_letters), "orders.dlq")
+    )
     sub = ghttp.Subscriber(CODEC)
     await sub.start("orders.flaky", retry_ack(policy)(flaky))
-    async with served(sub.app) as url, ghttp.Publisher(url, CODEC) as pub:
-        await asyncio.wait_for(pub.publish("orders.flaky", order()), 10)
-    assert len(attempts) == 3
+    async with served(sub.app) as url, ghttp.Publisher(url, CODEC) as inner:
+        with pytest.raises(ghttp.StatusError) as retry:
+            await inner.publish("orders.flaky", order(1))
+        assert (retry.value.status, retry.value.retry_after) == (503, 1.0)
+        pub = chain_publishers(retry_publish(attempts=3, backoff=[0.01]))(inner)
+        await asyncio.wait_for(pub.publish("orders.flaky", order(1)), 10)  # 2 more attempts
+        with pytest.raises(ghttp.StatusError) as given_up:
+            await pub.publish("orders.flaky", order(2))
+    assert attempts == ["o-1", "o-1", "o-1", "o-2"]
+    assert (given_up.value.status, given_up.value.permanent) == (422, True)
+    assert given_up.value.detail == "not processable (undecodable)"  # not its text
+    [letter] = await dead.wait_for(1)
+    assert letter.payload == order(2).model_dump_json(by_alias=True).encode()  # as received
+    assert letter.headers["Dead-Letter-Reason"] == "undecodable"
 
 
 async def test_retry_publish_waits_as_long_as_retry_after_asks(served: Serve) -> None:

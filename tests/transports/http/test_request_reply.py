@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -156,7 +157,7 @@ async def test_an_answer_that_does_not_come_may_have_been_handled(served: Serve)
                 await pub.publish("orders.slow", order())
         release.set()
     assert timed_out.value.may_be_stored
-    assert "no answer within 0.3s" in str(timed_out.value)
+    assert "answer within 0.3s" in str(timed_out.value)
 
 
 async def test_credentials_in_the_base_url_never_reach_an_error() -> None:
@@ -215,3 +216,38 @@ async def test_a_client_given_is_the_callers_and_stays_open(served: Serve) -> No
         await own.close()
         assert own.client.is_closed
     assert seen == ["x", "x"]
+
+
+async def test_the_message_id_comes_back_as_sent_even_outside_latin_1(served: Serve) -> None:
+    responder = ghttp.Responder(StrCodec(), StrCodec())
+    await responder.start("echo", _echo)
+    async with served(responder.app) as url, httpx.AsyncClient(base_url=url) as client:
+        for message_id in ("euro-€", "café", "plain"):
+            answer = await client.post(
+                "/echo", content=b"x", headers=[(b"x-message-id", message_id.encode())]
+            )
+            assert answer.status_code == 200
+            assert answer.headers.raw[-1] == (b"x-message-id", message_id.encode())
+        async with ghttp.Requester(url, StrCodec(), StrCodec()) as requester:
+            assert await requester.request("echo", "hi", message_id="euro-€") == "hi"
+
+
+async def _echo(text: str) -> str:
+    return text
+
+
+async def test_an_error_body_is_reported_printable(served: Serve) -> None:
+    async def garbage(scope: object, receive: object, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        await send({"type": "http.response.body", "body": b"\x00db\xff down\r\nmore"})
+
+    async with served(garbage) as url, ghttp.Requester(url, StrCodec(), StrCodec()) as req:
+        with pytest.raises(RemoteError) as failed:
+            await req.request("x", "y")
+    assert failed.value.remote_message == "db down"
+
+
+async def test_a_refused_connection_names_the_systems_reason() -> None:
+    async with ghttp.Publisher(f"http://127.0.0.1:{_closed_port()}", JsonCodec(Order)) as pub:
+        with pytest.raises(PublishError, match=r"Connection refused|Connect call failed"):
+            await pub.publish("orders.x", order())

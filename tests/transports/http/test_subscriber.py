@@ -7,6 +7,8 @@ import logging
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from goflux import (
     BytesCodec,
@@ -18,6 +20,7 @@ from goflux import (
     SubscribeError,
 )
 from goflux.transports import http as ghttp
+from tests.conftest import Otel
 from tests.helpers import Inbox
 from tests.models import Order, order
 from tests.transports.http.conftest import Serve
@@ -84,7 +87,8 @@ async def test_each_answer_of_the_subscriber(served: Serve) -> None:
         assert failed.headers["x-content-type-options"] == "nosniff"
         non_retryable = await post(3)
         assert non_retryable.status_code == 422
-        assert "never valid" in non_retryable.text
+        # The exception's text is logged, not sent: only the handler's own reasons are.
+        assert non_retryable.text == "not processable (non-retryable failure)\n"
         terminated = await post(4)
         assert (terminated.status_code, terminated.text) == (422, "duplicate order\n")
         delayed = await post(5)
@@ -340,3 +344,95 @@ async def test_a_handler_failure_is_logged_with_its_traceback(
                 await pub.publish("orders.boom", order())
     [record] = [r for r in caplog.records if "kaput" in r.getMessage()]
     assert record.exc_info is not None
+
+
+async def test_a_stopped_route_answers_503_only_where_no_running_route_serves(
+    served: Serve,
+) -> None:
+    exact: Inbox[Order] = Inbox()
+    tail: Inbox[Order] = Inbox()
+    sub = ghttp.Subscriber(CODEC)
+    stopped = await sub.start("orders.created", exact)
+    await sub.start("orders.>", tail)
+    await stopped.stop()
+    only = ghttp.Subscriber(CODEC)
+    gone = await only.start("invoices.created", Inbox[Order]())
+    await gone.stop()
+    # Merged routers: an exact path in a later router wins over an earlier wildcard.
+    early, late = ghttp.Router(), ghttp.Router()
+    vip: Inbox[Order] = Inbox()
+    await ghttp.Subscriber(CODEC, router=early).start("vip.>", Inbox[Order]())
+    await ghttp.Subscriber(CODEC, router=late).start("vip.created", vip)
+    merged = ghttp.Router.merged(sub.app, only.app, early, late)
+    async with served(merged) as url, ghttp.Publisher(url, CODEC) as pub:
+        await pub.publish("orders.created", order())  # the running wildcard takes it
+        with pytest.raises(ghttp.StatusError) as stopping:
+            await pub.publish("invoices.created", order())
+        await pub.publish("vip.created", order())
+    assert [m.subject for m in tail.messages] == ["orders.created"]
+    assert not exact.messages
+    assert stopping.value.status == 503
+    assert len(vip.messages) == 1
+
+
+async def test_an_empty_message_id_is_none_as_go_reads_it(served: Serve) -> None:
+    inbox: Inbox[Order] = Inbox()
+    sub = ghttp.Subscriber(CODEC)
+    await sub.start("orders.id", inbox)
+    async with served(sub.app) as url, httpx.AsyncClient(base_url=url) as client:
+        answer = await client.post("/orders.id", content=BODY, headers={"X-Message-ID": ""})
+    assert answer.status_code == 204
+    assert inbox.messages[0].id is None
+
+
+async def test_max_concurrency_sheds_load_with_503(served: Serve) -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(msg: Message[Order]) -> None:
+        started.set()
+        await release.wait()
+
+    sub = ghttp.Subscriber(CODEC, max_concurrency=1)
+    await sub.start("orders.busy", slow)
+    async with served(sub.app) as url, httpx.AsyncClient(base_url=url) as client:
+        first = asyncio.create_task(client.post("/orders.busy", content=BODY))
+        await started.wait()
+        busy = await client.post("/orders.busy", content=BODY)
+        release.set()
+        assert (await first).status_code == 204
+        assert (busy.status_code, busy.headers["retry-after"]) == (503, "1")
+        assert "busy" in busy.text
+        assert (await client.post("/orders.busy", content=BODY)).status_code == 204
+    with pytest.raises(ValueError, match="max_concurrency"):
+        ghttp.Subscriber(CODEC, max_concurrency=0)
+
+
+async def test_a_chunked_body_over_the_limit_closes_the_connection(served: Serve) -> None:
+    sub = ghttp.Subscriber(BytesCodec(), max_body_size=16)
+    await sub.start("blobs", Inbox[bytes]())
+    async with served(sub.app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST /blobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"20\r\n" + b"x" * 32 + b"\r\n"
+        )
+        await writer.drain()
+        async with asyncio.timeout(10):
+            answer = await reader.read()  # to the end: the server closes the connection
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert b"connection: close" in answer.lower()
+
+
+async def test_a_mounted_app_names_the_whole_path(served: Serve, otel: Otel) -> None:
+    sub = ghttp.Subscriber(CODEC, telemetry=otel.telemetry)
+    await sub.start("orders.created", Inbox[Order]())
+    app = Starlette(routes=[Mount("/hooks", app=sub.app)])
+    async with served(app) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await client.post("/hooks/orders.created", content=BODY)).status_code == 204
+        missing = await client.post("/hooks/nope", content=BODY)
+    assert (missing.status_code, missing.text) == (404, "no route for /hooks/nope\n")
+    attrs = dict(otel.span("process orders.created").attributes or {})
+    assert attrs["url.path"] == "/hooks/orders.created"
