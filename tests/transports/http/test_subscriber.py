@@ -353,8 +353,10 @@ async def test_a_stopped_route_answers_503_only_where_no_running_route_serves(
     tail: Inbox[Order] = Inbox()
     sub = ghttp.Subscriber(CODEC)
     stopped = await sub.start("orders.created", exact)
+    stopped_star = await sub.start("orders.*", exact)
     await sub.start("orders.>", tail)
     await stopped.stop()
+    await stopped_star.stop()
     only = ghttp.Subscriber(CODEC)
     gone = await only.start("invoices.created", Inbox[Order]())
     await gone.stop()
@@ -366,10 +368,11 @@ async def test_a_stopped_route_answers_503_only_where_no_running_route_serves(
     merged = ghttp.Router.merged(sub.app, only.app, early, late)
     async with served(merged) as url, ghttp.Publisher(url, CODEC) as pub:
         await pub.publish("orders.created", order())  # the running wildcard takes it
+        await pub.publish("orders.updated", order())
         with pytest.raises(ghttp.StatusError) as stopping:
             await pub.publish("invoices.created", order())
         await pub.publish("vip.created", order())
-    assert [m.subject for m in tail.messages] == ["orders.created"]
+    assert [m.subject for m in tail.messages] == ["orders.created", "orders.updated"]
     assert not exact.messages
     assert stopping.value.status == 503
     assert len(vip.messages) == 1
