@@ -31,12 +31,21 @@ def message(document: dict[str, Any], ref: dict[str, str]) -> dict[str, Any]:
     return result
 
 
-async def test_the_document_validates_with_the_official_parser(
+async def test_the_documents_validate_with_the_official_parser(
     described: dict[str, Any],
 ) -> None:
-    (verdict,) = parse(json.dumps(described))
-    assert verdict.valid, verdict.diagnostics
-    assert verdict.problems == []
+    example = await describe_service("examples.http_request_reply:service")
+    for verdict in parse(json.dumps(described), example.to_json()):
+        assert verdict.valid, verdict.diagnostics
+        assert verdict.problems == []
+    document = example.document
+    assert document["info"]["title"] == "pricing over HTTP"
+    assert document["channels"]["http.rpc.pricing.quote"]["address"] == "/rpc/pricing.quote"
+    operation = document["operations"]["receive.http.rpc.pricing.quote"]
+    assert operation["bindings"]["http"]["method"] == "POST"
+    reply = message(document, operation["reply"]["messages"][0])
+    assert reply["payload"] == {"$ref": "#/components/schemas/Quote"}
+    assert reply["bindings"]["http"]["statusCode"] == 200
 
 
 async def test_channels_are_paths_on_their_servers(described: dict[str, Any]) -> None:
