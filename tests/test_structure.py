@@ -127,6 +127,7 @@ PUBLIC_PACKAGES = (
     "goflux.transports.nats",
     "goflux.transports.jetstream",
     "goflux.transports.spark",
+    "goflux.transports.http",
 )
 CROSS_REFERENCE = re.compile(r":(func|class|exc|meth|attr|data):`~?(goflux(?:\.\w+)+)`")
 

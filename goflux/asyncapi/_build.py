@@ -28,7 +28,7 @@ class AsyncAPI:
 
     Attributes:
         document: The document as JSON-ready dicts and lists.
-        skipped: Endpoints not on NATS (in-process channels) or of objects that do
+        skipped: Endpoints on no network (in-process channels) or of objects that do
             not describe themselves.
     """
 
@@ -71,12 +71,14 @@ def asyncapi_document(
 ) -> AsyncAPI:
     """The AsyncAPI 3.0 document of what ``group`` speaks (:attr:`Group.endpoints`).
 
-    Starts nothing. A channel per subject (wildcards as parameters), a ``receive``
-    operation per subscription, stream and responder (with its reply), a ``send``
-    operation per declared or bound publisher; payload schemas from the codecs'
-    pydantic types under ``components/schemas``; servers from the connections used,
-    without credentials. The arguments win over :meth:`Group.describe`'s, which win
-    over the defaults (title "goflux service", version 0.0.0).
+    Starts nothing. A channel per subject (wildcards as parameters; on HTTP, per path
+    ``{base}/{subject}``), a ``receive`` operation per subscription, stream and
+    responder (with its reply), a ``send`` operation per declared or bound publisher
+    (with the reply a requester expects); payload schemas from the codecs' pydantic
+    types under ``components/schemas``; servers from the connections used, without
+    credentials; HTTP members with AsyncAPI's HTTP bindings. The arguments win over
+    :meth:`Group.describe`'s, which win over the defaults (title "goflux service",
+    version 0.0.0).
     """
     about = group.about
     document, skipped = build_document(

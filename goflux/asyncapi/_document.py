@@ -11,6 +11,12 @@ from typing import Any
 from goflux._compose.endpoints import Endpoint, endpoint_name
 from goflux._facts import Facts, facts_of
 from goflux._wire import MESSAGE_ID_HEADER, NATS_MSG_ID_HEADER, USER_HEADER_PREFIX
+from goflux.asyncapi._http import (
+    HTTP_ERROR_MESSAGE,
+    HttpServers,
+    message_binding,
+    operation_binding,
+)
 from goflux.asyncapi._payloads import Mode, Payload, PayloadSchemas, component_key, payload_of
 from goflux.asyncapi._servers import Servers, security_schemes
 
@@ -99,15 +105,22 @@ class Skipped:
 
 @dataclass(frozen=True)
 class _Message:
-    """A message variant: its payload, and which headers and correlation it carries."""
+    """A message variant: its payload, and which headers and correlation it carries.
+
+    ``http`` marks a message on the HTTP transport (it gets HTTP's message binding);
+    ``status`` is the status of an HTTP reply.
+    """
 
     payload: Payload
     jetstream: bool
     headers: tuple[tuple[str, str], ...]
     correlated: bool
+    http: bool = False
+    status: int | None = None
 
 
 _ERROR_VARIANT = "ServiceError"
+_HTTP_ERROR_VARIANT = "HttpError"
 
 
 @dataclass(frozen=True)
@@ -122,8 +135,10 @@ class _Ref:
 class _Channel:
     key: str
     subject: str | None
+    path: str | None = None  # on HTTP: the path before the subject ("" or "/a/b")
+    http_server: str | None = None  # on HTTP: the key of its server
     messages: list[_Message | str] = field(default_factory=list)  # variants, in order
-    hosts: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)  # NATS servers
     description: str | None = None
 
 
@@ -164,13 +179,15 @@ def _plain(value: object) -> object:
 class _Builder:
     def __init__(self) -> None:
         self.servers = Servers()
+        self.http_servers = HttpServers()
         self.schemas = PayloadSchemas()
         self.channels: dict[str, _Channel] = {}
-        self._channel_of_subject: dict[str, str] = {}
+        self._channel_of_subject: dict[tuple[str | None, ...], str] = {}
         self.variants: list[_Message] = []
         self.operations: dict[str, dict[str, Any]] = {}
         self.skipped: list[Skipped] = []
         self.uses_errors = False
+        self.uses_http_errors = False
 
     def _unique(self, taken: Mapping[str, object], key: str) -> str:
         if key not in taken:
@@ -180,24 +197,32 @@ class _Builder:
             n += 1
         return f"{key}-{n}"
 
-    def channel(self, subject: str) -> _Channel:
-        key = self._channel_of_subject.get(subject)
+    def channel(self, subject: str, http: tuple[str, str] | None = None) -> _Channel:
+        """The channel of ``subject``.
+
+        On HTTP (``http`` is the server's key and the path), the channel of the path
+        ``{path}/{subject}`` on that server.
+        """
+        found = (None, subject) if http is None else (*http, subject)
+        key = self._channel_of_subject.get(found)
         if key is None:
             address, _ = _address(subject)
-            key = self._unique(
-                self.channels, component_key(address.replace("{", "").replace("}", ""))
-            )
-            self.channels[key] = _Channel(key, subject)
-            self._channel_of_subject[subject] = key
+            name = address.replace("{", "").replace("}", "")
+            if http is not None:
+                name = f"{http[0]}{http[1]}/{name}".replace("/", ".")
+            key = self._unique(self.channels, component_key(name))
+            server, path = (None, None) if http is None else http
+            self.channels[key] = _Channel(key, subject, path, server)
+            self._channel_of_subject[found] = key
         return self.channels[key]
 
     def reply_channel(self, request: _Channel) -> _Channel:
         key = self._unique(self.channels, f"{request.key}.reply")
-        channel = _Channel(
-            key,
-            None,
-            description=f"The reply subject (an inbox) of a request on {request.subject}.",
-        )
+        if request.path is None:
+            description = f"The reply subject (an inbox) of a request on {request.subject}."
+        else:
+            description = f"The HTTP response to a request on {request.path}/{request.subject}."
+        channel = _Channel(key, None, http_server=request.http_server, description=description)
         self.channels[key] = channel
         return channel
 
@@ -220,13 +245,20 @@ class _Builder:
         sent = endpoint.action == "send"
         mode: Mode = "serialization" if sent else "validation"
         jetstream = facts.transport == "jetstream"
+        http = facts.transport == "http"
+        # a responder replies; a requester (a send with a reply codec) is replied to
+        replies = endpoint.reply or (sent and facts.reply_codec is not None)
         headers = tuple(sorted(endpoint.headers.items()))
-        variant = _Message(payload_of(facts.codec, mode), jetstream, headers, endpoint.reply)
-        hosts = self.servers.add(facts.client)
-        channel = self.channel(endpoint.subject)
-        for host in hosts:
-            if host not in channel.hosts:
-                channel.hosts.append(host)
+        payload = payload_of(facts.codec, mode)
+        variant = _Message(payload, jetstream, headers, replies, http=http)
+        hosts: list[str] = []
+        if http:
+            where = self.http_servers.remote if sent else self.http_servers.served
+            channel = self.channel(endpoint.subject, where(facts.http))
+        else:
+            hosts = self.servers.add(facts.client)
+            channel = self.channel(endpoint.subject)
+            channel.hosts.extend(host for host in hosts if host not in channel.hosts)
         operation: dict[str, Any] = {
             "action": endpoint.action,
             "channel": {"$ref": f"#/channels/{channel.key}"},
@@ -235,11 +267,14 @@ class _Builder:
         if endpoint.description:
             operation["description"] = endpoint.description
         operation["messages"] = [self.message(channel, variant)]
-        bindings = self._bindings(facts, endpoint)
-        if bindings:
-            operation["bindings"] = {"nats": bindings}
-        if endpoint.reply:
-            operation["reply"] = self._reply(channel, facts, hosts)
+        if http:
+            operation["bindings"] = {"http": operation_binding(facts.http, served=not sent)}
+        else:
+            bindings = self._bindings(facts, endpoint)
+            if bindings:
+                operation["bindings"] = {"nats": bindings}
+        if replies:
+            operation["reply"] = self._reply(channel, facts, hosts, sent)
         key = self._unique(self.operations, f"{endpoint.action}.{channel.key}")
         self.operations[key] = operation
 
@@ -258,14 +293,25 @@ class _Builder:
             bindings["bindingVersion"] = _NATS_BINDING_VERSION
         return bindings
 
-    def _reply(self, request: _Channel, facts: Facts, hosts: list[str]) -> dict[str, Any]:
+    def _reply(
+        self, request: _Channel, facts: Facts, hosts: list[str], sent: bool
+    ) -> dict[str, Any]:
+        """The reply of a responder (written) or of a requester's request (read)."""
         channel = self.reply_channel(request)
         channel.hosts.extend(hosts)
-        variant = _Message(payload_of(facts.reply_codec, "serialization"), False, (), True)
-        self.uses_errors = True
+        http = facts.transport == "http"
+        mode: Mode = "validation" if sent else "serialization"
+        payload = payload_of(facts.reply_codec, mode)
+        variant = _Message(payload, False, (), True, http=http, status=200 if http else None)
+        if http:
+            self.uses_http_errors = True
+            error = _HTTP_ERROR_VARIANT
+        else:
+            self.uses_errors = True
+            error = _ERROR_VARIANT
         return {
             "channel": {"$ref": f"#/channels/{channel.key}"},
-            "messages": [self.message(channel, variant), self.message(channel, _ERROR_VARIANT)],
+            "messages": [self.message(channel, variant), self.message(channel, error)],
         }
 
     # ------------------------------------------------------------ output
@@ -306,15 +352,24 @@ class _Builder:
             body["payload"] = self.schemas.schema_of(payload, resolved)
             if variant.correlated:
                 body["correlationId"] = {"$ref": "#/components/correlationIds/messageId"}
+            if variant.http:
+                body["bindings"] = {
+                    "http": message_binding(
+                        payload.content_type, body["headers"], status=variant.status
+                    )
+                }
             same = next((key for key, seen in messages.items() if _body(seen) == body), None)
             if same is None:
-                taken = {**messages, _ERROR_VARIANT: None}
+                taken = {**messages, _ERROR_VARIANT: None, _HTTP_ERROR_VARIANT: None}
                 same = self._unique(taken, component_key(payload.name))
                 messages[same] = {"name": same, **body}
             keys[variant] = same
         if self.uses_errors:
             messages[_ERROR_VARIANT] = _SERVICE_ERROR_MESSAGE
             keys[_ERROR_VARIANT] = _ERROR_VARIANT
+        if self.uses_http_errors:
+            messages[_HTTP_ERROR_VARIANT] = HTTP_ERROR_MESSAGE
+            keys[_HTTP_ERROR_VARIANT] = _HTTP_ERROR_VARIANT
         return messages, keys, component_schemas
 
     def _channels(self, keys: dict[_Message | str, str]) -> dict[str, Any]:
@@ -325,17 +380,18 @@ class _Builder:
                 entry["address"] = None
             else:
                 address, parameters = _address(channel.subject)
-                entry["address"] = address
+                entry["address"] = address if channel.path is None else f"{channel.path}/{address}"
                 if parameters:
                     entry["parameters"] = parameters
             if channel.description:
                 entry["description"] = channel.description
             named = dict.fromkeys(keys[variant] for variant in channel.messages)
             entry["messages"] = {key: {"$ref": f"#/components/messages/{key}"} for key in named}
-            if channel.hosts:
-                entry["servers"] = [
-                    {"$ref": f"#/servers/{self.servers.key(host)}"} for host in channel.hosts
-                ]
+            servers = [self.servers.key(host) for host in channel.hosts]
+            if channel.http_server is not None:
+                servers.append(channel.http_server)
+            if servers:
+                entry["servers"] = [{"$ref": f"#/servers/{key}"} for key in servers]
             channels[channel.key] = entry
         return channels
 
@@ -358,6 +414,7 @@ class _Builder:
     def document(self, info: dict[str, Any]) -> dict[str, Any]:
         messages, keys, component_schemas = self._messages()
         servers, security = self.servers.document()
+        servers.update(self.http_servers.document())
         headers = dict(_STANDARD_HEADERS)
         if not self.uses_errors:
             del headers["goflux.ServiceErrorHeaders"]
@@ -366,7 +423,7 @@ class _Builder:
             components["messages"] = messages
         if security:
             components["securitySchemes"] = security_schemes(security)
-        if self.uses_errors:
+        if self.uses_errors or self.uses_http_errors:
             components["correlationIds"] = _CORRELATION_IDS
         document: dict[str, Any] = {"asyncapi": ASYNCAPI_VERSION, "info": info}
         document["defaultContentType"] = "application/json"

@@ -9,7 +9,14 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import PydanticUserError, TypeAdapter
 
-from goflux._codecs import BytesCodec, JsonCodec, StrCodec, type_adapter, type_name
+from goflux._codecs import (
+    BytesCodec,
+    JsonCodec,
+    StrCodec,
+    content_type_of,
+    type_adapter,
+    type_name,
+)
 
 __all__ = ("Mode", "Payload", "PayloadSchemas", "component_key", "payload_of")
 
@@ -72,18 +79,21 @@ def _fit(schema: Any) -> Any:
 
 
 def payload_of(codec: object, mode: Mode) -> Payload:
-    """The payload a codec reads (``mode="validation"``) or writes (``"serialization"``)."""
+    """The payload a codec reads (``mode="validation"``) or writes (``"serialization"``).
+
+    Its content type is the codec's own ``content_type``, the one the HTTP transport
+    sends as ``Content-Type``.
+    """
+    content_type = content_type_of(codec)
     if isinstance(codec, JsonCodec):
-        return Payload(_name_of(codec.type), "application/json", json_type=codec.type, mode=mode)
+        return Payload(_name_of(codec.type), content_type, json_type=codec.type, mode=mode)
     if isinstance(codec, BytesCodec):
-        return Payload(
-            "bytes", "application/octet-stream", schema={"type": "string", "format": "binary"}
-        )
+        return Payload("bytes", content_type, schema={"type": "string", "format": "binary"})
     if isinstance(codec, StrCodec):
-        return Payload("text", "text/plain", schema={"type": "string"})
+        return Payload("text", content_type, schema={"type": "string"})
     return Payload(
         type(codec).__name__,
-        None,
+        content_type,
         schema={"description": f"bytes encoded by {type(codec).__qualname__}"},
     )
 

@@ -11,8 +11,9 @@ import nats
 from pydantic import AfterValidator, BaseModel, Field
 from pydantic_core import CoreSchema, core_schema
 
-from goflux import BytesCodec, Group, JsonCodec, Message, bind_publisher, bind_topic
+from goflux import BytesCodec, Group, JsonCodec, Message, StrCodec, bind_publisher, bind_topic
 from goflux.transports import channel, jetstream
+from goflux.transports import http as ghttp
 from goflux.transports import nats as gnats
 
 
@@ -178,3 +179,33 @@ async def awkward(group: Group) -> None:
 async def adopt(pet: Pet) -> Pet:
     """Adopt a pet."""
     return pet
+
+
+async def note(message: Message[str]) -> None:
+    """Keep a note someone posted."""
+
+
+async def accept_in_words(order: Order) -> str:
+    """Accept an order by request; the answer is text."""
+    return f"accepted {order.id}"
+
+
+async def over_http(group: Group) -> None:
+    """A service on HTTP: webhooks taken in, requests answered, endpoints posted to."""
+    hooks = group.own(ghttp.Subscriber(JsonCodec(Order), base_path="/hooks", max_body_size=4096))
+    group.subscribe(hooks, "orders.*.created", ship, headers={"Tenant": "Whose order it is."})
+    notes = group.own(ghttp.Subscriber(StrCodec(), base_path="/hooks"))
+    group.subscribe(notes, "notes.>", note)
+    answers = group.own(ghttp.Responder(JsonCodec(Order), StrCodec()))
+    group.respond(answers, "orders.accept", accept_in_words)
+    partner = "https://bob:s3cret-pass@partner.example.org:8443/in/"
+    group.sends(group.own(ghttp.Publisher(partner, BytesCodec())), "audit.raw")
+    receipts = ghttp.Requester("http://receipts.internal", JsonCodec(Order), JsonCodec(Receipt))
+    group.sends(group.own(receipts), "receipts.issue")
+
+
+async def nats_and_http(group: Group) -> None:
+    """The same subject taken in from NATS and over HTTP."""
+    nc = group.own(await nats.connect(os.environ["NATS_URL"]))
+    group.subscribe(group.own(gnats.Subscriber(nc, JsonCodec(Order))), "orders.new", ship)
+    group.subscribe(group.own(ghttp.Subscriber(JsonCodec(Order))), "orders.new", ship)

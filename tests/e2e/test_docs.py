@@ -273,6 +273,7 @@ PUBLIC_PACKAGES = {  # each public package and its reference page
     "goflux.transports.nats": "reference/nats.md",
     "goflux.transports.jetstream": "reference/jetstream.md",
     "goflux.transports.spark": "reference/spark.md",
+    "goflux.transports.http": "reference/http.md",
 }
 DIRECTIVE = re.compile(r"^[ \t]*:::[ \t]+(\S+)", re.MULTILINE)
 

@@ -44,6 +44,8 @@ def test_every_example_is_covered_here() -> None:
         "embedded_server.py",
         "fastapi_orders.py",  # run by tests/e2e/test_fastapi_example.py under uvicorn
         "feature_flags.py",
+        "http_request_reply.py",
+        "http_webhook.py",
         "jetstream_orders.py",
         "orders_pipeline.py",
         "payments_service.py",  # run by tests/service/test_workers.py under goflux run
@@ -72,6 +74,34 @@ def test_embedded_server_uses_nats_url(nats_server: NatsServer) -> None:
     assert f"using the NATS server at {nats_server.url}" in out
     assert "embedded" not in out
     assert "smoke.ping 'hello' id=ping-1" in out
+
+
+def test_http_webhook_answers_by_settlement() -> None:
+    out = run("http_webhook.py")
+    lines = out.splitlines()
+    assert re.fullmatch(r"webhooks at http://127\.0\.0\.1:\d+/hooks/payments\.<event>", lines[0])
+    assert lines[1:] == [
+        "pay-1: the ledger is locked, the sender is asked to come back",
+        "pay-1: booked 25.00 for o-1 from acme",  # retry_publish sent it again after the 503
+        "pay-2: booked 10.00 for o-2 from acme",
+        "pay-1: booked before, acknowledged again",
+        "pay-3: refused 422 (negative amount -5.0), permanent=True",  # not retried
+        "pay-4: booked 7.50 for o-4 from curl",
+        "pay-4: 204",
+        "undecodable: 400 bad request",
+        "booked: {'pay-1': 25.0, 'pay-2': 10.0, 'pay-4': 7.5}",
+    ]
+
+
+def test_http_request_reply() -> None:
+    out = run("http_request_reply.py")
+    assert out.splitlines() == [
+        "apple: ada pays 2.00",
+        "apple+kiwi: remote error 404: no price for 'kiwi'",
+        "pear: remote error 409: 'pear' is out of stock",
+        "undecodable: 400 bad request",
+        "GET: 405, allow POST",
+    ]
 
 
 def test_feature_flags_reconfigure_a_running_consumer() -> None:
