@@ -105,3 +105,22 @@ def test_reload_without_watchfiles_fails_before_any_worker_starts() -> None:
         "installed: pip install 'goflux[service]'"
     )
     assert "worker 1 started" not in done.stderr
+
+
+def test_the_http_transport_names_its_extra() -> None:
+    for module in ("httpx", "starlette"):
+        done = run_without(
+            module,
+            """
+            import goflux
+            try:
+                from goflux.transports import http
+            except goflux.MissingDependency as exc:
+                print(exc)
+            """,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == (
+            f"goflux.transports.http needs {module}, which is not installed: "
+            "pip install 'goflux[http]'"
+        )
