@@ -30,8 +30,8 @@ from goflux import (
 )
 from goflux._message import received
 from goflux._wire import outgoing
-from goflux.testing import NatsServer
 from goflux.service._http import HttpServer
+from goflux.testing import NatsServer
 from goflux.transports import channel, jetstream
 from goflux.transports import http as ghttp
 from goflux.transports import nats as gnats

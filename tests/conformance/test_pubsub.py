@@ -154,7 +154,9 @@ async def test_a_failing_handler_does_not_stop_the_subscription(decoupled_harnes
     assert seen.payloads[0].id == "o-1"
 
 
-async def test_stop_drains_in_flight_handlers_and_then_delivers_nothing(decoupled_harness: Harness) -> None:
+async def test_stop_drains_in_flight_handlers_and_then_delivers_nothing(
+    decoupled_harness: Harness,
+) -> None:
     harness = decoupled_harness
     started = asyncio.Event()
     release = asyncio.Event()
