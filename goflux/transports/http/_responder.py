@@ -222,6 +222,7 @@ class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, R
             codec=self._request_codec,
             reply_codec=self._reply_codec,
             http={"basePath": self._base_path, "maxBodySize": self._max_body_size},
+            app=self._router,
         )
 
     async def start(

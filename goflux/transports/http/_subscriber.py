@@ -296,6 +296,7 @@ class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Gener
             "http",
             codec=self._codec,
             http={"basePath": self._base_path, "maxBodySize": self._max_body_size},
+            app=self._router,
         )
 
     async def start(self, subject: str, handler: Handler[T]) -> HttpSubscription[T]:
