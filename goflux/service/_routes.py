@@ -67,7 +67,7 @@ def bind_routes(options: RunOptions) -> socket.socket:
 
 
 class WorkerRoutes:
-    """The HTTP routes of a worker's group, on a socket that listens before the service loads.
+    """The HTTP routes of a worker's group, on a socket that listens before the group fills.
 
     On enter the socket is bound (or taken over from the supervisor, ``http_fd``): a
     port in use fails before anything starts, and from then on connections wait in
