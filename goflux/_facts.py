@@ -32,6 +32,8 @@ class Facts:
         micro: The NATS micro service a responder is registered with (service, version).
         http: HTTP settings worth describing (base URL or base path, body limit),
             camelCase keys.
+        app: An HTTP subscriber's or responder's ASGI app: the router its routes are
+            served on (what ``goflux run --http-port`` serves).
     """
 
     transport: TransportName
@@ -42,6 +44,7 @@ class Facts:
     jetstream: Mapping[str, object] = field(default_factory=dict)
     micro: Mapping[str, object] = field(default_factory=dict)
     http: Mapping[str, object] = field(default_factory=dict)
+    app: Any = None
 
 
 @runtime_checkable

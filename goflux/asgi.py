@@ -5,6 +5,7 @@
     life = ServiceLifespan(orders_service)  # async def orders_service(group) -> Orders
     app = FastAPI(lifespan=life)
     app.mount("/health", life.health)  # /health/livez, /health/readyz
+    app.mount("/hooks", life.http)  # the group's HTTP subscribers and responders
 
 
     @app.post("/orders")
@@ -15,7 +16,9 @@
 The lifespan calls the service with a fresh :class:`~goflux.Group` when the app
 starts, starts the group (subscriptions are up before the first request is served),
 and drains it when the app shuts down. What the service returns (typed publishers,
-state) is :attr:`ServiceLifespan.resources` for the HTTP handlers.
+state) is :attr:`ServiceLifespan.resources` for the HTTP handlers, and the routes
+of its HTTP subscribers and responders (:mod:`goflux.transports.http`) are
+:attr:`ServiceLifespan.http`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from typing import Generic, TypeVar
 from goflux._compose.group import Group
 from goflux._compose.readiness import Readiness
 from goflux._errors import GofluxError
+from goflux.service._gate import RoutesGate
 from goflux.service._health import ASGIApp, health_app
+from goflux.service._routes import http_members
 
 __all__ = ("ServiceLifespan", "ServiceNotRunning")
 
@@ -51,6 +56,9 @@ class ServiceLifespan(Generic[R]):
     member failing while the app runs is logged and makes :meth:`readiness` false
     (the app keeps serving; a probe on :attr:`health` reports it).
 
+    :attr:`http` serves the group's HTTP routes (its HTTP subscribers and
+    responders) while the app runs: mount it (``app.mount("/hooks", life.http)``).
+
     Args:
         service: An async function that fills the group and returns what HTTP
             handlers need (typed publishers, for instance).
@@ -67,6 +75,14 @@ class ServiceLifespan(Generic[R]):
         self._running = False
         self.health: ASGIApp = health_app(self.readiness)
         """An ASGI app for probes: ``/livez`` and ``/readyz`` (mount it anywhere)."""
+        self._routes = RoutesGate(f"{self._name} is not running")
+        self.http: ASGIApp = self._routes
+        """An ASGI app serving the HTTP routes of the group's HTTP subscribers and
+        responders (:func:`goflux.transports.http.app_of`); mount it anywhere.
+
+        It answers once the group has started; 503 (with ``Retry-After``) before the
+        app's startup and from its shutdown on, while the group drains the requests in
+        flight; 404 for every path when the group has no HTTP member."""
 
     @property
     def resources(self) -> R:
@@ -78,10 +94,14 @@ class ServiceLifespan(Generic[R]):
         """
         if not self._running:
             raise ServiceNotRunning(
-                f"{getattr(self._service, '__qualname__', 'the service')} is not running: "
+                f"{self._name} is not running: "
                 "its resources exist between the app's startup and shutdown"
             )
         return self._resources  # type: ignore[return-value]  # set while running
+
+    @property
+    def _name(self) -> str:
+        return getattr(self._service, "__qualname__", "the service")
 
     @property
     def group(self) -> Group | None:
@@ -106,18 +126,22 @@ class ServiceLifespan(Generic[R]):
         try:
             try:
                 self._resources = await self._service(group)
+                app = _app_of(group)
                 await group.start()
             except BaseException:
                 await group.stop()
                 raise
             self._running = True
+            self._routes.open(app)
             try:
                 yield
             finally:
+                self._routes.close(f"{self._name} is stopping")
                 try:
                     await group.stop()  # handlers still draining may use the resources
                 finally:
                     self._running = False
+                    self._routes.close(f"{self._name} is not running")
                 if group.failure is not None:
                     logger.error(
                         "the service failed while the app ran: %s: %s",
@@ -127,3 +151,16 @@ class ServiceLifespan(Generic[R]):
         finally:
             self._group = None
             self._resources = None
+
+
+def _app_of(group: Group) -> ASGIApp | None:
+    """The app of ``group``'s HTTP routes, None without an HTTP member.
+
+    Raises:
+        SubscribeError: Two members on different routers serve the same path.
+    """
+    if not http_members(group):
+        return None  # and goflux.transports.http (httpx, Starlette) is not imported
+    from goflux.transports.http import app_of  # noqa: PLC0415 - needs goflux[http]
+
+    return app_of(group)

@@ -59,21 +59,33 @@ def _server(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from goflux.service import RunOptions, run_service  # noqa: PLC0415 - needs goflux[service]
 
-    options = RunOptions(
-        drain_timeout=args.drain_timeout,
-        kill_grace=args.kill_grace,
-        health_host=args.health_host,
-        health_port=args.health_port,
-        log_format=args.log_format,
-        log_level=args.log_level,
-        app_dir=args.app_dir,
-        workers=args.workers,
-        reload=args.reload,
-        reload_dirs=tuple(args.reload_dir or ()),
-        max_restarts=args.max_restarts,
-        quarantine_after=args.quarantine_after,
+    try:
+        options = RunOptions(
+            drain_timeout=args.drain_timeout,
+            kill_grace=args.kill_grace,
+            health_host=args.health_host,
+            health_port=args.health_port,
+            http_host=args.http_host,
+            http_port=args.http_port,
+            log_format=args.log_format,
+            log_level=args.log_level,
+            app_dir=args.app_dir,
+            workers=args.workers,
+            reload=args.reload,
+            reload_dirs=tuple(args.reload_dir or ()),
+            max_restarts=args.max_restarts,
+            quarantine_after=args.quarantine_after,
+        )
+    except ValueError as exc:  # options that do not go together: a usage error
+        print(f"goflux run: error: {exc}", file=sys.stderr)
+        return 2
+    return run_service(
+        args.service,
+        options,
+        worker_id=args.worker_id,
+        status_fd=args.status_fd,
+        http_fd=args.http_fd,
     )
-    return run_service(args.service, options, worker_id=args.worker_id, status_fd=args.status_fd)
 
 
 def _add_run_command(commands: Any) -> None:
@@ -82,7 +94,8 @@ def _add_run_command(commands: Any) -> None:
         help="run a service (an async function taking a Group) until SIGTERM/SIGINT",
         description="Run MODULE:ATTR, an async function that fills a goflux Group, until "
         "SIGTERM or SIGINT, then drain it. Exit status: 0 after a clean drain, 1 when the "
-        "service failed to start or failed while running, 2 when it cannot be loaded.",
+        "service failed to start (a port in use included) or failed while running, 2 when "
+        "it cannot be loaded or has no HTTP routes for --http-port.",
     )
     run.add_argument("service", help="the service, as module:attribute (e.g. app.payments:service)")
     run.add_argument(
@@ -101,6 +114,17 @@ def _add_run_command(commands: Any) -> None:
     run.add_argument(
         "--health-host", default="0.0.0.0",
         help="address of the health probes (default 0.0.0.0)",
+    )  # fmt: skip
+    run.add_argument(
+        "--http-port", type=_any_port,
+        help="serve the HTTP routes of the service's group (its goflux.transports.http "
+        "subscribers and responders) on this port once the group has started; a drain "
+        "answers new requests 503; with --workers, the workers share one socket "
+        "(0: any free port, logged)",
+    )  # fmt: skip
+    run.add_argument(
+        "--http-host", default="0.0.0.0",
+        help="address of the HTTP routes (default 0.0.0.0)",
     )  # fmt: skip
     run.add_argument("--log-format", choices=("text", "json"), default="text")
     run.add_argument("--log-level", default="INFO", type=_level, help="default INFO")
@@ -122,6 +146,7 @@ def _add_run_command(commands: Any) -> None:
     )  # fmt: skip
     run.add_argument("--worker-id", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     run.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)  # set by the supervisor
+    run.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     run.set_defaults(run=_run)
 
 

@@ -3,7 +3,8 @@
 A service is an async function that takes a :class:`~goflux.Group` and fills it
 (:data:`Service`). :func:`run_service` runs it until SIGTERM/SIGINT in this process,
 or in several worker processes under a supervisor that restarts those that die, with
-health probes (``/livez``, ``/readyz``) and structured log lines.
+health probes (``/livez``, ``/readyz``), the group's HTTP routes on a port the workers
+share (``RunOptions.http_port``) and structured log lines.
 """
 
 from goflux._exports import publish_names as _publish_names

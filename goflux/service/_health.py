@@ -6,7 +6,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
-__all__ = ("ASGIApp", "HealthReport", "health_app", "http_app", "send_response")
+__all__ = ("ASGIApp", "HealthReport", "answer_lifespan", "health_app", "http_app", "send_response")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -72,14 +72,15 @@ def http_app(handle: Callable[[Scope, Send], Awaitable[None]]) -> ASGIApp:
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _answer_lifespan(receive, send)
+            await answer_lifespan(receive, send)
         elif scope["type"] == "http":
             await handle(scope, send)
 
     return app
 
 
-async def _answer_lifespan(receive: Receive, send: Send) -> None:
+async def answer_lifespan(receive: Receive, send: Send) -> None:
+    """Answer an ASGI lifespan's startup and shutdown: there is nothing to start or stop."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":

@@ -14,12 +14,14 @@ from goflux._extras import require
 from goflux.service._health import ASGIApp
 from goflux.service._options import RunOptions
 
-__all__ = ("HttpServer", "serve_probes")
+__all__ = ("HttpServer", "listen", "serve_probes")
 
 if TYPE_CHECKING:
     import uvicorn
 
 logger = logging.getLogger("goflux.run")
+
+_BACKLOG = 2048  # uvicorn's default: connections the kernel holds until a server takes them
 
 
 def _quiet_server(app: ASGIApp) -> uvicorn.Server:
@@ -29,7 +31,9 @@ def _quiet_server(app: ASGIApp) -> uvicorn.Server:
     extra) is imported here, on first use, so that importing :mod:`goflux.service` or
     :mod:`goflux.asgi` needs no ASGI server.
     """
-    require("uvicorn", "service", "an HTTP server (the health probes, asyncapi --serve)")
+    require(
+        "uvicorn", "service", "an HTTP server (the health probes, --http-port, asyncapi --serve)"
+    )
     import uvicorn  # noqa: PLC0415 - see above
 
     class QuietServer(uvicorn.Server):
@@ -43,11 +47,39 @@ def _quiet_server(app: ASGIApp) -> uvicorn.Server:
     return QuietServer(config)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening (port 0: a free one).
+
+    Connections are accepted by the kernel into its backlog from now on; they wait
+    there until a server takes them.
+
+    Raises:
+        OSError: The address cannot be bound (a port in use, an unknown address).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not 0 as socket.create_server leaves it: asyncio sets TCP_NODELAY on
+    # the accepted connections only when their proto says TCP. Without it, a response
+    # sent in two writes (headers, then body) waits for the client's delayed ACK: 40 ms.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class HttpServer:
     """An ASGI app served by uvicorn on ``host:port`` in the current event loop.
 
     The socket is bound on enter, so requests are accepted (queued) from then on and
     a port in use fails at once; port 0 picks a free one (see :attr:`port`).
+    :meth:`on` serves on a socket that is already listening (bound earlier, or
+    inherited from a supervisor) instead.
 
     Raises:
         OSError: The address cannot be bound.
@@ -58,8 +90,17 @@ class HttpServer:
         self._host = host
         self._port = port
         self._socket: socket.socket | None = None
+        self._given: socket.socket | None = None
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def on(cls, app: ASGIApp, sock: socket.socket) -> HttpServer:
+        """A server of ``app`` on the listening ``sock`` (which it closes on exit)."""
+        host, port = sock.getsockname()[:2]
+        server = cls(app, host, port)
+        server._given = sock
+        return server
 
     @property
     def port(self) -> int:
@@ -70,11 +111,10 @@ class HttpServer:
 
     async def __aenter__(self) -> Self:
         server = _quiet_server(self._app)  # first: without uvicorn, nothing is bound
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        self._socket = socket.create_server((self._host, self._port), family=family, backlog=128)
+        self._socket = self._given or listen(self._host, self._port)
         self._server = server
         self._task = asyncio.get_running_loop().create_task(
-            self._server.serve(sockets=[self._socket]), name="goflux-health-server"
+            self._server.serve(sockets=[self._socket]), name="goflux-http-server"
         )
         return self
 

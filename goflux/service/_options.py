@@ -19,6 +19,10 @@ class RunOptions:
             not ended exits without it (or, under a supervisor, is killed).
         health_host: Address of the health probe server.
         health_port: Port of the health probe server (0: a free one); None: no server.
+        http_host: Address the service's HTTP routes are served on.
+        http_port: Port of the service's HTTP routes (the group's HTTP subscribers
+            and responders; 0: a free one); None: not served. With several workers
+            the supervisor binds it once and every worker serves it.
         log_format: ``"json"`` or ``"text"`` lines.
         log_level: Level name of the root logger.
         app_dir: Directory put first on ``sys.path`` to import the service.
@@ -34,12 +38,18 @@ class RunOptions:
             handled when its worker died this many times is quarantined on its next
             delivery (dead-lettered if its subscriber has a ``dead_letter``, and
             terminated) instead of reaching a handler again; 0 turns this off.
+
+    Raises:
+        ValueError: An option is out of range, or the HTTP routes and the health
+            probes are given the same port.
     """
 
     drain_timeout: float = 30.0
     kill_grace: float = 5.0
     health_host: str = "0.0.0.0"
     health_port: int | None = None
+    http_host: str = "0.0.0.0"
+    http_port: int | None = None
     log_format: LogFormat = "text"
     log_level: str = "INFO"
     app_dir: str = "."
@@ -61,6 +71,13 @@ class RunOptions:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.health_port is not None and not 0 <= self.health_port <= 65535:
             raise ValueError(f"health port must be 0..65535, got {self.health_port}")
+        if self.http_port is not None and not 0 <= self.http_port <= 65535:
+            raise ValueError(f"HTTP port must be 0..65535, got {self.http_port}")
+        if self.http_port and self.http_port == self.health_port:
+            raise ValueError(
+                f"the HTTP routes and the health probes need ports of their own, "
+                f"both are {self.http_port}"
+            )
         if self.max_restarts < 0:
             raise ValueError(f"max restarts must be >= 0, got {self.max_restarts}")
         if self.quarantine_after < 0:

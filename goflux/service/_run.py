@@ -18,6 +18,7 @@ def run_service(
     *,
     worker_id: int | None = None,
     status_fd: int | None = None,
+    http_fd: int | None = None,
 ) -> int:
     """Run the service ``MODULE:ATTR`` as ``goflux run`` does; return the exit status.
 
@@ -30,10 +31,13 @@ def run_service(
         options: How to run it (defaults: one worker, no probes, text logs).
         worker_id: Set by a supervisor for the worker processes it starts.
         status_fd: The worker's end of the supervisor's link (set by a supervisor).
+        http_fd: The HTTP routes' listening socket, shared by the workers (set by a
+            supervisor).
 
     Returns:
         0 after a clean drain; non-zero when the service failed to load, start or run
-        (the reason is logged as one line).
+        (the reason is logged as one line): 2 when it cannot be loaded or has no HTTP
+        routes for ``options.http_port``, else 1.
 
     Raises:
         ValueError: A bad log format or level.
@@ -44,6 +48,6 @@ def run_service(
         worker = worker_id if worker_id is not None else 1
         os.environ["GOFLUX_WORKER_ID"] = str(worker)
         configure_logging(options.log_format, str(worker), options.log_level)
-        return run_worker(spec, options, status_fd=status_fd)
+        return run_worker(spec, options, status_fd=status_fd, http_fd=http_fd)
     configure_logging(options.log_format, "supervisor", options.log_level)
     return run_supervisor(spec, options)

@@ -19,6 +19,7 @@ from goflux.service._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import LINE_LIMIT, read_reports
 from goflux.service._options import RunOptions
+from goflux.service._routes import bind_routes
 from goflux.service._signals import stop_signals
 from goflux.service._worker import EXIT_BAD_SERVICE, EXIT_FAILED
 
@@ -144,6 +145,7 @@ class _Supervisor:
         self._status = EXIT_FAILED  # the exit status when giving up
         self._restarts: list[float] = []
         self._crashes: CrashBook | None = None  # made when the workers start
+        self._routes: socket.socket | None = None  # the HTTP routes' socket, every worker's
 
     # ---------------------------------------------------------------- signals
 
@@ -177,6 +179,12 @@ class _Supervisor:
         errors, their_errors = os.pipe()
         command = [sys.executable, "-m", "goflux", "run", self._spec, *self._worker_arguments()]
         command += ["--worker-id", str(worker.id), "--status-fd", str(theirs.fileno())]
+        passed = [theirs.fileno()]
+        if self._routes is not None:  # every worker, restarted ones too, serves this socket
+            host, port = self._routes.getsockname()[:2]
+            command += ["--http-host", host, "--http-port", str(port)]
+            command += ["--http-fd", str(self._routes.fileno())]
+            passed.append(self._routes.fileno())
         env = {**os.environ, "GOFLUX_WORKER_ID": str(worker.id)}
         env.pop(CRASH_DIR_ENV, None)
         if self._crashes is not None:
@@ -186,7 +194,7 @@ class _Supervisor:
                 *command,
                 stdin=asyncio.subprocess.DEVNULL,
                 stderr=their_errors,
-                pass_fds=(theirs.fileno(),),
+                pass_fds=passed,
                 env=env,
                 # Its own process group: a terminal's Ctrl-C reaches the supervisor
                 # only, which forwards SIGTERM once to each worker.
@@ -372,23 +380,43 @@ class _Supervisor:
         with stop_signals(self._on_signal):
             return await self._run()
 
+    async def _serve_probes(self, stack: contextlib.AsyncExitStack) -> bool:
+        """Serve the fleet's probes with ``--health-port``; False when they cannot be."""
+        if self._options.health_port is None:
+            return True
+        app = health_app(
+            lambda: _FleetReadiness(self._stopping.is_set(), self._workers),
+            liveness=lambda: {"pid": os.getpid(), "workers": {w.id: w.pid for w in self._workers}},
+        )
+        try:
+            await serve_probes(stack, app, self._options)
+        except OSError as exc:
+            logger.error("%s", exc)
+            return False
+        return True
+
+    def _bind_routes(self, stack: contextlib.AsyncExitStack) -> bool:
+        """Bind the HTTP routes' socket once, for every worker; False when it cannot be."""
+        if self._options.http_port is None:
+            return True
+        try:
+            self._routes = bind_routes(self._options)
+        except OSError as exc:
+            logger.error("%s", exc)
+            return False
+        stack.callback(self._routes.close)
+        host, port = self._routes.getsockname()[:2]
+        logger.info(
+            "HTTP routes on http://%s:%d, shared by %d workers", host, port, len(self._workers)
+        )
+        return True
+
     async def _run(self) -> int:
         if self._options.reload:  # before any worker starts: a clear error, at once
             require("watchfiles", "service", "goflux run --reload")
         async with contextlib.AsyncExitStack() as stack:
-            if self._options.health_port is not None:
-                app = health_app(
-                    lambda: _FleetReadiness(self._stopping.is_set(), self._workers),
-                    liveness=lambda: {
-                        "pid": os.getpid(),
-                        "workers": {w.id: w.pid for w in self._workers},
-                    },
-                )
-                try:
-                    await serve_probes(stack, app, self._options)
-                except OSError as exc:
-                    logger.error("%s", exc)
-                    return EXIT_FAILED
+            if not await self._serve_probes(stack) or not self._bind_routes(stack):
+                return EXIT_FAILED
             if self._options.quarantine_after:
                 try:
                     self._crashes = CrashBook(self._options.quarantine_after)
@@ -449,7 +477,9 @@ def run_supervisor(spec: str, options: RunOptions) -> int:
     worker, and their drains are awaited (a worker still running ``kill_grace`` seconds
     after the drain timeout is killed). With ``reload``, the workers are restarted
     when a Python file changes, and a failed worker waits for the next change instead
-    of being restarted.
+    of being restarted. With ``http_port``, the supervisor binds it once and every
+    worker (a restarted one too) serves the group's HTTP routes on that socket: the
+    kernel hands each connection to one of the workers taking connections.
 
     Returns:
         0 when every worker drained (or ended) cleanly; 2 when the service cannot be

@@ -12,12 +12,14 @@ from typing import Any, NoReturn
 
 from goflux._compose.group import Group
 from goflux._compose.poison import install_guard
+from goflux._errors import GofluxError
 from goflux.service._crashes import worker_guard
 from goflux.service._health import health_app
 from goflux.service._http import serve_probes
 from goflux.service._link import WorkerLink
 from goflux.service._load import ServiceLoadError, load_service
 from goflux.service._options import RunOptions
+from goflux.service._routes import NoRoutes, WorkerRoutes, warn_unserved
 from goflux.service._signals import stop_signals
 
 __all__ = ("EXIT_BAD_SERVICE", "EXIT_FAILED", "REPORT_INTERVAL", "run_worker")
@@ -27,7 +29,7 @@ logger = logging.getLogger("goflux.run")
 EXIT_FAILED = 1
 """Exit status of a worker whose service failed to start or failed while running."""
 EXIT_BAD_SERVICE = 2
-"""Exit status when ``MODULE:ATTR`` cannot be loaded."""
+"""Exit status when ``MODULE:ATTR`` cannot be loaded, or has no HTTP routes for ``--http-port``."""
 MAX_REASON = 2000
 """Longest failure reason logged and sent to the supervisor (one line, not a dump)."""
 REPORT_INTERVAL = 0.25
@@ -35,10 +37,14 @@ REPORT_INTERVAL = 0.25
 
 
 class _Worker:
-    def __init__(self, spec: str, options: RunOptions, link: WorkerLink | None) -> None:
+    def __init__(
+        self, spec: str, options: RunOptions, link: WorkerLink | None, http_fd: int | None
+    ) -> None:
         self._spec = spec
         self._options = options
         self._link = link
+        self._http_fd = http_fd
+        self._routes: WorkerRoutes | None = None
         self._stop = asyncio.Event()
         self._report_now = asyncio.Event()  # a state change to report without delay
         self._group = Group(drain_timeout=options.drain_timeout, signals=())
@@ -66,6 +72,8 @@ class _Worker:
     async def _drain(self) -> None:
         """Stop the group; past the drain timeout and a grace, exit without it."""
         limit = self._options.drain_timeout + self._options.kill_grace
+        if self._routes is not None:
+            self._routes.drain()  # new requests: 503 at once, those in flight finish
         try:
             async with asyncio.timeout(limit):
                 await self._group.stop()
@@ -131,6 +139,13 @@ class _Worker:
                 except OSError as exc:
                     self._fail(str(exc))
                     return EXIT_FAILED
+            if self._options.http_port is not None:
+                try:
+                    routes = WorkerRoutes(self._options, self._http_fd)
+                    self._routes = await stack.enter_async_context(routes)
+                except OSError as exc:
+                    self._fail(str(exc))
+                    return EXIT_FAILED
             return await self._serve(service(self._group))
         raise AssertionError("unreachable")  # pragma: no cover - mypy: the stack may swallow
 
@@ -150,6 +165,8 @@ class _Worker:
             return EXIT_FAILED
         self._report_now.set()
         if not self._stop.is_set() and group.failure is None:
+            if self._routes is not None:
+                await self._routes.serve()
             logger.info("%s is running", self._spec)
         ended = asyncio.ensure_future(group.wait())
         if not await self._until_stop(ended):
@@ -188,10 +205,29 @@ class _Worker:
             await group.stop()
             self._fail(f"{self._spec} added nothing to run: no subscription, process or task")
             return EXIT_FAILED
+        return await self._find_routes()
+
+    async def _find_routes(self) -> int | None:
+        """With ``--http-port``, find the group's HTTP app; without, warn if it has one."""
+        if self._routes is None:
+            warn_unserved(self._group, self._spec)
+            return None
+        try:
+            self._routes.prepare(self._group, self._spec)
+        except NoRoutes as exc:
+            await self._group.stop()
+            self._fail(str(exc))
+            return EXIT_BAD_SERVICE
+        except GofluxError as exc:
+            await self._group.stop()
+            self._fail(f"{self._spec} failed to start: {type(exc).__name__}: {exc}")
+            return EXIT_FAILED
         return None
 
 
-async def _run_worker(spec: str, options: RunOptions, status_fd: int | None) -> int:
+async def _run_worker(
+    spec: str, options: RunOptions, status_fd: int | None, http_fd: int | None
+) -> int:
     link = None
     if status_fd is not None:
         link = WorkerLink(status_fd)
@@ -199,7 +235,7 @@ async def _run_worker(spec: str, options: RunOptions, status_fd: int | None) -> 
         # Under a supervisor: its subscriptions keep what they run where it sees it.
         install_guard(worker_guard(int(os.environ.get("GOFLUX_WORKER_ID", "1"))))
     try:
-        return await _Worker(spec, options, link).run()
+        return await _Worker(spec, options, link, http_fd).run()
     finally:
         install_guard(None)
         if link is not None:
@@ -207,17 +243,24 @@ async def _run_worker(spec: str, options: RunOptions, status_fd: int | None) -> 
             link.close()
 
 
-def run_worker(spec: str, options: RunOptions, *, status_fd: int | None = None) -> int:
+def run_worker(
+    spec: str, options: RunOptions, *, status_fd: int | None = None, http_fd: int | None = None
+) -> int:
     """Run the service ``spec`` in this process until a signal; return the exit status.
 
     SIGTERM or SIGINT (or, under a supervisor, its exit) drains the group within
     ``options.drain_timeout``. With ``options.health_port``, ``/livez`` and
     ``/readyz`` are served from this process; under a supervisor (``status_fd``),
-    readiness changes are reported to it instead.
+    readiness changes are reported to it instead. With ``options.http_port``, the
+    group's HTTP routes are served there (on ``http_fd``, the supervisor's listening
+    socket, when given) once the group has started; a drain answers new requests 503
+    while those in flight finish. A service with HTTP members but no port is warned
+    about: nothing serves their routes.
 
     Returns:
         0 after a drain or when every member ended; :data:`EXIT_FAILED` when the
-        service failed to start or failed while running; :data:`EXIT_BAD_SERVICE`
-        when ``spec`` cannot be loaded. The reason is logged as one line.
+        service failed to start (the HTTP port in use included) or failed while
+        running; :data:`EXIT_BAD_SERVICE` when ``spec`` cannot be loaded, or has no
+        HTTP routes for ``http_port``. The reason is logged as one line.
     """
-    return asyncio.run(_run_worker(spec, options, status_fd))
+    return asyncio.run(_run_worker(spec, options, status_fd, http_fd))

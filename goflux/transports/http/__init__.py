@@ -10,6 +10,7 @@ Import it module-qualified::
     subscriber = ghttp.Subscriber(JsonCodec(Order), base_path="/hooks")
     await subscriber.start("orders.created", handle_order)
     app = subscriber.app  # an ASGI app: uvicorn, app.mount(...), goflux run --http-port
+    ghttp.app_of(group)  # one app serving the routes of every HTTP member of a group
 
     requester = ghttp.Requester("http://pricing.internal", JsonCodec(Quote), JsonCodec(Price))
     responder = ghttp.Responder(JsonCodec(Quote), JsonCodec(Price))
@@ -30,6 +31,7 @@ require("starlette", "http", "goflux.transports.http")
 from goflux._exports import publish_names as _publish_names  # noqa: E402
 from goflux.transports.http._client import DEFAULT_TIMEOUT  # noqa: E402
 from goflux.transports.http._errors import StatusError  # noqa: E402
+from goflux.transports.http._group import app_of  # noqa: E402
 from goflux.transports.http._publisher import Publisher  # noqa: E402
 from goflux.transports.http._requester import Requester  # noqa: E402
 from goflux.transports.http._responder import Responder, ResponderRoute  # noqa: E402
@@ -64,6 +66,7 @@ __all__ = (
     "Router",
     "StatusError",
     "Subscriber",
+    "app_of",
 )
 
 _publish_names(__name__, globals())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
 
 from opentelemetry.trace import SpanKind
@@ -213,18 +213,33 @@ class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, R
             codec=self._request_codec,
             reply_codec=self._reply_codec,
             http={"basePath": self._base_path, "maxBodySize": self._options.max_body_size},
+            app=self._router,
         )
 
     async def start(
-        self, subject: str, handle: Callable[[Req], Awaitable[Resp]]
+        self,
+        subject: str,
+        handle: Callable[[Req], Awaitable[Resp]],
+        *,
+        endpoint: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> ResponderRoute[Req, Resp]:
         """Answer requests to ``subject`` at ``{base_path}/{subject}`` from now on.
 
+        ``endpoint`` and ``metadata`` are the NATS micro service options
+        (:meth:`goflux.Group.respond` passes them on); an HTTP route has neither.
+
         Raises:
             InvalidSubject: ``subject`` is not a valid pattern.
+            ValueError: ``endpoint`` or ``metadata`` is given.
             SubscribeError: The responder is closed, or a running route already
                 serves that path on the router.
         """
+        if endpoint is not None or metadata is not None:
+            raise ValueError(
+                f"endpoint= and metadata= name NATS micro service endpoints; the HTTP "
+                f"route of {subject!r} is served at {self._base_path}/{subject}"
+            )
 
         async def open_route() -> ResponderRoute[Req, Resp]:
             route = ResponderRoute(

@@ -28,6 +28,8 @@ DEFAULT_MAX_BODY_SIZE: Final = 1 << 20  # 1 MiB, as Go goflux
 DEFAULT_BODY_TIMEOUT: Final = 30.0
 DEFAULT_DRAIN_TIMEOUT: Final = 30.0
 _RETRY_SOON: Final = {"retry-after": "1"}
+# Stopping: a kept-alive client reconnects (to another worker, where there are several).
+_GOING_AWAY: Final = {"retry-after": "1", "connection": "close"}
 _CLOSE: Final = {"connection": "close"}
 
 
@@ -119,7 +121,7 @@ class ServedRoute(StopOnExit):
         self.received += 1
         if self._stopping:
             self.refused += 1
-            await send_error(scope, receive, send, 503, f"{self.path} is stopping", _RETRY_SOON)
+            await send_error(scope, receive, send, 503, f"{self.path} is stopping", _GOING_AWAY)
             return
         most = self._max_concurrency
         if most is not None and len(self._tasks) >= most:
@@ -151,7 +153,7 @@ class ServedRoute(StopOnExit):
                 raise  # the server's own cancellation (it is shutting down)
             task.uncancel()
             with contextlib.suppress(Exception):
-                await send_error(scope, receive, send, 503, f"{self.path} stopped", _RETRY_SOON)
+                await send_error(scope, receive, send, 503, f"{self.path} stopped", _GOING_AWAY)
         finally:
             self._tasks.discard(task)
             self._cancelled.discard(task)

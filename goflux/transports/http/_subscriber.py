@@ -290,6 +290,7 @@ class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Gener
             "http",
             codec=self._codec,
             http={"basePath": self._base_path, "maxBodySize": self._options.max_body_size},
+            app=self._router,
         )
 
     async def start(self, subject: str, handler: Handler[T]) -> HttpSubscription[T]:

@@ -218,3 +218,13 @@ async def test_retry_publish_waits_as_long_as_retry_after_asks(served: Serve) ->
     assert answers[1] - answers[0] >= 1.0
     assert too_long.value.retry_after == 3600
     assert len(answers) == 3  # the 3600 s one was not tried again
+
+
+async def test_a_group_refuses_micro_options_for_an_http_responder() -> None:
+    async def price(quote: Quote) -> Price:
+        return Price(sku=quote.sku, total=3.0)
+
+    group = Group(signals=())
+    group.respond(ghttp.Responder(QUOTE, PRICE), "pricing.quote", price, endpoint="quote")
+    with pytest.raises(ValueError, match="NATS micro service endpoints"):
+        await group.start()

@@ -223,6 +223,7 @@ async def test_stop_drains_in_flight_requests_then_answers_503(served: Serve) ->
         stopping = asyncio.create_task(subscription.stop(timeout=10))
         late = await client.post("/orders.drain", content=BODY)
         assert (late.status_code, late.headers["retry-after"]) == (503, "1")
+        assert late.headers["connection"] == "close"  # kept-alive clients go elsewhere
         assert not stopping.done()
         release.set()
         await stopping
