@@ -295,9 +295,45 @@ def test_api_reference_uses_public_import_paths_only() -> None:
         assert f"::: {package}" in DIRECTIVE.sub(r"::: \1", (ROOT / "docs" / page).read_text())
 
 
+LINK = re.compile(r"""\b(?:href|src)=["']([^"']*)["']""")
+
+
+def broken_links(site: Path) -> list[str]:
+    """The links of a built site that do not open a file of the site from disk.
+
+    A link to a folder (``concepts/``) works on a web server, which answers with its
+    ``index.html``, but opens a directory listing in a browser reading the files.
+    ``404.html`` is left out: only a web server shows it, for a path it lacks.
+    """
+    broken = []
+    for page in sorted(site.rglob("*.html")):
+        if page.relative_to(site) == Path("404.html"):
+            continue
+        for target in LINK.findall(page.read_text()):
+            path = target.split("#", 1)[0].split("?", 1)[0]
+            if not path or re.match(r"^[a-z][a-z0-9+.-]*:|^//", path, re.IGNORECASE):
+                continue  # in-page, or another site (https:, mailto:, data:)
+            if not (page.parent / path).is_file():
+                broken.append(f"{page.relative_to(site)}: {target}")
+    return broken
+
+
+def test_broken_links_finds_folder_links(tmp_path: Path) -> None:
+    (tmp_path / "concepts").mkdir()
+    (tmp_path / "concepts" / "index.html").write_text("")
+    (tmp_path / "index.html").write_text(
+        '<a href="concepts/index.html#x">ok</a> <a href="https://example.org/">ok</a>'
+        ' <a href="#top">ok</a> <a href="concepts/">folder</a> <img src="missing.png">'
+    )
+    assert broken_links(tmp_path) == ["index.html: concepts/", "index.html: missing.png"]
+
+
 @pytest.mark.timeout(180)
 def test_api_reference_shows_every_public_name(tmp_path: Path) -> None:
-    """The built site has an entry for every name in every public package's ``__all__``."""
+    """The built site has an entry for every name in every public package's ``__all__``.
+
+    And it browses from disk: every link opens a file of the site.
+    """
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
         capture_output=True,
@@ -310,10 +346,12 @@ def test_api_reference_shows_every_public_name(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     missing = []
     for package, page in PUBLIC_PACKAGES.items():
-        html = (tmp_path / page.removesuffix(".md") / "index.html").read_text()
+        html = (tmp_path / page.replace(".md", ".html")).read_text()
         missing += [
             f"{package}.{name}"
             for name in public_names(package)
             if f'id="{package}.{name}"' not in html
         ]
     assert not missing, "not in the API reference:\n" + "\n".join(missing)
+    broken = broken_links(tmp_path)
+    assert not broken, "links that open no file from disk:\n" + "\n".join(broken)
