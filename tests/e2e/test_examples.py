@@ -191,6 +191,7 @@ def test_the_readme_demo_command_runs_the_main_job() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"orders published\s+20\n", result.stdout)
     assert result.stdout.count("[ok]") == 9
+    assert "\nnext steps\n" in result.stdout  # what to read, how to run the tests
     # Spark's own log lines (log4j, the JVM) stay out of the demo's output.
     assert not SPARK_LOG_LINE.search(result.stdout + result.stderr), result.stderr[-3000:]
 
