@@ -211,6 +211,39 @@ def test_example_prints_its_output(block: Block, output: Block, tmp_path: Path) 
         pytest.fail(f"{block.where} printed something else:\n{diff}\n--- stderr:\n{result.stderr}")
 
 
+@pytest.mark.timeout(240)
+def test_runnable_examples_pass_mypy_strict(tmp_path: Path) -> None:
+    """Strict typing is what goflux sells: every runnable example passes ``mypy --strict``.
+
+    Each block becomes a module of its own (named after its page and line), checked
+    with the project's mypy settings (``pyproject.toml``: the pydantic plugin) against
+    this checkout's goflux. Fragments are left out: they use names defined elsewhere.
+    """
+    modules = {}
+    for block, _ in RUNNABLE:
+        name = "ex_" + re.sub(r"\W", "_", block.where)
+        (tmp_path / f"{name}.py").write_text(block.code)
+        modules[name] = block.where
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--config-file", str(ROOT / "pyproject.toml"),
+         "--cache-dir", str(tmp_path / ".mypy_cache"), *sorted(f"{m}.py" for m in modules)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": str(ROOT)},
+        timeout=200,
+        check=False,
+    )  # fmt: skip
+
+    def where(match: re.Match[str]) -> str:  # ex_docs_state_md_195.py:39 -> docs/state.md:234
+        page, fence = modules[match[1]].rsplit(":", 1)
+        return f"{page}:{int(fence) + int(match[2])}"
+
+    report = re.sub(r"^(ex_\w+)\.py:(\d+)", where, result.stdout, flags=re.MULTILINE)
+    assert result.returncode == 0, f"docs examples that fail mypy --strict:\n{report}"
+    assert f"no issues found in {len(modules)} source files" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("expected", "stdout", "matches"),
     [
