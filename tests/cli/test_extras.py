@@ -50,7 +50,7 @@ def goflux_without(
          *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,
         env=env,
         check=False,
     )  # fmt: skip
@@ -179,7 +179,7 @@ def test_version_lists_goflux_and_the_libraries_it_runs_with() -> None:
         [sys.executable, "-m", "goflux", "--version"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,
         check=True,
     )
     lines = result.stdout.splitlines()
