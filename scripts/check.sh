@@ -4,7 +4,9 @@
 #   ./scripts/check.sh                 the full tier (what CI runs): the tests that start a
 #                                      JVM and the others side by side, with the Spark tests
 #                                      run a second time, on the lowest PySpark we claim
-#                                      (scripts/pyspark-floor.sh; not with ARGS)
+#                                      (scripts/pyspark-floor.sh), and the built wheel
+#                                      installed and run outside the repository
+#                                      (scripts/wheel-check.sh); those two not with ARGS
 #   ./scripts/check.sh --fast          the fast tier: the same static checks and docs build,
 #                                      then every test not marked slow, spark, reliability
 #                                      or e2e, on every CPU (pytest-xdist)
@@ -37,22 +39,28 @@ else
         status=0
         .venv/bin/pytest "$@" || status=$?
         echo "== pyspark floor: skipped (pytest arguments given; ./scripts/pyspark-floor.sh runs it)"
+        echo "== wheel check: skipped (pytest arguments given; ./scripts/wheel-check.sh runs it)"
         exit "$status"
     fi
-    # Three runs side by side, their output one after the other: the tests that start
-    # a JVM (marked spark), the Spark tests again on the lowest PySpark we claim, and
-    # every other test. Most of the suite waits on timers, servers and child
-    # processes, so one after the other they would take more than 10 minutes on 2
-    # cores. The JVM runs are niced, so that the other tests' timing keeps the CPU
-    # when they all want it.
+    # Four runs side by side, their output one after the other: the tests that start
+    # a JVM (marked spark), the Spark tests again on the lowest PySpark we claim, the
+    # wheel built, installed and run as a user would (about 100 s alone, most of it
+    # the demo's JVM and pip), and every other test. Most of the suite waits on timers,
+    # servers and child processes, so one after the other they would take more than 10
+    # minutes on 2 cores. The JVM runs are niced, so that the other tests' timing keeps
+    # the CPU when they all want it.
     PYTHON="$PYTHON" scripts/pyspark-floor.sh --install
     spark_log="$(mktemp)"
     floor_log="$(mktemp)"
+    wheel_log="$(mktemp)"
     nice -n 10 .venv/bin/pytest -m spark -p no:cacheprovider > "$spark_log" 2>&1 &
     spark_pid=$!
     nice -n 10 scripts/pyspark-floor.sh > "$floor_log" 2>&1 &
     floor_pid=$!
-    trap 'kill "$spark_pid" "$floor_pid" 2>/dev/null || true; rm -f "$spark_log" "$floor_log"' EXIT
+    PYTHON="$PYTHON" nice -n 10 scripts/wheel-check.sh > "$wheel_log" 2>&1 &
+    wheel_pid=$!
+    trap 'kill "$spark_pid" "$floor_pid" "$wheel_pid" 2>/dev/null || true
+          rm -f "$spark_log" "$floor_log" "$wheel_log"' EXIT
     echo "== pytest -m \"not spark\" with pyspark $pyspark (.venv)"
     status=0
     .venv/bin/pytest -m "not spark" || status=$?
@@ -63,7 +71,11 @@ else
     floor_status=0
     wait "$floor_pid" || floor_status=$?
     cat "$floor_log"
-    for run_status in "$spark_status" "$floor_status"; do
+    wheel_status=0
+    wait "$wheel_pid" || wheel_status=$?
+    echo "== scripts/wheel-check.sh"
+    cat "$wheel_log"
+    for run_status in "$spark_status" "$floor_status" "$wheel_status"; do
         if [ "$status" -eq 0 ]; then
             status=$run_status
         fi

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ TESTS = Path(__file__).resolve().parent
 FOLDER_MARKERS = {"reliability": "reliability", "e2e": "e2e"}
 NATS_LOG_LINES = 200  # the last lines a failing test's report searches for warnings
 SPARK_FIXTURE = "spark"  # tests/spark/conftest.py: the session-wide local SparkSession
+# Seconds a JVM start-up may take on a busy machine, as goflux.testing's Spark servers
+# allow theirs: added to the timeout of a test that will start the local session's JVM.
+JVM_STARTUP = 180.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -86,6 +90,14 @@ def _utf8(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def starts_the_local_jvm(item: pytest.Item) -> bool:
+    """Whether the test will start the JVM of the local Spark session (none runs yet)."""
+    if SPARK_FIXTURE not in getattr(item, "fixturenames", ()):
+        return False
+    pyspark = sys.modules.get("pyspark")  # not imported yet: no session either
+    return pyspark is None or pyspark.SparkContext._active_spark_context is None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     """A test marked spark or e2e gets its timeout times the machine's load factor.
@@ -93,12 +105,19 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     Its JVMs and child processes start, and its jobs run, that much slower on an
     overloaded machine (the factor is ``max(1, load average / CPUs)``, as for the
     servers' start-up timeouts and the children's own limits,
-    ``tests.processes.scaled``); on an idle one nothing changes.
+    ``tests.processes.scaled``); on an idle one nothing changes. A test that will
+    start the local Spark session's JVM (the first to ask for it, or the first after
+    a broken one) gets :data:`JVM_STARTUP` more first: its timeout covers its setup.
     """
-    factor = load_factor()
-    if factor <= 1 or not any(item.get_closest_marker(m) for m in ("spark", "e2e")):
+    if not settings.timeout:  # no timeout (--timeout=0): none added either
         return None
-    scaled = settings._replace(timeout=settings.timeout * factor)
+    factor = load_factor()
+    startup = JVM_STARTUP if starts_the_local_jvm(item) else 0.0
+    if (factor <= 1 and not startup) or not any(
+        item.get_closest_marker(m) for m in ("spark", "e2e")
+    ):
+        return None
+    scaled = settings._replace(timeout=(settings.timeout + startup) * factor)
     started: bool = pytest_timeout.pytest_timeout_set_timer(item=item, settings=scaled)
     return started
 

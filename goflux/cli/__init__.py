@@ -11,6 +11,7 @@
     goflux kv ls|get|put|watch BUCKET [KEY]     Key-Value buckets (see goflux.cli._kv)
     goflux obj ls|put|get BUCKET [NAME]         Object store buckets (see goflux.cli._obj)
     goflux services [--server URL] [NAME]       NATS micro services (see goflux.cli._services)
+    goflux --version                            the versions of goflux and its libraries
 
 The console script and ``python -m goflux`` call :func:`main`.
 """

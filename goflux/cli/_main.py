@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from goflux._errors import GofluxError
+from goflux._errors import GofluxError, MissingDependency
 from goflux._urls import redact_url
 from goflux.cli._asyncapi import add_asyncapi_command
 from goflux.cli._kv import add_kv_commands
+from goflux.cli._needs import extra_of, missing_extra
 from goflux.cli._obj import add_obj_commands
 from goflux.cli._services import add_services_command
+from goflux.cli._version import VersionAction
 
 if TYPE_CHECKING:
     from goflux.demo.summary import DemoSummary
@@ -335,6 +337,9 @@ def _orders(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="goflux", description="goflux tools")
+    parser.add_argument(
+        "--version", action=VersionAction, help="print the versions of goflux and its libraries"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_command(commands)
     add_asyncapi_command(commands)
@@ -381,6 +386,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``goflux`` command line; return the exit status."""
     args = _parser().parse_args(argv)
+    missing = missing_extra(args)  # one line naming the extra to install, not a traceback
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 2
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
@@ -389,6 +398,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):  # no flush of the dead pipe at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except ImportError as exc:
+        extra = extra_of(exc)
+        if isinstance(exc, MissingDependency):  # says what to install itself
+            print(f"goflux {args.command}: {exc}", file=sys.stderr)
+        elif extra is not None:  # an import that NEEDS (goflux/cli/_needs.py) did not foresee
+            print(
+                f"goflux {args.command} needs the '{extra}' extra ({exc.name} is not installed): "
+                f"pip install 'goflux[{extra}]'",
+                file=sys.stderr,
+            )
+        else:
+            raise
+        return 2
     except Exception as exc:
         if isinstance(exc, GofluxError | OSError | TimeoutError) or type(exc).__module__.startswith(
             "nats"

@@ -50,7 +50,7 @@ from goflux.demo.model import (
     make_orders,
 )
 from goflux.demo.service import FlakyGateway, PaymentService
-from goflux.demo.summary import DemoSummary, check, print_summary
+from goflux.demo.summary import DemoSummary, check, print_next_steps, print_summary
 from goflux.middleware import DeadLetter, ExponentialBackoff, RetryPolicy, retry_ack
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
@@ -528,10 +528,11 @@ async def run_demo(config: DemoConfig | None = None) -> DemoSummary:
 def run_and_print(
     config: DemoConfig | None = None, *, report: Callable[[DemoSummary], None] | None = None
 ) -> int:
-    """Run the demo, print the summary; return 0 if every check held, else 1."""
+    """Run the demo, print the summary and the next steps; return 0 if every check held."""
     config = config or DemoConfig(url=os.environ.get("NATS_URL") or None)
     summary = asyncio.run(run_demo(config))
     print_summary(summary, config.out)
+    print_next_steps(config.out)
     if report is not None:
         report(summary)
     return 0 if summary.ok else 1

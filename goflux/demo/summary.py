@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TextIO
 
-__all__ = ("DemoSummary", "check", "print_summary")
+__all__ = ("NEXT_STEPS", "DemoSummary", "check", "print_next_steps", "print_summary")
+
+NEXT_STEPS = """
+next steps
+  read    https://goflux-py.github.io/goflux/getting-started.html#quick-start (docs/ in a checkout)
+  test    ./scripts/check.sh --fast in a checkout of https://github.com/goflux-py/goflux
+          (./scripts/check.sh runs every test)
+"""
+"""What the demo prints last: the docs page to read next, and the command that tests."""
 
 
 @dataclass
@@ -97,4 +105,10 @@ def print_summary(summary: DemoSummary, out: TextIO) -> None:
     out.write("\nchecks\n")
     for name, held in summary.checks.items():
         out.write(f"  [{'ok' if held else 'FAILED'}] {name}\n")
+    out.flush()
+
+
+def print_next_steps(out: TextIO) -> None:
+    """Print :data:`NEXT_STEPS`: where to read on, and how to run the tests."""
+    out.write(NEXT_STEPS)
     out.flush()

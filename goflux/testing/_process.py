@@ -32,8 +32,9 @@ __all__ = (
     "startup_timeout",
 )
 
-#: Seconds each Spark process may take to report readiness, for every
-#: SparkConnectServer and SparkStandaloneCluster not given ``startup_timeout``.
+#: Seconds a Spark Connect server, or a whole standalone cluster, may take to report
+#: readiness, for every SparkConnectServer and SparkStandaloneCluster not given
+#: ``startup_timeout``.
 SPARK_STARTUP_TIMEOUT = "GOFLUX_SPARK_STARTUP_TIMEOUT"
 #: Seconds a nats-server may take to become ready, for every NatsServer not given
 #: ``startup_timeout``.

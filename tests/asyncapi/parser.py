@@ -46,7 +46,7 @@ def parse(*documents: str) -> list[Verdict]:
             [node, str(VALIDATOR), *files],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=40,  # below the 60 s of the tests that call it
             check=False,
             cwd=NODE_DIR,
         )

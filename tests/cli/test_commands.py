@@ -24,7 +24,7 @@ def goflux(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
         [sys.executable, "-m", "goflux", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,  # below the test's 60 s, so that a hang shows the command's output
         env=env,
         check=False,
     )
@@ -276,7 +276,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(
         " > /dev/null; echo ${PIPESTATUS[0]}"
     )
     done = subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False
+        ["bash", "-c", command], capture_output=True, text=True, timeout=30, check=False
     )
     assert done.stdout.strip() == "0"
     assert done.stderr == ""

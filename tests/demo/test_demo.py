@@ -6,6 +6,7 @@ The whole demo (with its Spark job) runs in tests/e2e/test_examples.py (e2e, spa
 from __future__ import annotations
 
 import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -14,9 +15,10 @@ from goflux import Message, NonRetryable
 from goflux.demo.model import CUSTOMERS, Order, flaky_orders, make_orders
 from goflux.demo.run import DemoConfig, Progress
 from goflux.demo.service import FlakyGateway, GatewayUnavailable, PaymentService
-from goflux.demo.summary import DemoSummary, check, print_summary
+from goflux.demo.summary import DemoSummary, check, print_next_steps, print_summary
 from goflux.transports import channel
 from tests.helpers import Inbox
+from tests.test_readme import wrong_links
 
 
 def test_orders_are_the_same_every_run_with_every_13th_invalid() -> None:
@@ -98,3 +100,14 @@ def test_the_summary_checks_every_promise_and_prints_them() -> None:
     assert "  dead-lettered (invalid amount)" in text
     assert text.count("[ok]") == 8
     assert "[FAILED] invalid orders dead-lettered" in text
+
+
+def test_the_demo_ends_with_what_to_read_and_how_to_test() -> None:
+    out = io.StringIO()
+    print_next_steps(out)
+    text = out.getvalue()
+    assert text.startswith("\nnext steps\n")
+    assert "./scripts/check.sh --fast" in text
+    urls = re.findall(r"https://\S+", text)
+    assert len(urls) == 2
+    assert wrong_links(" ".join(f"<{url}>" for url in urls)) == []  # the page and heading exist

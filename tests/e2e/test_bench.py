@@ -181,7 +181,7 @@ def test_unknown_suite_is_refused() -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,
         check=False,
     )
     assert result.returncode == 2

@@ -152,7 +152,7 @@ def test_the_cli_never_prints_credentials(password_server: NatsServer) -> None:
                     [sys.executable, "-m", "goflux", command, "--url", url],
                     capture_output=True,
                     text=True,
-                    timeout=60,
+                    timeout=30,
                     check=False,
                 )
                 assert password not in result.stdout + result.stderr, (command, port)

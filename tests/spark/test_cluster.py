@@ -42,7 +42,10 @@ if TYPE_CHECKING:
     from tests.spark.jvm import OneContext
 
 # Slow: the cluster and its executor take 15-25 s to start on 2 cores, once per module.
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(240)]
+# The first test's time includes that start-up: up to 180 s for the cluster
+# (SparkStandaloneCluster's limit on a busy machine) and 120 s for the executors to
+# register (spark.scheduler.maxRegisteredResourcesWaitingTime below), then its own work.
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(420)]
 
 SOURCE, OUT = "SALES", "OUT"
 ROOT = Path(__file__).resolve().parents[2]

@@ -100,6 +100,6 @@ def test_a_process_waits_for_another_processs_download(tmp_path: Path) -> None:
         binary.chmod(0o755)
     finally:
         os.close(fd)
-    out, err = child.communicate(timeout=60)
+    out, err = child.communicate(timeout=20)  # after up to 30 s above: below the test's 60 s
     assert child.returncode == 0, err
     assert out.strip() == str(binary)

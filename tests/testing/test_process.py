@@ -24,6 +24,7 @@ from goflux.testing._process import (
     load_factor,
     startup_timeout,
 )
+from goflux.testing._spark import _Jvm
 
 
 def python(code: str) -> list[str]:
@@ -86,12 +87,12 @@ def test_the_servers_take_their_timeouts_from_the_setting_or_the_load(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Nothing starts: the timeouts are decided when the objects are made.
-    assert SparkConnectServer().startup_timeout == 120.0
-    assert SparkStandaloneCluster().startup_timeout == 60.0
+    assert SparkConnectServer().startup_timeout == 180.0
+    assert SparkStandaloneCluster().startup_timeout == 180.0
     assert NatsServer().startup_timeout == 10.0
     loaded(monkeypatch, 8.0, 2)
-    assert SparkConnectServer().startup_timeout == 480.0
-    assert SparkStandaloneCluster().startup_timeout == 240.0
+    assert SparkConnectServer().startup_timeout == 720.0
+    assert SparkStandaloneCluster().startup_timeout == 720.0
     assert NatsServer().startup_timeout == 40.0
     assert SparkStandaloneCluster(startup_timeout=7).startup_timeout == 7.0
     monkeypatch.setenv(SPARK_STARTUP_TIMEOUT, "900")
@@ -165,8 +166,43 @@ def test_a_nats_server_not_ready_in_time_is_killed_with_its_log(tmp_path: Path) 
 
 def test_a_spark_process_not_ready_in_time_is_stopped_with_its_directory() -> None:
     cluster = SparkStandaloneCluster(startup_timeout=0.5)
-    with pytest.raises(SparkProcessError, match=r"spark-master did not report .* within 0\.5s"):
+    with pytest.raises(
+        SparkProcessError, match=r"spark-master did not report .* within the start-up's 0\.5s"
+    ):
         cluster.start()
     assert not cluster.running
     with pytest.raises(SparkProcessError, match="has not been started"):
         _ = cluster.work_dir  # deleted with the processes
+
+
+def test_a_cluster_start_up_is_one_limit_for_all_its_processes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Master and worker each log their lines in time, but together they are late."""
+    said = {
+        "spark-master": [
+            "Starting Spark master at spark://127.0.0.1:7077",
+            "I have been elected leader",
+        ],
+        "spark-worker-0": ["Successfully registered with master"],
+    }
+
+    def spawn(
+        self: SparkStandaloneCluster, name: str, script: str, args: list[str], **env: str
+    ) -> _Jvm:
+        if self._resources.temp_dir is None:
+            self._resources.temp_dir = tmp_path / "work"
+            self._resources.temp_dir.mkdir()
+        code = (
+            f"import time\nfor line in {said[name]!r}:\n    time.sleep(0.4)\n    print(line)\n"
+            "time.sleep(60)"
+        )
+        process = _Jvm(name, python(code), dict(os.environ), tmp_path, tmp_path / f"{name}.log")
+        self._resources.processes.append(process)
+        return process
+
+    monkeypatch.setattr(SparkStandaloneCluster, "_spawn", spawn)
+    cluster = SparkStandaloneCluster(startup_timeout=1.0)  # each line within 0.4 s, all in 1.2
+    with pytest.raises(SparkProcessError, match=r"did not report .* within the start-up's 1\.0s"):
+        cluster.start()
+    assert not cluster.running

@@ -211,7 +211,7 @@ def test_telemetries_made_before_and_after_the_global_provider_is_set_all_count(
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=40,  # below the module's 60 s
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]

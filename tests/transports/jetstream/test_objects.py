@@ -450,6 +450,7 @@ MEASURE = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)  # above the child's 120 s and the 200 MiB written before it
 async def test_a_200_mib_object_streams_in_bounded_memory(
     nats_server: NatsServer, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
