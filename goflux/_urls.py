@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ("redact_url",)
+__all__ = ("http_url", "redact_url", "unbracket")
 
 
 def redact_url(url: str) -> str:
@@ -29,3 +29,13 @@ def redact_url(url: str) -> str:
         at = body.rfind("@")
         masked.append(f"***@{body[at + 1 :]}{tail}" if at >= 0 else part)
     return "://".join(masked)
+
+
+def http_url(host: str, port: int) -> str:
+    """``http://host:port``, an IPv6 address in brackets (``http://[::1]:8080``)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def unbracket(host: str) -> str:
+    """A host as sockets take it: ``[::1]`` (as URLs write it) is ``::1``."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from goflux._errors import GofluxError, MissingDependency
-from goflux._urls import redact_url
+from goflux._urls import redact_url, unbracket
 from goflux.cli._asyncapi import add_asyncapi_command
 from goflux.cli._kv import add_kv_commands
 from goflux.cli._needs import extra_of, missing_extra
@@ -114,7 +114,7 @@ def _add_run_command(commands: Any) -> None:
     )  # fmt: skip
     run.add_argument("--health-port", type=_any_port, help="serve /livez and /readyz on this port")
     run.add_argument(
-        "--health-host", default="0.0.0.0",
+        "--health-host", default="0.0.0.0", type=unbracket,
         help="address of the health probes (default 0.0.0.0)",
     )  # fmt: skip
     run.add_argument(
@@ -125,7 +125,7 @@ def _add_run_command(commands: Any) -> None:
         "(0: any free port, logged)",
     )  # fmt: skip
     run.add_argument(
-        "--http-host", default="0.0.0.0",
+        "--http-host", default="0.0.0.0", type=unbracket,
         help="address of the HTTP routes (default 0.0.0.0)",
     )  # fmt: skip
     run.add_argument("--log-format", choices=("text", "json"), default="text")

@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from goflux._extras import require
+from goflux._urls import http_url
 from goflux.service._health import ASGIApp
 from goflux.service._options import RunOptions
 
@@ -143,4 +144,4 @@ async def serve_probes(stack: contextlib.AsyncExitStack, app: ASGIApp, options: 
         server = await stack.enter_async_context(HttpServer(app, host, port))
     except OSError as exc:
         raise OSError(f"cannot serve the health probes on {host}:{port}: {exc}") from exc
-    logger.info("health probes on http://%s:%d (/livez, /readyz)", host, server.port)
+    logger.info("health probes on %s (/livez, /readyz)", http_url(host, server.port))

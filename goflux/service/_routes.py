@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Self
 from goflux._compose.group import Group
 from goflux._errors import GofluxError
 from goflux._facts import facts_of
+from goflux._urls import http_url
 from goflux.service._gate import RoutesGate
 from goflux.service._http import HttpServer, listen
 from goflux.service._options import RunOptions
@@ -99,7 +100,7 @@ class WorkerRoutes:
         """Where the routes are served: ``http://host:port`` (the bound port)."""
         assert self._socket is not None, "not entered"
         host, port = self._socket.getsockname()[:2]
-        return f"http://{host}:{port}"
+        return http_url(host, port)
 
     async def __aenter__(self) -> Self:
         if self._fd is not None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from goflux._extras import require
+from goflux._urls import http_url
 from goflux.service._crashes import CRASH_DIR_ENV, CrashBook
 from goflux.service._health import health_app
 from goflux.service._http import serve_probes
@@ -158,6 +159,10 @@ class _Supervisor:
 
     def _stop(self) -> None:
         self._stopping.set()
+        if self._routes is not None:
+            # No worker starts any more: once the last worker has closed its copy too,
+            # a new connection is refused (clearly not delivered), not reset.
+            self._routes.close()
         for worker in self._workers:
             worker.changed.set()  # a worker waiting for a change gives up waiting
             if worker.alive and worker.process is not None:
@@ -251,6 +256,8 @@ class _Supervisor:
             try:
                 process = await self._start(worker)
             except OSError as exc:  # no process could be made: out of memory, pids, fds
+                if self._stopping.is_set():
+                    return  # stopped meanwhile (the routes' socket is closed)
                 self._give_up(f"cannot start worker {worker.id}: {exc}")
                 return
             code = await process.wait()
@@ -273,6 +280,8 @@ class _Supervisor:
         """Whether a worker's exit while the supervisor stops was clean."""
         if code == 0:
             return
+        if code == EXIT_BAD_SERVICE and self._status == EXIT_BAD_SERVICE:
+            return  # the reason the supervisor gives up: said once already
         if code == -signal.SIGTERM and worker.report is None:
             return  # killed while booting, before its service began: nothing to drain
         worker.unclean = True
@@ -407,7 +416,7 @@ class _Supervisor:
         stack.callback(self._routes.close)
         host, port = self._routes.getsockname()[:2]
         logger.info(
-            "HTTP routes on http://%s:%d, shared by %d workers", host, port, len(self._workers)
+            "HTTP routes on %s, shared by %d workers", http_url(host, port), len(self._workers)
         )
         return True
 

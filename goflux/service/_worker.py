@@ -228,6 +228,11 @@ class _Worker:
 async def _run_worker(
     spec: str, options: RunOptions, status_fd: int | None, http_fd: int | None
 ) -> int:
+    # What the service execs must not inherit the supervisor's link or the shared
+    # listening socket (it would hold the port open after goflux exits).
+    for fd in (status_fd, http_fd):
+        if fd is not None:
+            os.set_inheritable(fd, False)
     link = None
     if status_fd is not None:
         link = WorkerLink(status_fd)

@@ -5,6 +5,8 @@
 - ``HTTP_HOLD``: a FIFO the handler of ``work.slow`` reads before it answers.
 - ``HTTP_BLOCK_MS``: ``whoami`` holds its worker's event loop this long (a handler
   that computes), so that a worker busy with one request takes no other connection.
+- ``HTTP_SPAWN``: a directory; at start-up the service starts a process that inherits
+  what it may (as ``os.system("... &")`` does) and writes its pid there.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -43,6 +47,17 @@ async def routes(group: Group) -> None:
 
     async def hook(msg: Message[str]) -> None:
         logger.info("hook %s", msg.payload)
+
+    spawn = os.environ.get("HTTP_SPAWN")
+    if spawn:
+        child = subprocess.Popen(  # noqa: ASYNC220 - started once, returns at once
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            close_fds=False,  # what it may inherit, it does (the output is the test's)
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        (Path(spawn) / f"{child.pid}.pid").write_text(str(child.pid))
 
     gate = os.environ.get("HTTP_GATE")
     if gate:

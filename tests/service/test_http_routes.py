@@ -7,6 +7,7 @@ lines and on FIFOs it reads (real signals), never on time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -184,6 +185,8 @@ def test_a_service_without_http_routes_on_an_http_port_exits_2(
         giving_up = next(line for line in run.lines if "giving up" in line)
         assert "before it was ready" in giving_up
         assert reason in giving_up
+        assert "while stopping" not in run.output  # the workers' exit 2 is that reason
+        assert "did not exit cleanly" not in run.output
     assert "Traceback" not in run.output
 
 
@@ -199,3 +202,43 @@ def test_http_routes_without_an_http_port_are_warned_about() -> None:
         "'work.slow', subscription to 'orders.created'), but nothing serves its routes: "
         "give goflux run --http-port"
     )
+
+
+def test_what_a_worker_spawns_does_not_keep_the_shared_socket(tmp_path: Path) -> None:
+    args = (SERVICE, "--workers", "2", "--http-port", "0", *LOOPBACK)
+    with GofluxRun(*args, env={"HTTP_SPAWN": str(tmp_path)}) as run:
+        port = int(run.wait_for(BOUND)[1])
+        for worker in (1, 2):
+            run.wait_for(rf"worker={worker} goflux\.run: serving HTTP routes")
+        run.signal(signal.SIGTERM)
+        assert run.wait() == 0, run.output
+    children = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+    try:
+        assert len(children) == 2
+        with pytest.raises(ConnectionRefusedError):  # nobody holds the port any more
+            socket.create_connection(("127.0.0.1", port), timeout=DEADLINE).close()
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _loopback6() -> bool:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _loopback6(), reason="this machine has no IPv6 loopback")
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+async def test_an_ipv6_host_is_logged_as_a_url_that_works(host: str) -> None:
+    with GofluxRun(SERVICE, "--http-port", "0", "--http-host", host) as run:
+        match = await asyncio.to_thread(run.wait_for, r"HTTP routes on (http://\[::1\]:\d+)")
+        await asyncio.to_thread(run.wait_for, "is running")
+        async with httpx.AsyncClient(base_url=match[1], timeout=DEADLINE) as http:
+            answer = await http.post("/whoami", content="x")
+        assert answer.status_code == 200, answer.text
+        run.signal(signal.SIGTERM)
+        assert await asyncio.to_thread(run.wait) == 0, run.output
