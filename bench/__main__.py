@@ -2,9 +2,9 @@
 
 Options: ``--rounds N`` (default 5), ``--only SUITE,...``, ``--smoke`` (tiny sizes, one
 round: proves every case still runs, in seconds), ``--out DIR``. Each suite starts its
-own nats-server; within a table the cases are interleaved (A B A B ...). The report
-(markdown, with machine notes and the goals) and a PNG chart are written to ``DIR``
-(default ``bench/results/latest``).
+own nats-server (the ``http`` suite a uvicorn process instead); within a table the
+cases are interleaved (A B A B ...). The report (markdown, with machine notes and the
+goals) and a PNG chart are written to ``DIR`` (default ``bench/results/latest``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import chart, codecs, goals, kv, latency, machine, memory, service
+from bench import chart, codecs, goals, http, kv, latency, machine, memory, service
 from bench.harness import Table
 from bench.sizes import FULL, SMOKE
 
@@ -29,6 +29,7 @@ SUITES = (
     "latency",
     "memory",
     "service",
+    "http",
     "spark",
 )
 DEFAULT_OUT = Path(__file__).parent / "results" / "latest"
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     hooks_ns = None
     costs = None
     memory_peaks = None
+    http_latencies = None
 
     def add(new: list[Table], after: Sequence[str] = ()) -> None:
         tables.extend(new)
@@ -97,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(memory.markdown(memory_peaks, sizes))
     if "service" in selected:
         add(*service.run(rounds, sizes))
+    if "http" in selected:
+        http_tables, http_sections, http_latencies = http.run(rounds, sizes)
+        add(http_tables, http_sections)
     if "spark" in selected:
         from bench import spark  # noqa: PLC0415 - starts a JVM; only when asked for
 
@@ -105,25 +110,49 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(spark.overhead_table(overhead))
 
     checked = goals.check(
-        {t.key: t for t in tables}, latencies, overhead, hooks_ns, costs, memory_peaks
+        {t.key: t for t in tables},
+        latencies,
+        overhead,
+        hooks_ns,
+        costs,
+        memory_peaks,
+        http_latencies,
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    drawn = chart.draw(tables, args.out / "chart.png") if tables else False
+    write(
+        args.out,
+        [notes, machine.finish(time.monotonic() - started)],
+        checked,
+        tables,
+        sections,
+        args.smoke,
+    )
+    return 0
+
+
+def write(
+    out: Path,
+    notes: list[str],
+    checked: list[goals.Goal],
+    tables: list[Table],
+    sections: list[str],
+    smoke: bool,
+) -> None:
+    """Write the report and the chart to ``out``, and print the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    drawn = chart.draw(tables, out / "chart.png") if tables else False
     report = "\n\n".join(
         [
             "# goflux benchmarks",
-            notes,
-            machine.finish(time.monotonic() - started),
-            goals.markdown(checked, args.smoke),
+            *notes,
+            goals.markdown(checked, smoke),
             "## Results",
             *sections,
             "![ratios to raw](chart.png)" if drawn else "(No chart: matplotlib is not installed.)",
         ]
     )
-    (args.out / "report.md").write_text(report + "\n")
+    (out / "report.md").write_text(report + "\n")
     print(report)
-    print(f"\nwritten to {args.out}/", file=sys.stderr)
-    return 0
+    print(f"\nwritten to {out}/", file=sys.stderr)
 
 
 if __name__ == "__main__":

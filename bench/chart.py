@@ -29,7 +29,7 @@ def draw(tables: list[Table], path: Path) -> bool:
                 "#d98c3a"
                 if "FastStream" in name
                 else "#9a9a9a"
-                if name.startswith("raw")
+                if name.startswith(("raw", "hand-written")) and "goflux" not in name
                 else "#3a78b5"
             )
     fig, ax = plt.subplots(figsize=(10, 0.32 * len(labels) + 1.2))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bench import faststream_cases, kv, latency, memory, telemetry
+from bench import faststream_cases, http, kv, latency, memory, telemetry
 from bench.harness import Table
 
 GOFLUX_CONSUME = "goflux Subscriber (auto-ack)"
@@ -101,6 +101,7 @@ def check(
     hooks_ns: float | None = None,
     costs: list[telemetry.Cost] | None = None,
     peaks: dict[str, memory.Peak] | None = None,
+    http_latencies: dict[str, latency.Latencies] | None = None,
 ) -> list[Goal]:
     goals: list[Goal] = []
 
@@ -223,6 +224,25 @@ def check(
                 f"{ratio:.2f}",
                 ratio <= 1.5,
                 judged_on="bytes per message (median round by growth)",
+            )
+        )
+    ratio_goal(
+        "http_publish",
+        http.GOFLUX,
+        0.85,
+        "HTTP publish -> handler vs hand-written httpx + Starlette",
+    )
+    if http_latencies is not None:
+        hand, ours = http_latencies[http.HAND_RR], http_latencies[http.GOFLUX_RR]
+        extra = ours.percentile(0.5) - hand.percentile(0.5)
+        goals.append(
+            Goal(
+                "HTTP request/reply latency p50 over hand-written httpx + Starlette "
+                f"({ours.percentile(0.5):,.0f} µs vs {hand.percentile(0.5):,.0f} µs)",
+                "<= +50 µs",
+                f"{extra:+,.0f} µs",
+                extra <= 50,
+                judged_on="the p50 difference over all rounds",
             )
         )
     ratio_goal(

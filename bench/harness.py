@@ -67,6 +67,7 @@ class Result:
     rates: list[float] = field(default_factory=list)  # operations per second
     cpu_us: list[float] = field(default_factory=list)  # client CPU microseconds per operation
     counts: list[int] = field(default_factory=list)  # operations measured per round
+    peer_cpu_us: list[float] = field(default_factory=list)  # of them, a server process's
 
     @property
     def median(self) -> float:
@@ -78,23 +79,41 @@ class Result:
 
 
 def interleave(
-    cases: dict[str, Callable[[], int]], rounds: int, *, expected: int
+    cases: dict[str, Callable[[], int]],
+    rounds: int,
+    *,
+    expected: int,
+    peer_cpu: Callable[[], float] | None = None,
+    alternate: bool = False,
 ) -> dict[str, Result]:
     """Run each case once per round (A B A B ...); a case returns how many ops it did.
+
+    With ``alternate`` every other round runs the cases in reverse order (A B B A ...),
+    so that no case always runs right after the same other. ``peer_cpu``, if given,
+    reads the CPU seconds a server process has used so far: a case's CPU per operation
+    is then this process's and the server's together (the server's share also in
+    :attr:`Result.peer_cpu_us`).
 
     Raises:
         CountError: A case measured other than ``expected`` operations in a round.
     """
     results = {name: Result(name) for name in cases}
-    for _ in range(rounds):
-        for name, case in cases.items():
+    for round_ in range(rounds):
+        order = list(cases.items())
+        if alternate and round_ % 2:
+            order.reverse()
+        for name, case in order:
             gc.collect()  # every case starts without garbage left by the one before
+            peer = peer_cpu() if peer_cpu is not None else 0.0
             wall, cpu = time.perf_counter(), time.process_time()
             ops = case()
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            peer = peer_cpu() - peer if peer_cpu is not None else 0.0
             check_count(name, ops, expected)
             results[name].rates.append(ops / wall)
-            results[name].cpu_us.append(cpu / ops * 1e6)
+            results[name].cpu_us.append((cpu + peer) / ops * 1e6)
+            if peer_cpu is not None:
+                results[name].peer_cpu_us.append(peer / ops * 1e6)
             results[name].counts.append(ops)
     return results
 

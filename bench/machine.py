@@ -10,7 +10,17 @@ import shutil
 import subprocess
 from pathlib import Path
 
-PACKAGES = ("nats-py", "pydantic", "opentelemetry-sdk", "faststream", "pyspark")
+PACKAGES = (
+    "nats-py",
+    "pydantic",
+    "opentelemetry-sdk",
+    "faststream",
+    "pyspark",
+    "httpx",
+    "starlette",
+    "uvicorn",
+    "fastapi",
+)
 
 
 def _cpu_model() -> str:

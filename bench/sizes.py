@@ -27,6 +27,9 @@ class Sizes:
     kv_watched: int = 50_000
     service_orders: int = 200_000  # goflux run: orders consumed per case and round
     service_calibration: float = 1.0  # seconds of polling alone: the server's CPU per poll
+    http_msgs: int = 2_000  # HTTP publish -> handler, per case and round
+    http_concurrency: int = 16  # publishers sending at once
+    http_requests: int = 1_000  # HTTP request/reply, sequential, per case and round
 
 
 FULL = Sizes()
@@ -48,4 +51,6 @@ SMOKE = Sizes(
     kv_watched=300,
     service_orders=3_000,
     service_calibration=0.2,
+    http_msgs=200,
+    http_requests=50,
 )

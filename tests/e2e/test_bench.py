@@ -13,16 +13,19 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nats
 import pytest
 
 from bench import faststream_cases, goals, harness, machine, memory, service
+from bench import http as http_bench
 from bench import jetstream as js_bench
 from bench import kv as kv_bench
 from bench import telemetry as tel_bench
 from bench.harness import CountError, Result, Table, interleave
+from bench.latency import Latencies
 from bench.payload import ORDER, Order
 from bench.sizes import SMOKE
 from goflux import JsonCodec
@@ -51,6 +54,10 @@ TITLES = (
     "goflux run: consume throughput by worker processes",
     "goflux run: CPU per message over the measured window",
     "goflux run: a paper estimate for more cores",
+    "HTTP publish -> handler over loopback",
+    "HTTP request/reply over loopback, sequential",
+    "HTTP request/reply latency, sequential",
+    "HTTP: CPU per operation, client and server process",
     "Spark source: typed rows/s",
     "Spark sink: messages/s",
     "Spark micro-batch overhead",
@@ -83,6 +90,12 @@ CASES = (
     kv_bench.GOFLUX_WATCH,
     "--workers 1",
     "--workers 2",
+    http_bench.HAND,
+    http_bench.GOFLUX,
+    http_bench.GOFLUX_SERVER,
+    http_bench.GOFLUX_CLIENT,
+    http_bench.FASTAPI,
+    http_bench.GOFLUX_RR,
 )
 # Each results table's title, and the operations each of its cases must report per round.
 COUNTS = {
@@ -101,6 +114,9 @@ COUNTS = {
     "End-to-end latency at 1,000 msg/s": SMOKE.latency_msgs,
     "Memory: a consumer holding": SMOKE.in_flight,
     "goflux run: consume throughput by worker processes": SMOKE.service_orders,
+    "HTTP publish -> handler over loopback": SMOKE.http_msgs,
+    "HTTP request/reply over loopback, sequential": SMOKE.http_requests,
+    "HTTP request/reply latency, sequential": SMOKE.http_requests,
     "Spark source: typed rows/s": SMOKE.spark_source_rows,
     "Spark sink: messages/s": SMOKE.spark_sink_rows,
 }
@@ -122,6 +138,8 @@ GOALS = (
     "Key-Value watch vs raw kv.watch + decode",
     "latency p50 at 1,000 msg/s over raw",
     "memory per message held by a stream vs raw nats-py",
+    "HTTP publish -> handler vs hand-written httpx + Starlette",
+    "HTTP request/reply latency p50 over hand-written httpx + Starlette",
     "Spark source vs raw read",
     "Spark sink vs raw publish",
     "Spark micro-batch overhead",
@@ -226,6 +244,39 @@ def test_a_short_count_stops_the_run() -> None:
         interleave({"full": lambda: 5, "short": lambda: next(calls)}, 3, expected=5)
     with pytest.raises(CountError, match="measured 6 operations where 5"):
         interleave({"too many": lambda: 6}, 1, expected=5)
+
+
+def test_alternate_rounds_reverse_the_order_and_a_servers_cpu_counts() -> None:
+    ran: list[str] = []
+    server_cpu = iter(float(n) / 1000 for n in range(100))  # 1 ms more at every reading
+
+    def case(name: str) -> Callable[[], int]:
+        return lambda: ran.append(name) or 10
+
+    results = interleave(
+        {"a": case("a"), "b": case("b")},
+        3,
+        expected=10,
+        peer_cpu=lambda: next(server_cpu),
+        alternate=True,
+    )
+    assert ran == ["a", "b", "b", "a", "a", "b"]
+    assert results["a"].peer_cpu_us == pytest.approx([100.0] * 3)  # 1 ms over 10 ops
+    assert all(cpu >= 100.0 for cpu in results["a"].cpu_us)
+    assert not interleave({"a": case("a")}, 1, expected=10)["a"].peer_cpu_us
+
+
+def test_the_http_latency_goal_is_the_p50_over_hand_written() -> None:
+    def latencies(hand: float, ours: float) -> dict[str, Latencies]:
+        return {
+            http_bench.HAND_RR: Latencies(http_bench.HAND_RR, samples=[hand - 10, hand, hand + 9]),
+            http_bench.GOFLUX_RR: Latencies(http_bench.GOFLUX_RR, samples=[ours, ours, 1e6]),
+        }
+
+    [goal] = goals.check({}, None, None, http_latencies=latencies(500.0, 550.0))
+    assert (goal.target, goal.measured, goal.met) == ("<= +50 µs", "+50 µs", True)
+    [goal] = goals.check({}, None, None, http_latencies=latencies(500.0, 551.0))
+    assert (goal.measured, goal.met) == ("+51 µs", False)
 
 
 def test_the_report_names_the_commit_and_a_dirty_tree(tmp_path: Path) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import statistics
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -12,7 +15,7 @@ from starlette.routing import Mount
 
 from goflux import Check, Readiness
 from goflux.service import health_app
-from goflux.service._http import HttpServer
+from goflux.service._http import HttpServer, listen
 
 
 class Switch:
@@ -86,3 +89,37 @@ async def test_a_port_in_use_fails_at_once() -> None:
         with pytest.raises(OSError, match="in use"):
             async with HttpServer(health_app(Switch()), "127.0.0.1", port):
                 pass
+
+
+async def test_connections_send_without_delay() -> None:
+    # asyncio sets TCP_NODELAY only on sockets whose listener says it is TCP (proto 6).
+    nodelay: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        nodelay.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    listener = listen("127.0.0.1", 0)
+    assert listener.proto == socket.IPPROTO_TCP
+    async with await asyncio.start_server(accepted, sock=listener):
+        _, writer = await asyncio.open_connection(*listener.getsockname())
+        async with asyncio.timeout(10):
+            assert await nodelay != 0
+        writer.close()
+
+
+async def test_answers_on_a_kept_alive_connection_are_not_held_back(
+    probes: tuple[str, Switch],
+) -> None:
+    # Without TCP_NODELAY, uvicorn's body (written after the head) waits for the
+    # client's delayed ACK: about 40 ms for every request after a connection's first.
+    base, _ = probes
+    took: list[float] = []
+    async with httpx.AsyncClient() as http:
+        await http.get(f"{base}/livez")
+        for _ in range(20):
+            began = time.perf_counter()
+            await http.get(f"{base}/livez")
+            took.append(time.perf_counter() - began)
+    assert statistics.median(took) < 0.02, f"median {statistics.median(took) * 1000:.1f} ms"
