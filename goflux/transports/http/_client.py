@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Final
 from urllib.parse import urlsplit
 
 import httpx
+from opentelemetry.trace import SpanKind
 
 from goflux._codecs import content_type_of
+from goflux._otel.scopes import NullScope, PublishScope, PublishScopes
+from goflux._otel.semconv import HTTP_REQUEST_METHOD, HTTP_RESPONSE_STATUS_CODE, URL_FULL
+from goflux._otel.telemetry import Telemetry
 from goflux._urls import redact_url
+from goflux.transports.http._system import SYSTEM
 from goflux.transports.http._wire import (
     check_base_url,
     first_line,
@@ -142,6 +146,16 @@ class Poster:
         self.timeout = httpx.Timeout(timeout)
         self.seconds = timeout
 
+    def scopes(self, telemetry: Telemetry | None, kind: SpanKind) -> PublishScopes:
+        """The publish scopes of a client posting here (``server.*`` from the URL)."""
+        return PublishScopes(
+            Telemetry.or_default(telemetry),
+            SYSTEM,
+            server_address=self.host,
+            server_port=self.port,
+            kind=kind,
+        )
+
     def url(self, subject: str) -> str:
         """Where a message to ``subject`` goes."""
         return target_url(self.base_url, subject)
@@ -151,18 +165,23 @@ class Poster:
         url: str,
         data: bytes,
         wire: dict[str, str],
+        span: PublishScope | NullScope,
         timeout: float | None = None,
-        on_answer: Callable[[int], None] | None = None,
         answer_limit: int = MAX_ANSWER,
     ) -> Answer:
         """POST ``data`` with goflux's transport headers ``wire``; return the answer.
 
-        At most ``answer_limit`` bytes of a 2xx answer's body are read (64 KiB of an
+        The body size, the URL, the method and the answer's status are recorded on
+        ``span``. At most ``answer_limit`` bytes of a 2xx answer's body are read (64 KiB of an
         error's); :attr:`Answer.complete` says whether that was all of it.
 
         Raises:
             Unsent: No answer came (refused, unreachable, timed out, dropped).
         """
+        span.set_body_size(len(data))
+        recording = span.recording
+        if recording:
+            span.set_attributes({URL_FULL: redact_url(url), HTTP_REQUEST_METHOD: "POST"})
         client = self.client
         if client.is_closed:
             raise Unsent(
@@ -181,48 +200,15 @@ class Poster:
             async with asyncio.timeout(wait):
                 response = await client.send(request, stream=True)
                 try:
-                    if on_answer is not None:
-                        on_answer(response.status_code)
+                    if recording:
+                        span.set_attributes({HTTP_RESPONSE_STATUS_CODE: response.status_code})
                     ok = 200 <= response.status_code < 300
                     limit = answer_limit if ok else _MAX_ERROR_BODY
                     body, complete = await _read(response, limit)
                 finally:
                     await response.aclose()
-        except TimeoutError as exc:
-            raise Unsent(
-                f"no complete answer within {wait}s", may_be_stored=True, timed_out=True
-            ) from exc
-        except httpx.ConnectTimeout as exc:
-            raise Unsent(
-                f"no connection within {wait}s", may_be_stored=False, timed_out=True
-            ) from exc
-        except httpx.PoolTimeout as exc:
-            raise Unsent(
-                f"no free connection in the client's pool within {wait}s",
-                may_be_stored=False,
-                timed_out=True,
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise Unsent(f"no answer within {wait}s", may_be_stored=True, timed_out=True) from exc
-        except httpx.ConnectError as exc:
-            raise Unsent(
-                f"cannot connect: {_named(exc)}{_os_cause(exc)}",
-                may_be_stored=False,
-                timed_out=False,
-            ) from exc
-        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
-            hint = (
-                f", with {len(data)} bytes to send: the endpoint may refuse bodies this large"
-                if len(data) > _LARGE_BODY
-                else ""
-            )
-            raise Unsent(
-                f"the connection closed before an answer came ({_named(exc)}){hint}",
-                may_be_stored=True,
-                timed_out=False,
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise Unsent(_named(exc), may_be_stored=True, timed_out=False) from exc
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise _unsent(exc, wait, len(data)) from exc
         except RuntimeError as exc:  # httpx: the client was closed meanwhile
             if not client.is_closed:
                 raise
@@ -235,6 +221,38 @@ class Poster:
         """Close the client if it is our own."""
         if self._owned:
             await self.client.aclose()
+
+
+def _unsent(exc: Exception, wait: float, size: int) -> Unsent:  # noqa: PLR0911 - one per kind
+    """What a POST that got no answer tells: why, and whether the request may have gone."""
+    if isinstance(exc, TimeoutError):  # the whole call's deadline
+        return Unsent(f"no complete answer within {wait}s", may_be_stored=True, timed_out=True)
+    if isinstance(exc, httpx.ConnectTimeout):
+        return Unsent(f"no connection within {wait}s", may_be_stored=False, timed_out=True)
+    if isinstance(exc, httpx.PoolTimeout):
+        return Unsent(
+            f"no free connection in the client's pool within {wait}s",
+            may_be_stored=False,
+            timed_out=True,
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return Unsent(f"no answer within {wait}s", may_be_stored=True, timed_out=True)
+    if isinstance(exc, httpx.ConnectError):
+        return Unsent(
+            f"cannot connect: {_named(exc)}{_os_cause(exc)}", may_be_stored=False, timed_out=False
+        )
+    if isinstance(exc, httpx.ReadError | httpx.WriteError | httpx.RemoteProtocolError):
+        hint = (
+            f", with {size} bytes to send: the endpoint may refuse bodies this large"
+            if size > _LARGE_BODY
+            else ""
+        )
+        return Unsent(
+            f"the connection closed before an answer came ({_named(exc)}){hint}",
+            may_be_stored=True,
+            timed_out=False,
+        )
+    return Unsent(_named(exc), may_be_stored=True, timed_out=False)
 
 
 async def _read(response: httpx.Response, limit: int) -> tuple[bytes, bool]:

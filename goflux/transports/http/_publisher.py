@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import httpx
@@ -13,16 +12,13 @@ from goflux._errors import PublishError
 from goflux._facts import Facts
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit, closed_publisher_error
-from goflux._otel.scopes import NullScope, PublishScope, PublishScopes
-from goflux._otel.semconv import HTTP_REQUEST_METHOD, HTTP_RESPONSE_STATUS_CODE, URL_FULL
 from goflux._otel.telemetry import Telemetry
 from goflux._urls import redact_url
 from goflux._wire import outgoing
 from goflux.transports.http._client import DEFAULT_TIMEOUT, Poster, Unsent
 from goflux.transports.http._errors import StatusError
-from goflux.transports.http._system import SYSTEM
 
-__all__ = ("Publisher", "status_recorder")
+__all__ = ("Publisher",)
 
 T = TypeVar("T")
 
@@ -64,13 +60,7 @@ class Publisher(CloseOnExit, Generic[T]):
     ) -> None:
         self._poster = Poster(base_url, codec, client, timeout)
         self._codec = codec
-        self._scopes = PublishScopes(
-            Telemetry.or_default(telemetry),
-            SYSTEM,
-            server_address=self._poster.host,
-            server_port=self._poster.port,
-            kind=SpanKind.PRODUCER,
-        )
+        self._scopes = self._poster.scopes(telemetry, SpanKind.PRODUCER)
         self._closed = False
 
     @property
@@ -115,12 +105,8 @@ class Publisher(CloseOnExit, Generic[T]):
         url = poster.url(subject)
         with self._scopes.open(subject, wire, message_id=message_id) as scope:
             data = self._codec.encode(value)
-            scope.set_body_size(len(data))
-            if scope.recording:
-                scope.set_attributes({URL_FULL: redact_url(url), HTTP_REQUEST_METHOD: "POST"})
-            on_answer = status_recorder(scope) if scope.recording else None
             try:
-                answer = await poster.post(url, data, wire, None, on_answer, _DRAINED)
+                answer = await poster.post(url, data, wire, scope, None, _DRAINED)
             except Unsent as exc:
                 raise PublishError(
                     f"publish to {subject!r} at {redact_url(url)} failed: {exc.reason}",
@@ -142,12 +128,3 @@ class Publisher(CloseOnExit, Generic[T]):
         """Refuse further publishes; close the httpx client if it is the publisher's own."""
         self._closed = True
         await self._poster.close()
-
-
-def status_recorder(scope: PublishScope | NullScope) -> Callable[[int], None]:
-    """Records the answer's status on the span of ``scope``."""
-
-    def record(status: int) -> None:
-        scope.set_attributes({HTTP_RESPONSE_STATUS_CODE: status})
-
-    return record

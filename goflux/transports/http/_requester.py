@@ -12,14 +12,11 @@ from goflux._errors import RemoteError, RequestError, RequestTimeout
 from goflux._facts import Facts
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit
-from goflux._otel.scopes import PublishScopes
-from goflux._otel.semconv import GOFLUX_REPLY_BODY_SIZE, HTTP_REQUEST_METHOD, URL_FULL
+from goflux._otel.semconv import GOFLUX_REPLY_BODY_SIZE
 from goflux._otel.telemetry import Telemetry
 from goflux._urls import redact_url
 from goflux._wire import outgoing
 from goflux.transports.http._client import DEFAULT_TIMEOUT, MAX_ANSWER, Poster, Unsent
-from goflux.transports.http._publisher import status_recorder
-from goflux.transports.http._system import SYSTEM
 
 __all__ = ("Requester",)
 
@@ -68,13 +65,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
         self._request_codec = request_codec
         self._response_codec = response_codec
         self._max_reply_size = max_reply_size
-        self._scopes = PublishScopes(
-            Telemetry.or_default(telemetry),
-            SYSTEM,
-            server_address=self._poster.host,
-            server_port=self._poster.port,
-            kind=SpanKind.CLIENT,
-        )
+        self._scopes = self._poster.scopes(telemetry, SpanKind.CLIENT)
         self._closed = False
 
     @property
@@ -124,15 +115,8 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
         shown = redact_url(url)
         with self._scopes.open(subject, wire, message_id=message_id) as scope:
             data = self._request_codec.encode(request)
-            scope.set_body_size(len(data))
-            recording = scope.recording
-            if recording:
-                scope.set_attributes({URL_FULL: shown, HTTP_REQUEST_METHOD: "POST"})
-            on_answer = status_recorder(scope) if recording else None
             try:
-                answer = await poster.post(
-                    url, data, wire, timeout, on_answer, self._max_reply_size
-                )
+                answer = await poster.post(url, data, wire, scope, timeout, self._max_reply_size)
             except Unsent as exc:
                 if exc.timed_out:
                     wait = poster.seconds if timeout is None else timeout
@@ -144,7 +128,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
                 raise RequestError(
                     f"request to {subject!r} at {shown} failed: {exc.reason}", subject=subject
                 ) from exc
-            if recording:
+            if scope.recording:
                 scope.set_attributes({GOFLUX_REPLY_BODY_SIZE: len(answer.body)})
             if not answer.ok:
                 raise RemoteError(

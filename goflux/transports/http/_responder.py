@@ -14,15 +14,11 @@ from goflux._codecs import Codec, content_type_of
 from goflux._errors import DecodeError, EncodeError, ServiceError
 from goflux._facts import Facts
 from goflux._lifecycle import SubscriberLifecycle
-from goflux._otel.scopes import ProcessScopes
 from goflux._otel.semconv import (
     GOFLUX_REPLY_BODY_SIZE,
-    HTTP_REQUEST_METHOD,
     HTTP_RESPONSE_STATUS_CODE,
-    URL_PATH,
 )
 from goflux._otel.telemetry import Telemetry
-from goflux._subjects import is_wildcard
 from goflux.transports.http._answers import send_error, send_reply
 from goflux.transports.http._router import Router
 from goflux.transports.http._served import (
@@ -30,10 +26,10 @@ from goflux.transports.http._served import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_MAX_BODY_SIZE,
     RouteOptions,
+    RouteOwner,
     ServedRoute,
 )
-from goflux.transports.http._system import SYSTEM
-from goflux.transports.http._wire import check_base_path, incoming
+from goflux.transports.http._wire import incoming
 
 __all__ = ("Responder", "ResponderRoute")
 
@@ -64,18 +60,11 @@ class ResponderRoute(ServedRoute, Generic[Req, Resp]):
         options: RouteOptions,
         telemetry: Telemetry,
     ) -> None:
-        super().__init__(router, base_path, subject, options)
+        super().__init__(router, base_path, subject, options, telemetry, SpanKind.SERVER)
         self._request_codec = request_codec
         self._reply_codec = reply_codec
         self._content_type = content_type_of(reply_codec) or _DEFAULT_REPLY_TYPE
         self._handle = handle
-        self._scopes = ProcessScopes(
-            telemetry,
-            SYSTEM,
-            template=subject if is_wildcard(subject) else None,
-            kind=SpanKind.SERVER,
-            parented=True,  # the caller waits: the span is its child, not a link
-        )
         self.answered = 0
         self.failed = 0
 
@@ -85,13 +74,7 @@ class ResponderRoute(ServedRoute, Generic[Req, Resp]):
         wire = incoming(scope["headers"])
         raw_id = wire.raw_message_id
         reply_headers = None if raw_id is None else [(b"x-message-id", raw_id)]
-        with self._scopes.open(
-            subject,
-            wire.wire,
-            message_id=wire.message_id,
-            body_size=len(body),
-            attributes={HTTP_REQUEST_METHOD: "POST", URL_PATH: scope["path"]},
-        ) as span:
+        with self._scope(scope, subject, wire, body) as span:
             status, text = 500, "internal server error"
             failure: BaseException | None
             try:
@@ -138,7 +121,7 @@ class ResponderRoute(ServedRoute, Generic[Req, Resp]):
             await send_error(scope, receive, send, status, text, raw=reply_headers)
 
 
-class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, Resp]):
+class Responder(RouteOwner, SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, Resp]):
     """Answers typed requests over HTTP: ``POST {base_path}/{subject}``, as Go goflux.
 
     The reply is 200 with the encoded reply and the reply codec's ``Content-Type``
@@ -179,18 +162,11 @@ class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, R
         telemetry: Telemetry | None = None,
         router: Router | None = None,
     ) -> None:
-        self._options = RouteOptions(max_body_size, body_timeout, drain_timeout, max_concurrency)
+        options = RouteOptions(max_body_size, body_timeout, drain_timeout, max_concurrency)
+        self._own_routes(base_path, options, telemetry, router)
         self._request_codec = request_codec
         self._reply_codec = reply_codec
-        self._base_path = check_base_path(base_path)
-        self._tel = Telemetry.or_default(telemetry)
-        self._router = router if router is not None else Router()
         super().__init__()
-
-    @property
-    def app(self) -> Router:
-        """The ASGI application serving the started subjects."""
-        return self._router
 
     @property
     def request_codec(self) -> Codec[Req]:
@@ -202,17 +178,12 @@ class Responder(SubscriberLifecycle["ResponderRoute[Req, Resp]"], Generic[Req, R
         """The codec that encodes the replies."""
         return self._reply_codec
 
-    @property
-    def base_path(self) -> str:
-        """The path prefix of every route."""
-        return self._base_path
-
     def _facts(self) -> Facts:
         return Facts(
             "http",
             codec=self._request_codec,
             reply_codec=self._reply_codec,
-            http={"basePath": self._base_path, "maxBodySize": self._options.max_body_size},
+            http=self._http_facts(),
             app=self._router,
         )
 

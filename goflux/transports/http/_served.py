@@ -8,17 +8,25 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
+from opentelemetry.trace import SpanKind
 from starlette.types import Receive, Scope, Send
 
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
+from goflux._otel.scopes import NullScope, ProcessScope, ProcessScopes
+from goflux._otel.semconv import HTTP_REQUEST_METHOD, URL_PATH
+from goflux._otel.telemetry import Telemetry
+from goflux._subjects import is_wildcard
 from goflux.transports.http._answers import BodyRefused, read_body, send_error
 from goflux.transports.http._router import Router
+from goflux.transports.http._system import SYSTEM
+from goflux.transports.http._wire import Incoming, check_base_path
 
 __all__ = (
     "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_MAX_BODY_SIZE",
     "RouteOptions",
+    "RouteOwner",
     "ServedRoute",
 )
 
@@ -59,6 +67,46 @@ class RouteOptions:
             raise ValueError(f"max_concurrency must be an int >= 1 or None, got {most!r}")
 
 
+class RouteOwner:
+    """What a subscriber and a responder share: their routes' options, path and router."""
+
+    _options: RouteOptions
+    _base_path: str
+    _tel: Telemetry
+    _router: Router
+
+    def _own_routes(
+        self,
+        base_path: str,
+        options: RouteOptions,
+        telemetry: Telemetry | None,
+        router: Router | None,
+    ) -> None:
+        """Set up (the constructor's part).
+
+        Raises:
+            ValueError: ``base_path`` is no path.
+        """
+        self._options = options
+        self._base_path = check_base_path(base_path)
+        self._tel = Telemetry.or_default(telemetry)
+        self._router = router if router is not None else Router()
+
+    @property
+    def app(self) -> Router:
+        """The ASGI application serving the started subjects."""
+        return self._router
+
+    @property
+    def base_path(self) -> str:
+        """The path prefix of every route."""
+        return self._base_path
+
+    def _http_facts(self) -> dict[str, object]:
+        """The HTTP settings worth describing (``Facts.http``)."""
+        return {"basePath": self._base_path, "maxBodySize": self._options.max_body_size}
+
+
 class ServedRoute(StopOnExit):
     """A subject served on a router until stopped; counts and drains its requests.
 
@@ -68,7 +116,22 @@ class ServedRoute(StopOnExit):
     request beyond that many in flight is answered 503 at once (``Retry-After: 1``).
     """
 
-    def __init__(self, router: Router, base_path: str, subject: str, options: RouteOptions) -> None:
+    def __init__(
+        self,
+        router: Router,
+        base_path: str,
+        subject: str,
+        options: RouteOptions,
+        telemetry: Telemetry,
+        kind: SpanKind,
+    ) -> None:
+        self._scopes = ProcessScopes(
+            telemetry,
+            SYSTEM,
+            template=subject if is_wildcard(subject) else None,
+            kind=kind,
+            parented=True,  # HTTP is synchronous: the sender waits, the span is its child
+        )
         self._router = router
         self._base_path = base_path
         self._subject = subject
@@ -164,6 +227,18 @@ class ServedRoute(StopOnExit):
         self, scope: Scope, receive: Receive, send: Send, subject: str, body: bytes
     ) -> None:
         raise NotImplementedError
+
+    def _scope(
+        self, scope: Scope, subject: str, wire: Incoming, body: bytes
+    ) -> ProcessScope | NullScope:
+        """The span and metrics of answering one request."""
+        return self._scopes.open(
+            subject,
+            wire.wire,
+            message_id=wire.message_id,
+            body_size=len(body),
+            attributes={HTTP_REQUEST_METHOD: "POST", URL_PATH: scope["path"]},
+        )
 
     def _busy(self) -> bool:
         """Whether requests other than the caller's own are in flight."""

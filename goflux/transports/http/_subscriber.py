@@ -16,10 +16,8 @@ from goflux._facts import Facts
 from goflux._interfaces import Handler
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._message import Delivery, Message, Outcome, received
-from goflux._otel.scopes import ProcessScopes
-from goflux._otel.semconv import HTTP_REQUEST_METHOD, HTTP_RESPONSE_STATUS_CODE, URL_PATH
+from goflux._otel.semconv import HTTP_RESPONSE_STATUS_CODE
 from goflux._otel.telemetry import Telemetry
-from goflux._subjects import is_wildcard
 from goflux.transports.http._answers import send_empty, send_error
 from goflux.transports.http._router import Router
 from goflux.transports.http._served import (
@@ -27,10 +25,10 @@ from goflux.transports.http._served import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_MAX_BODY_SIZE,
     RouteOptions,
+    RouteOwner,
     ServedRoute,
 )
-from goflux.transports.http._system import SYSTEM
-from goflux.transports.http._wire import check_base_path, incoming, retry_after
+from goflux.transports.http._wire import incoming, retry_after
 
 __all__ = ("HttpSubscription", "Subscriber")
 
@@ -103,16 +101,9 @@ class HttpSubscription(ServedRoute, Generic[T]):
         options: RouteOptions,
         telemetry: Telemetry,
     ) -> None:
-        super().__init__(router, base_path, subject, options)
+        super().__init__(router, base_path, subject, options, telemetry, SpanKind.CONSUMER)
         self._codec = codec
         self._handler = handler
-        self._scopes = ProcessScopes(
-            telemetry,
-            SYSTEM,
-            template=subject if is_wildcard(subject) else None,
-            kind=SpanKind.CONSUMER,
-            parented=True,  # HTTP is synchronous: the sender waits, the span is its child
-        )
         self.handled = 0
         self.failed = 0
         self.undecodable = 0
@@ -124,13 +115,7 @@ class HttpSubscription(ServedRoute, Generic[T]):
         answer = _Answer()
         status = 204
         failure: BaseException | None = None
-        with self._scopes.open(
-            subject,
-            wire.wire,
-            message_id=wire.message_id,
-            body_size=len(body),
-            attributes={HTTP_REQUEST_METHOD: "POST", URL_PATH: scope["path"]},
-        ) as span:
+        with self._scope(scope, subject, wire, body) as span:
             try:
                 payload = self._codec.decode(body)
             except DecodeError as exc:
@@ -210,7 +195,7 @@ def _term_text(reason: str | None) -> str:
     return reason
 
 
-class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Generic[T]):
+class Subscriber(RouteOwner, SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Generic[T]):
     """Takes typed messages in over HTTP: ``POST {base_path}/{subject}``, as Go goflux.
 
     The subscriber owns no listener: :attr:`app` is an ASGI application serving every
@@ -263,35 +248,18 @@ class Subscriber(SubscriberLifecycle["HttpSubscription[T]"], Streaming[T], Gener
         telemetry: Telemetry | None = None,
         router: Router | None = None,
     ) -> None:
-        self._options = RouteOptions(max_body_size, body_timeout, drain_timeout, max_concurrency)
+        options = RouteOptions(max_body_size, body_timeout, drain_timeout, max_concurrency)
+        self._own_routes(base_path, options, telemetry, router)
         self._codec = codec
-        self._base_path = check_base_path(base_path)
-        self._tel = Telemetry.or_default(telemetry)
-        self._router = router if router is not None else Router()
         super().__init__()
-
-    @property
-    def app(self) -> Router:
-        """The ASGI application serving the started subjects."""
-        return self._router
 
     @property
     def codec(self) -> Codec[T]:
         """The codec that decodes the bodies."""
         return self._codec
 
-    @property
-    def base_path(self) -> str:
-        """The path prefix of every route."""
-        return self._base_path
-
     def _facts(self) -> Facts:
-        return Facts(
-            "http",
-            codec=self._codec,
-            http={"basePath": self._base_path, "maxBodySize": self._options.max_body_size},
-            app=self._router,
-        )
+        return Facts("http", codec=self._codec, http=self._http_facts(), app=self._router)
 
     async def start(self, subject: str, handler: Handler[T]) -> HttpSubscription[T]:
         """Serve ``subject`` at ``{base_path}/{subject}`` from now on.
