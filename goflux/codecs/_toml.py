@@ -31,7 +31,7 @@ def _tomlable(obj: Any) -> Any:
     if obj is None or isinstance(obj, _NATIVE):
         return obj
     if isinstance(obj, bytes):
-        return pydantic_core.to_jsonable_python(obj, bytes_mode="base64")
+        return obj.decode()  # the text it holds, as pydantic's JSON mode writes bytes
     return _tomlable(pydantic_core.to_jsonable_python(obj))
 
 
@@ -62,7 +62,8 @@ class TomlCodec(Generic[T]):
     field's default), a ``None`` inside a list is an :class:`~goflux.EncodeError`, and
     so is a payload type that is not a table (``list[int]``, ``str``). Datetimes,
     dates and times are TOML's own (a naive ``datetime`` is a local date-time);
-    ``bytes`` are written as base64 text; NaN and Infinity as ``nan`` and ``inf``.
+    ``bytes`` are written as the UTF-8 text they hold (as pydantic's JSON mode); NaN
+    and Infinity as ``nan`` and ``inf``.
 
     Decoding parses TOML 1.0 with the standard library's ``tomllib`` and validates
     with pydantic (lax by default, ``strict=True`` for exact types).
@@ -106,18 +107,19 @@ class TomlCodec(Generic[T]):
                 value, "a TOML document is a table: encode a model, dataclass or mapping"
             )
         try:
-            text: str = self._dumps(obj)
+            return self._dumps(obj).encode()
         except TypeError:
-            obj = _tomlable(obj)
-            place = _find_none(obj, "")
-            if place is not None:
-                typed.encode_error(value, f"TOML has no null (at {place})")
-            try:
-                text = self._dumps(obj)
-            except (TypeError, ValueError) as exc:
-                typed.encode_error(value, one_line(exc))
+            pass  # a value tomli-w does not know, or a None: converted below
         except ValueError as exc:
             typed.encode_error(value, one_line(exc))
+        try:
+            obj = _tomlable(obj)
+            place = _find_none(obj, "")
+            text = "" if place is not None else self._dumps(obj)
+        except (TypeError, ValueError) as exc:
+            typed.encode_error(value, one_line(exc))
+        if place is not None:
+            typed.encode_error(value, f"TOML has no null (at {place})")
         return text.encode()
 
     def decode(self, data: bytes, /) -> T:

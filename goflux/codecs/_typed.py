@@ -13,14 +13,14 @@ import dataclasses
 import functools
 import math
 from decimal import Decimal
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 import pydantic_core
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.errors import PydanticUserError
 from typing_extensions import is_typeddict
 
-from goflux._codecs import describe_validation, type_adapter, type_name
+from goflux._codecs import describe_validation, type_name
 from goflux._errors import DecodeError, EncodeError
 
 __all__ = ("Typed", "as_bytes", "go_float", "one_line")
@@ -96,7 +96,9 @@ class Typed:
         self.codec = codec
         self.name = type_name(type_)
         try:
-            adapter: TypeAdapter[Any] = type_adapter(type_)
+            # pydantic's defaults: unlike JSON, every format here carries NaN and
+            # Infinity (MessagePack float64, YAML .nan, TOML nan, Go's text "NaN").
+            adapter: TypeAdapter[Any] = TypeAdapter(cast(Any, type_))
         except PydanticUserError as exc:
             raise TypeError(f"{codec} cannot handle {self.name}: {exc}") from exc
         self.adapter = adapter

@@ -228,7 +228,7 @@ def _read(element: ET.Element, shape: Shape) -> Any:
         return [_read(child, item) for child in element]
     if kind == "map":
         item = shape.item or Shape()
-        return {_local(child.tag): _read(child, item) for child in element}
+        return _grouped(element, lambda child: _read(child, item))
     if kind == "fields":
         fields = shape.fields
         out: dict[str, Any] = {}
@@ -254,10 +254,15 @@ def _generic(element: ET.Element) -> Any:
     """Without a shape: text, or a mapping of children (repeated names as lists)."""
     if len(element) == 0:
         return element.text or ""
+    return _grouped(element, _generic)
+
+
+def _grouped(element: ET.Element, read: Callable[[ET.Element], Any]) -> dict[str, Any]:
+    """The children by name, a name that repeats giving a list."""
     out: dict[str, Any] = {}
     for child in element:
         name = _local(child.tag)
-        value = _generic(child)
+        value = read(child)
         if name in out:
             existing = out[name]
             if isinstance(existing, list):

@@ -21,9 +21,13 @@ _STR = "tag:yaml.org,2002:str"
 _BOOL = "tag:yaml.org,2002:bool"
 _NULL = "tag:yaml.org,2002:null"
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
-# YAML 1.1's booleans: strings in YAML 1.2, but yaml.v2, PyYAML and other 1.1 readers
-# take them for booleans, so they are written quoted (as yaml.v3 and js-yaml do).
-_OLD_BOOL = re.compile(r"y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF")
+# YAML 1.1's booleans and base-60 numbers: strings in YAML 1.2, but yaml.v2, PyYAML and
+# other 1.1 readers take them for booleans and numbers, so they are written quoted (as
+# yaml.v3 and js-yaml quote the booleans).
+_YAML_1_1_ONLY = re.compile(
+    r"y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF"
+    r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?"
+)
 # A document whose aliases expand to more nodes than this many times its own size
 # (plus a floor) is refused before it is built: a "billion laughs" of anchors.
 _ALIAS_RATIO = 10
@@ -49,10 +53,10 @@ def _classes() -> tuple[type, type, type]:
     bool_tag = Tag(suffix=_BOOL)
 
     class QuoteOldBooleans:
-        """For writing: quote what a YAML 1.1 reader would take for a boolean."""
+        """For writing: quote what a YAML 1.1 reader would take for a boolean or number."""
 
         def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-            if kind is ScalarNode and implicit[0] and _OLD_BOOL.fullmatch(value):
+            if kind is ScalarNode and implicit[0] and _YAML_1_1_ONLY.fullmatch(value):
                 return bool_tag
             return super().resolve(kind, value, implicit)  # type: ignore[misc]
 
