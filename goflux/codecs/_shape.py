@@ -46,6 +46,26 @@ class Shape:
     fields: dict[str, Field] = field(default_factory=dict)  # by wire name
     item: Shape | None = None  # of a list, or the values of a map
     nullable: bool = False
+    # For readers, made on first use: wire name -> (key, kind, shape), and the keys of
+    # the required list fields (an absent list is an empty one).
+    plan: dict[str, tuple[str, Kind, Shape]] | None = None
+    required_lists: tuple[str, ...] = ()
+
+    def reading_plan(self) -> dict[str, tuple[str, Kind, Shape]]:
+        """The fields by wire name as (key, kind, shape): one lookup per element read."""
+        if self.plan is None:
+            self.required_lists = tuple(
+                f.key for f in self.fields.values() if f.shape.kind == "list" and not f.optional
+            )
+            self.plan = {
+                wire: (
+                    f.key,
+                    f.shape.kind,
+                    f.shape.item or _ANY if f.shape.kind == "list" else f.shape,
+                )
+                for wire, f in self.fields.items()
+            }
+        return self.plan
 
 
 _ANY = Shape()

@@ -230,24 +230,34 @@ def _read(element: ET.Element, shape: Shape) -> Any:
         item = shape.item or Shape()
         return _grouped(element, lambda child: _read(child, item))
     if kind == "fields":
-        fields = shape.fields
-        out: dict[str, Any] = {}
-        for child in element:
-            found = fields.get(_local(child.tag))
-            if found is None:
-                continue  # an element the type does not know: Go ignores it too
-            sub = found.shape
-            if sub.kind == "list":
-                item = sub.item or Shape()
-                # a list of lists: each repeated element holds <item>s
-                out.setdefault(found.key, []).append(_read(child, item))
-            else:
-                out[found.key] = _read(child, sub)
-        for found in fields.values():
-            if found.key not in out and found.shape.kind == "list" and not found.optional:
-                out[found.key] = []  # an empty list writes nothing
-        return out
+        return _read_fields(element, shape)
     return _generic(element)
+
+
+def _read_fields(element: ET.Element, shape: Shape) -> dict[str, Any]:
+    """A model's elements: a list field's element repeats, the others appear once."""
+    plan = shape.plan or shape.reading_plan()
+    out: dict[str, Any] = {}
+    for child in element:
+        tag = child.tag
+        found = plan.get(tag if tag[0] != "{" else tag.rpartition("}")[2])
+        if found is None:
+            continue  # an element the type does not know: Go ignores it too
+        key, sub_kind, sub = found
+        if sub_kind == "leaf" and not len(child):
+            out[key] = child.text or ""
+        elif sub_kind == "list":
+            # the field's element repeated; in a list of lists, each holds <item>s
+            if key in out:
+                out[key].append(_read(child, sub))
+            else:
+                out[key] = [_read(child, sub)]
+        else:
+            out[key] = _read(child, sub)
+    for key in shape.required_lists:
+        if key not in out:
+            out[key] = []  # an empty list writes nothing
+    return out
 
 
 def _generic(element: ET.Element) -> Any:
