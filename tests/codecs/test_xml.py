@@ -138,6 +138,13 @@ def test_entity_bomb_is_refused_quickly() -> None:
     assert info.value.type_name == "Data"
 
 
+def test_any_entity_declaration_is_refused() -> None:
+    # A parser without defusedxml expands this one; a thousand of them would be a bomb.
+    small = b'<?xml version="1.0"?><!DOCTYPE Data [<!ENTITY a "x">]><Data><name>&a;</name></Data>'
+    with pytest.raises(DecodeError, match="EntitiesForbidden"):
+        XmlCodec(Data).decode(small)
+
+
 def test_external_entities_are_refused() -> None:
     xxe = b'<?xml version="1.0"?><!DOCTYPE Data [<!ENTITY x SYSTEM "file:///etc/passwd">]><Data><name>&x;</name></Data>'
     with pytest.raises(DecodeError, match="not XML"):
