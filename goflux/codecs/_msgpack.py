@@ -51,8 +51,12 @@ class MsgpackCodec(Generic[T]):
 
     __slots__ = ("_options", "_packb", "_typed", "_unpackb")
 
-    content_type: ClassVar[str] = "application/msgpack"
-    """The MIME type of what it writes."""
+    content_type: ClassVar[str] = "application/vnd.msgpack"
+    """The MIME type of what it writes: the one IANA registered for MessagePack in 2024.
+
+    Older peers send ``application/msgpack`` or ``application/x-msgpack`` (never
+    registered); a receiver should take all three.
+    """
 
     def __init__(self, type_: TypeForm[T], /, *, strict: bool = False) -> None:
         require("ormsgpack", "msgpack", "MsgpackCodec")

@@ -212,7 +212,7 @@ def test_alias_by_name_and_repr_and_content_type() -> None:
     codec = MsgpackCodec(Aliased)
     assert msgpack.unpackb(codec.encode(Aliased(customerId="c"))) == {"customerId": "c"}
     assert repr(codec) == "MsgpackCodec(Aliased)"
-    assert codec.content_type == "application/msgpack"
+    assert codec.content_type == "application/vnd.msgpack"  # IANA, msgpack/msgpack#194
     assert codec.type is Aliased
     as_codec: Codec[Aliased] = codec
     assert as_codec is codec
