@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import re
+import threading
 from datetime import date, datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -34,6 +36,7 @@ _ALIAS_RATIO = 10
 _ALIAS_FLOOR = 100_000
 
 
+@functools.cache
 def _classes() -> tuple[type, type, type]:
     """Build the ruamel.yaml classes on first use (the dependency is optional)."""
     from ruamel.yaml.constructor import SafeConstructor  # noqa: PLC0415
@@ -129,7 +132,7 @@ class YamlCodec(Generic[T]):
         MissingDependency: ``ruamel.yaml`` is not installed.
     """
 
-    __slots__ = ("_dumper", "_error", "_loader", "_typed")
+    __slots__ = ("_error", "_local", "_typed", "_yaml")
 
     content_type: ClassVar[str] = "application/yaml"
     """The MIME type of what it writes (RFC 9512)."""
@@ -140,18 +143,39 @@ class YamlCodec(Generic[T]):
         from ruamel.yaml.error import YAMLError  # noqa: PLC0415
 
         self._typed = Typed(type_, "YamlCodec")
+        self._yaml = YAML
+        self._error = YAMLError
+        # ruamel.yaml's YAML objects keep state while they work: one pair per thread.
+        self._local = threading.local()
+
+    @property
+    def _loader(self) -> Any:
+        try:
+            return self._local.loader
+        except AttributeError:
+            self._make()
+            return self._local.loader
+
+    @property
+    def _dumper(self) -> Any:
+        try:
+            return self._local.dumper
+        except AttributeError:
+            self._make()
+            return self._local.dumper
+
+    def _make(self) -> None:
         constructor, resolver, representer = _classes()
-        loader = YAML(typ="safe")
+        loader = self._yaml(typ="safe")
         loader.Constructor = constructor
-        dumper = YAML(typ="safe")
+        dumper = self._yaml(typ="safe")
         dumper.Resolver = resolver
         dumper.Representer = representer
         dumper.default_flow_style = False
         dumper.allow_unicode = True
         dumper.width = 1 << 30  # no folded lines: a long string stays on one line
-        self._loader = loader
-        self._dumper = dumper
-        self._error = YAMLError
+        self._local.loader = loader
+        self._local.dumper = dumper
 
     @property
     def type(self) -> TypeForm[T]:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -190,3 +191,15 @@ def test_unicode_is_written_as_is() -> None:
     assert "日本語".encode() in data
     assert YamlCodec(Order).decode(data) == UNICODE
     assert YamlCodec(Order).decode(YamlCodec(Order).encode(EMPTY)) == EMPTY
+
+
+def test_threads_each_get_their_own_parser() -> None:
+    codec = YamlCodec(Order)
+    data = codec.encode(NESTED)
+
+    def work(_: int) -> bool:
+        return all(codec.decode(codec.encode(NESTED)) == NESTED for _ in range(20))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
+    assert codec.decode(data) == NESTED
