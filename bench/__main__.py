@@ -16,7 +16,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import chart, codecs, goals, http, kv, latency, machine, memory, service
+from bench import (
+    chart,
+    codecs,
+    goals,
+    http,
+    kv,
+    latency,
+    machine,
+    memory,
+    serial_codecs,
+    service,
+)
 from bench.harness import Table
 from bench.sizes import FULL, SMOKE
 
@@ -73,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         sections.extend([*(t.markdown() for t in new), *after])
 
     if "codecs" in selected:
-        add(codecs.run(rounds, sizes))
+        add([*codecs.run(rounds, sizes), *serial_codecs.run(rounds, sizes)])
     if "channel" in selected:
         from bench import channel  # noqa: PLC0415 - imports the OpenTelemetry SDK
 

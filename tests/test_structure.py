@@ -157,7 +157,7 @@ def test_docstrings_refer_to_public_names_by_their_public_path() -> None:
 # imports modules of lower layers and of its own package, nothing else.
 LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
     (("goflux._",),),  # the core: values, messages, the wire, interfaces, errors
-    (("goflux._otel",),),  # telemetry
+    (("goflux._otel",), ("goflux.codecs",)),  # telemetry; codecs beyond JSON
     (("goflux._compose",),),  # composition: streams, processors, topics, pipes, group
     (("goflux.middleware",), ("goflux.transports",), ("goflux.testing",)),
     (("goflux.service",),),  # running services

@@ -123,3 +123,35 @@ def test_the_http_transport_names_its_extra() -> None:
             f"goflux.transports.http needs {module}, which is not installed: "
             "pip install 'goflux[http]'"
         )
+
+
+def test_each_codec_names_its_extra_and_the_package_imports_without_them() -> None:
+    for module, extra, codec in (
+        ("ormsgpack", "msgpack", "MsgpackCodec"),
+        ("msgpack", "msgpack", "MsgpackCodec"),
+        ("ruamel.yaml", "yaml", "YamlCodec"),
+        ("tomli_w", "toml", "TomlCodec"),
+        ("defusedxml", "xml", "XmlCodec"),
+    ):
+        done = run_without(
+            module,
+            f"""
+            import goflux
+            from goflux import codecs
+
+            from pydantic import BaseModel
+
+            class Row(BaseModel):
+                x: int
+
+            codecs.CsvCodec(Row)  # the standard library's csv: always there
+            try:
+                codecs.{codec}(int)
+            except goflux.MissingDependency as exc:
+                print(exc)
+            """,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == (
+            f"{codec} needs {module}, which is not installed: pip install 'goflux[{extra}]'"
+        )

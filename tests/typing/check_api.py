@@ -47,6 +47,7 @@ from goflux import (
     pipe_map,
     process,
 )
+from goflux.codecs import CsvCodec, MsgpackCodec, TomlCodec, XmlCodec, YamlCodec
 from goflux.middleware import (
     DeadLetter,
     ExponentialBackoff,
@@ -297,3 +298,25 @@ def spark_reads(spark: SparkSession) -> None:
     gspark.read_stream(spark, Order, servers="nats://x", stream="S", fetch_sise=1)  # type: ignore[call-arg]
     gspark.read(spark, Order, servers="nats://x")  # type: ignore[call-arg]
     gspark.read(spark, Order, servers="nats://x", stream="S", starting="first")  # type: ignore[arg-type]
+
+
+# --- the codecs of goflux.codecs infer their payload type too -------------------------
+msgpack_codec = MsgpackCodec(Order)
+assert_type(msgpack_codec, MsgpackCodec[Order])
+assert_type(msgpack_codec.decode(b""), Order)
+assert_type(MsgpackCodec(list[int]).decode(b""), list[int])
+assert_type(YamlCodec(Order), YamlCodec[Order])
+assert_type(TomlCodec(Event).decode(b""), Event)
+assert_type(XmlCodec(Order, root="order"), XmlCodec[Order])
+assert_type(CsvCodec(Order), CsvCodec[Order])
+assert_type(CsvCodec(Order).decode(b""), list[Order])
+msgpack_as_codec: Codec[Order] = msgpack_codec
+yaml_as_codec: Codec[Order] = YamlCodec(Order)
+toml_as_codec: Codec[Order] = TomlCodec(Order)
+xml_as_codec: Codec[Order] = XmlCodec(Order)
+csv_as_codec: Codec[list[Order]] = CsvCodec(Order)
+csv_wrong: Codec[Order] = CsvCodec(Order)  # type: ignore[assignment]
+msgpack_wrong: Codec[Customer] = msgpack_codec  # type: ignore[assignment]
+msgpack_codec.encode(Customer(name="x"))  # type: ignore[arg-type]
+msgpack_bus = channel.Bus(codec=msgpack_codec)
+assert_type(msgpack_bus, channel.Bus[Order])

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+
+import pytest
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
+
+from goflux import Codec, DecodeError, EncodeError
+from goflux.codecs import CsvCodec
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+class Color(Enum):
+    RED = "red"
+
+
+class Reading(BaseModel):
+    sensor: str = Field(alias="sensorId")
+    value: float
+    ok: bool
+    at: datetime
+    color: Color
+    note: str | None = None
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Pair(TypedDict):
+    key: str
+    value: int
+
+
+AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def test_golden_encoding_csv_example() -> None:
+    # goencode csv ExampleNewCodec: [][]string{{"name","age"},{"Alice","30"}} encodes as
+    # "name,age\nAlice,30\n": the header row is the field names.
+    codec = CsvCodec(Person)
+    assert codec.encode([Person(name="Alice", age=30)]) == b"name,age\nAlice,30\n"
+    assert codec.decode(b"name,age\nAlice,30\n") == [Person(name="Alice", age=30)]
+
+
+def test_round_trip_with_aliases_quotes_and_go_text() -> None:
+    rows = [
+        Reading(sensorId='a,"b"', value=1e6, ok=True, at=AT, color=Color.RED, note="x\ny"),
+        Reading(sensorId="ü 日本", value=math.inf, ok=False, at=AT, color=Color.RED),
+    ]
+    codec = CsvCodec(Reading)
+    data = codec.encode(rows)
+    assert data.decode().splitlines()[0] == "sensorId,value,ok,at,color,note"
+    assert data.decode().split("\n")[1] == '"a,""b""",1e+06,true,2026-01-02T03:04:05+00:00,red,"x'
+    assert ",+Inf,false," in data.decode()
+    assert codec.decode(data) == rows
+
+
+def test_empty_values() -> None:
+    codec = CsvCodec(Reading)
+    assert codec.encode([]) == b"sensorId,value,ok,at,color,note\n"
+    assert codec.decode(codec.encode([])) == []
+    assert codec.decode(b"") == []
+    row = Reading(sensorId="", value=0.0, ok=False, at=AT, color=Color.RED, note=None)
+    assert codec.decode(codec.encode([row])) == [row]
+
+
+def test_a_bare_carriage_return_is_quoted() -> None:
+    codec = CsvCodec(Person)
+    data = codec.encode([Person(name="a\rb", age=1), Person(name="c", age=2)])
+    assert data == b'name,age\n"a\rb","1"\nc,2\n'
+    assert codec.decode(data) == [Person(name="a\rb", age=1), Person(name="c", age=2)]
+
+
+def test_a_megabyte_of_rows() -> None:
+    codec = CsvCodec(Person)
+    rows = [Person(name=f"person number {i}", age=i) for i in range(50_000)]
+    data = codec.encode(rows)
+    assert len(data) > 1_000_000
+    assert codec.decode(data) == rows
+    assert list(csv.reader(io.StringIO(data.decode())))[1] == ["person number 0", "0"]
+
+
+def test_columns_by_name_in_any_order_and_a_bom() -> None:
+    codec = CsvCodec(Person)
+    assert codec.decode(b"\xef\xbb\xbfage,extra,name\r\n30,x,Alice\r\n") == [
+        Person(name="Alice", age=30)
+    ]
+
+
+def test_dataclass_and_typeddict_rows() -> None:
+    assert CsvCodec(Point).decode(CsvCodec(Point).encode([Point(1, 2)])) == [Point(1, 2)]
+    pairs: list[Pair] = [{"key": "k", "value": 1}]
+    assert CsvCodec(Pair).decode(CsvCodec(Pair).encode(pairs)) == pairs
+
+
+@pytest.mark.parametrize(
+    ("data", "cause"),
+    [
+        (b"name,age\nAlice,x\n", "0.age: Input should be a valid integer"),
+        (b"name,age\nAlice,1\nBob\n", "line 3 has 1 fields, the header 2"),
+        (b'name,age\n"Alice,1\n', "not CSV"),
+        (b"\xff", "invalid UTF-8"),
+        (b"name\nAlice\n", "0.age: Field required"),
+    ],
+)
+def test_decode_errors_name_the_type_and_cause(data: bytes, cause: str) -> None:
+    with pytest.raises(DecodeError, match=cause) as info:
+        CsvCodec(Person).decode(data)
+    assert info.value.type_name == "list[Person]"
+    assert info.value.size == len(data)
+
+
+def test_encode_errors() -> None:
+    codec = CsvCodec(Person)
+    with pytest.raises(EncodeError, match="row 1 is a Point, not a Person") as info:
+        codec.encode([Person(name="a", age=1), Point(1, 2)])  # type: ignore[list-item]
+    assert info.value.type_name == "list[Person]"
+    with pytest.raises(EncodeError, match="expected a list of Person"):
+        codec.encode(Person(name="a", age=1))  # type: ignore[arg-type]
+    with pytest.raises(EncodeError, match="Pair"):
+        CsvCodec(Pair).encode([{"key": "k"}])  # type: ignore[typeddict-item]
+
+
+def test_rows_must_be_flat() -> None:
+    class Nested(BaseModel):
+        name: str
+        tags: list[str]
+
+    with pytest.raises(TypeError, match="tags holds a list, mapping or model"):
+        CsvCodec(Nested)
+    with pytest.raises(TypeError, match="row type with fields"):
+        CsvCodec(int)
+
+
+def test_repr_content_type_header_and_typing() -> None:
+    codec = CsvCodec(Reading)
+    assert repr(codec) == "CsvCodec(Reading)"
+    assert codec.content_type == "text/csv; charset=utf-8"
+    assert codec.header == ["sensorId", "value", "ok", "at", "color", "note"]
+    assert codec.type is Reading
+    as_codec: Codec[list[Reading]] = codec
+    assert as_codec.decode(b"sensorId,value,ok,at,color\n") == []

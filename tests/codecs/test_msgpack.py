@@ -1,0 +1,224 @@
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import msgpack
+import pytest
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict
+
+from goflux import Codec, DecodeError, EncodeError
+from goflux.codecs import MsgpackCodec
+from tests.codecs.models import CREATED, EMPTY, NESTED, SAMPLES, UNICODE, Order, large
+
+
+class Data(BaseModel):
+    name: str
+
+
+class User(BaseModel):
+    """goencode's tinylib test type (msgpack/tinylib/testdata/user.go)."""
+
+    handle: str
+    country: str
+    timestamp: int
+    description: str
+
+
+class Blob(BaseModel):
+    raw: bytes
+    big: int
+    small: int
+    ratio: float
+    counts: dict[int, str]
+
+
+class Event(TypedDict):
+    name: str
+    count: int
+
+
+def test_golden_vmihailenco_example() -> None:
+    # goencode msgpack/vmihailenco ExampleNewCodec: Data{Name: "example-123"} with the
+    # tag msgpack:"name" is a one-entry map keyed "name".
+    data = MsgpackCodec(Data).encode(Data(name="example-123"))
+    assert data == b"\x81\xa4name\xabexample-123"
+
+
+def test_golden_tinylib_user() -> None:
+    # msgpack/tinylib/testdata/user_gen.go MarshalMsg: the map header and key bytes it
+    # appends, then msgp.AppendString / AppendInt64 of each value.
+    user = User(handle="@bench", country="US", timestamp=5, description="d")
+    expected = (
+        bytes([0x84, 0xA6, 0x68, 0x61, 0x6E, 0x64, 0x6C, 0x65])
+        + b"\xa6@bench"
+        + bytes([0xA7, 0x63, 0x6F, 0x75, 0x6E, 0x74, 0x72, 0x79])
+        + b"\xa2US"
+        + bytes([0xA9, 0x74, 0x69, 0x6D, 0x65, 0x73, 0x74, 0x61, 0x6D, 0x70])
+        + b"\x05"
+        + bytes([0xAB, 0x64, 0x65, 0x73, 0x63, 0x72, 0x69, 0x70, 0x74, 0x69, 0x6F, 0x6E])
+        + b"\xa1d"
+    )
+    assert MsgpackCodec(User).encode(user) == expected
+
+
+def test_decodes_tinylib_int64_of_a_nanosecond_timestamp() -> None:
+    # msgp.AppendInt64 writes a large value as int 64 (0xd3), not uint 64 (0xcf).
+    nanos = 1_764_000_000_123_456_789
+    data = (
+        b"\x84\xa6handle\xa6@bench\xa7country\xa2US\xa9timestamp\xd3"
+        + nanos.to_bytes(8, "big", signed=True)
+        + b"\xabdescription\xa0"
+    )
+    user = MsgpackCodec(User).decode(data)
+    assert user.timestamp == nanos
+    assert user.description == ""
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_round_trip(name: str) -> None:
+    codec = MsgpackCodec(Order)
+    assert codec.decode(codec.encode(SAMPLES[name])) == SAMPLES[name]
+
+
+def test_round_trip_of_a_megabyte() -> None:
+    codec = MsgpackCodec(Order)
+    order = large()
+    data = codec.encode(order)
+    assert len(data) > 1_000_000
+    assert codec.decode(data) == order
+
+
+def test_map_is_keyed_by_alias_in_declaration_order() -> None:
+    raw = msgpack.unpackb(MsgpackCodec(Order).encode(NESTED), timestamp=3)
+    assert list(raw) == [
+        "id", "customerId", "lines", "tags", "note", "paid", "created", "discount"
+    ]  # fmt: skip
+    assert raw["lines"][0] == {"sku": "a-1", "qty": 2, "price": 12.5}
+
+
+def test_datetime_is_the_timestamp_extension() -> None:
+    data = MsgpackCodec(Order).encode(NESTED)
+    # ext type -1 with 8 bytes (the 64-bit form: nanoseconds and seconds).
+    assert b"\xd7\xff" in data
+    assert msgpack.unpackb(data, timestamp=3)["created"] == CREATED
+
+
+def test_other_offsets_and_naive_datetimes() -> None:
+    codec = MsgpackCodec(datetime)
+    plus_two = datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+    assert codec.decode(codec.encode(plus_two)) == plus_two  # the same instant, in UTC
+    assert codec.decode(codec.encode(plus_two)).tzinfo == UTC
+    naive = datetime(2026, 1, 1, 12)
+    assert codec.decode(codec.encode(naive)) == naive.replace(tzinfo=UTC)
+
+
+def test_reads_each_timestamp_form_the_spec_has() -> None:
+    codec = MsgpackCodec(datetime)
+    for moment in (
+        datetime(2026, 1, 1, tzinfo=UTC),  # 32-bit
+        datetime(2026, 1, 1, 0, 0, 0, 1, tzinfo=UTC),  # 64-bit
+        datetime(1900, 1, 1, tzinfo=UTC),  # 96-bit, before 1970
+        datetime(2500, 1, 1, 0, 0, 0, 999_999, tzinfo=UTC),  # 96-bit, past 2446
+    ):
+        assert codec.decode(msgpack.packb(moment, datetime=True)) == moment
+
+
+def test_bytes_as_bin_and_ints_exact() -> None:
+    codec = MsgpackCodec(Blob)
+    blob = Blob(raw=b"\x00\xff\x10", big=2**64 - 1, small=-(2**63), ratio=0.1, counts={7: "x"})
+    data = codec.encode(blob)
+    assert b"\xc4\x03\x00\xff\x10" in data  # bin 8
+    assert b"\xcf" + (2**64 - 1).to_bytes(8, "big") in data
+    assert codec.decode(data) == blob
+
+
+def test_nan_and_infinity_travel() -> None:
+    codec = MsgpackCodec(list[float])
+    values = codec.decode(codec.encode([math.inf, -math.inf, math.nan]))
+    assert values[:2] == [math.inf, -math.inf]
+    assert math.isnan(values[2])
+
+
+@pytest.mark.parametrize(
+    ("tp", "value"),
+    [(Event, {"name": "signup", "count": 3}), (list[int], [1, 2]), (str, "héllo"), (int, 7)],
+)
+def test_plain_types(tp: Any, value: Any) -> None:
+    codec: MsgpackCodec[Any] = MsgpackCodec(tp)
+    assert codec.decode(codec.encode(value)) == value
+
+
+def test_encode_refuses_the_wrong_type() -> None:
+    with pytest.raises(EncodeError, match="cannot encode Data as Order") as info:
+        MsgpackCodec(Order).encode(Data(name="x"))  # type: ignore[arg-type]
+    assert info.value.type_name == "Order"
+    with pytest.raises(EncodeError, match="as int"):
+        MsgpackCodec(int).encode(True)
+    with pytest.raises(EncodeError, match="Event"):
+        MsgpackCodec(Event).encode({"name": "x"})  # type: ignore[typeddict-item]
+
+
+def test_encode_refuses_an_integer_past_64_bits() -> None:
+    class Big(BaseModel):
+        n: int
+
+    with pytest.raises(EncodeError, match="64-bit"):
+        MsgpackCodec(Big).encode(Big(n=2**64))
+
+
+@pytest.mark.parametrize(
+    ("data", "cause"),
+    [
+        (b"", "not MessagePack"),
+        (b"\x81\xa4na", "not MessagePack"),  # truncated
+        (b"\xc1", "not MessagePack"),  # never used
+        (b"\x81\xa4name\xabexample-123\x00", "not MessagePack"),  # trailing bytes
+        (b"\x81\xa4name\xa2\xff\xfe", "not MessagePack"),  # not UTF-8
+        (b"\xd6\x05abcd", "unknown extension type 5"),  # tinylib's own time extension
+        (b"\x81\xa4name\x05", "name: Input should be a valid string"),
+        (b"\x80", "name: Field required"),
+    ],
+)
+def test_decode_errors_name_the_type_and_cause(data: bytes, cause: str) -> None:
+    with pytest.raises(DecodeError, match=cause) as info:
+        MsgpackCodec(Data).decode(data)
+    assert info.value.type_name == "Data"
+    assert info.value.size == len(data)
+    assert "Data" in str(info.value)
+
+
+def test_decode_takes_bytearray_and_memoryview_not_str() -> None:
+    codec = MsgpackCodec(Data)
+    data = codec.encode(Data(name="x"))
+    assert codec.decode(bytearray(data)) == codec.decode(memoryview(data)) == Data(name="x")
+    with pytest.raises(DecodeError, match="expected bytes"):
+        codec.decode("x")  # type: ignore[arg-type]
+
+
+def test_strict_refuses_what_lax_converts() -> None:
+    data = msgpack.packb({"name": "x", "count": "3"})
+    assert MsgpackCodec(Event).decode(data) == {"name": "x", "count": 3}
+    with pytest.raises(DecodeError, match="count"):
+        MsgpackCodec(Event, strict=True).decode(data)
+
+
+def test_alias_by_name_and_repr_and_content_type() -> None:
+    class Aliased(BaseModel):
+        customer_id: str = Field(alias="customerId")
+
+    codec = MsgpackCodec(Aliased)
+    assert msgpack.unpackb(codec.encode(Aliased(customerId="c"))) == {"customerId": "c"}
+    assert repr(codec) == "MsgpackCodec(Aliased)"
+    assert codec.content_type == "application/vnd.msgpack"  # IANA, msgpack/msgpack#194
+    assert codec.type is Aliased
+    as_codec: Codec[Aliased] = codec
+    assert as_codec is codec
+
+
+def test_unicode_and_empty_survive_exactly() -> None:
+    codec = MsgpackCodec(Order)
+    assert codec.decode(codec.encode(UNICODE)).note == UNICODE.note
+    assert codec.decode(codec.encode(EMPTY)) == EMPTY

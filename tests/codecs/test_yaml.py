@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, date, datetime
+from typing import Any
+
+import pytest
+import yaml as pyyaml
+from pydantic import BaseModel
+
+from goflux import Codec, DecodeError, EncodeError
+from goflux.codecs import YamlCodec
+from tests.codecs.models import EMPTY, NESTED, SAMPLES, UNICODE, Order, large
+
+
+class Data(BaseModel):
+    name: str
+
+
+class Scalars(BaseModel):
+    """Strings that YAML 1.1 and 1.2 readers resolve differently when plain."""
+
+    zip: str = "08001"
+    answer: str = "no"
+    switch: str = "on"
+    yes: str = "y"
+    day: str = "2001-12-14"
+    stamp: str = "2001-12-14T21:59:43.10Z"
+    null: str = "null"
+    tilde: str = "~"
+    true: str = "true"
+    octal: str = "0o17"
+    hex: str = "0x1F"
+    sexagesimal: str = "1:20"
+    exponent: str = "1e3"
+    infinity: str = ".inf"
+    underscored: str = "1_000"
+    empty: str = ""
+    spaced: str = " padded "
+    multiline: str = "one\ntwo\n"
+
+
+class Typed(BaseModel):
+    count: int
+    ratio: float
+    flag: bool
+    day: date
+    at: datetime
+    raw: bytes
+    missing: int | None
+
+
+def test_golden_yaml_v3_example() -> None:
+    # goencode yaml/v3 ExampleNewCodec: Encoded: name: example-123
+    assert YamlCodec(Data).encode(Data(name="example-123")) == b"name: example-123\n"
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_round_trip(name: str) -> None:
+    codec = YamlCodec(Order)
+    assert codec.decode(codec.encode(SAMPLES[name])) == SAMPLES[name]
+
+
+def test_round_trip_of_a_megabyte() -> None:
+    codec = YamlCodec(Order)
+    order = large()
+    data = codec.encode(order)
+    assert len(data) > 1_000_000
+    assert codec.decode(data) == order
+
+
+def test_ambiguous_strings_are_quoted_for_yaml_1_1_and_1_2_readers() -> None:
+    data = YamlCodec(Scalars).encode(Scalars())
+    # PyYAML reads YAML 1.1: every value still comes back a string.
+    assert pyyaml.safe_load(data) == Scalars().model_dump()
+    for plain in (b"zip: 08001", b"answer: no", b"switch: on", b"yes: y", b"day: 2001"):
+        assert plain not in data
+    assert YamlCodec(Scalars).decode(data) == Scalars()
+
+
+def test_reads_yaml_1_2_plain_scalars() -> None:
+    class Plain(BaseModel):
+        answer: str
+        switch: str
+        yes: str
+        day: str
+        zip: int
+        octal: int
+        flag: bool
+
+    text = b"answer: no\nswitch: on\nyes: y\nday: 2001-12-14\nzip: 08001\noctal: 0o17\nflag: true\n"
+    assert YamlCodec(Plain).decode(text) == Plain(
+        answer="no", switch="on", yes="y", day="2001-12-14", zip=8001, octal=15, flag=True
+    )
+
+
+def test_a_plain_08001_is_a_number_in_yaml_1_2() -> None:
+    # yaml.v3 and js-yaml read it as 8001 too: writers quote the string "08001".
+    with pytest.raises(DecodeError, match="zip: Input should be a valid string"):
+        YamlCodec(Scalars).decode(b"zip: 08001\n")
+
+
+def test_types_as_go_writes_them() -> None:
+    value = Typed(
+        count=3,
+        ratio=math.inf,
+        flag=False,
+        day=date(2026, 1, 2),
+        at=datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=UTC),
+        raw=b"\x00\xff",
+        missing=None,
+    )
+    data = YamlCodec(Typed).encode(value)
+    text = data.decode()
+    assert "ratio: .inf\n" in text
+    assert "flag: false\n" in text
+    assert "day: 2026-01-02\n" in text  # plain: yaml.v3 reads it into time.Time
+    assert "at: 2026-01-02T03:04:05.600000+00:00\n" in text
+    assert "raw: !!binary" in text
+    assert "missing: null\n" in text
+    assert YamlCodec(Typed).decode(data) == value
+
+
+def test_nan_travels() -> None:
+    codec = YamlCodec(list[float])
+    assert math.isnan(codec.decode(codec.encode([math.nan]))[0])
+
+
+def test_no_anchors_are_written() -> None:
+    shared = ["a", "b"]
+    data = YamlCodec(dict[str, list[str]]).encode({"x": shared, "y": shared})
+    assert b"&" not in data
+    assert b"*" not in data
+
+
+def test_alias_bomb_is_refused_quickly() -> None:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(1, 10):
+        name, previous = chr(ord("a") + level), chr(ord("a") + level - 1)
+        lines.append(f"{name}: &{name} [{','.join([f'*{previous}'] * 9)}]")
+    started = time.perf_counter()
+    with pytest.raises(DecodeError, match="billion laughs"):
+        YamlCodec(dict[str, Any]).decode("\n".join(lines).encode())
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_few_aliases_are_fine() -> None:
+    text = b"base: &b {sku: a, qty: 1, price: 1.5}\nlines: [*b, *b]\n"
+    assert YamlCodec(dict[str, Any]).decode(text)["lines"][1]["qty"] == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "cause"),
+    [
+        (b"name: [unclosed\n", "not YAML"),
+        (b"name: 'open", "not YAML"),
+        (b"name: a\nname: b\n", "not YAML"),  # duplicate key, as yaml.v3 refuses it
+        (b"name: a\n---\nname: b\n", "not YAML"),  # two documents
+        (b"\xff\xfe", "invalid UTF-8"),
+        (b"- a\n", "Input should be a valid dictionary"),
+        (b"", "Input should be a valid dictionary"),
+        (b"name: !!python/object:os.system x\n", "not YAML"),
+    ],
+)
+def test_decode_errors_name_the_type_and_cause(data: bytes, cause: str) -> None:
+    with pytest.raises(DecodeError, match=cause) as info:
+        YamlCodec(Data).decode(data)
+    assert info.value.type_name == "Data"
+    assert info.value.size == len(data)
+
+
+def test_encode_refuses_the_wrong_type() -> None:
+    with pytest.raises(EncodeError, match="cannot encode Data as Order") as info:
+        YamlCodec(Order).encode(Data(name="x"))  # type: ignore[arg-type]
+    assert info.value.type_name == "Order"
+
+
+def test_repr_content_type_and_typing() -> None:
+    codec = YamlCodec(Order)
+    assert repr(codec) == "YamlCodec(Order)"
+    assert codec.content_type == "application/yaml"
+    assert codec.type is Order
+    as_codec: Codec[Order] = codec
+    assert as_codec.decode(codec.encode(NESTED)) == NESTED
+
+
+def test_unicode_is_written_as_is() -> None:
+    data = YamlCodec(Order).encode(UNICODE)
+    assert "日本語".encode() in data
+    assert YamlCodec(Order).decode(data) == UNICODE
+    assert YamlCodec(Order).decode(YamlCodec(Order).encode(EMPTY)) == EMPTY
+
+
+def test_threads_each_get_their_own_parser() -> None:
+    codec = YamlCodec(Order)
+    data = codec.encode(NESTED)
+
+    def work(_: int) -> bool:
+        return all(codec.decode(codec.encode(NESTED)) == NESTED for _ in range(20))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
+    assert codec.decode(data) == NESTED
