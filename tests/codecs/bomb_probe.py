@@ -12,8 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from goflux import DecodeError
-from goflux import codecs
+from goflux import DecodeError, codecs
 
 KiB = 1024
 

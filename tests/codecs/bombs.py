@@ -9,6 +9,9 @@ from __future__ import annotations
 import struct
 import zlib
 
+import brotli as b
+from backports import zstd as z
+
 MiB = 1 << 20
 GiB = 1 << 30
 PIECE = 16 * MiB
@@ -43,8 +46,6 @@ def gzip(size: int = GiB) -> bytes:
 
 
 def zstd(size: int = GiB) -> bytes:
-    from backports import zstd as z
-
     assert size % PIECE == 0
     compressor = z.ZstdCompressor(1)
     parts = [compressor.compress(bytes(PIECE)) for _ in range(size // PIECE)]
@@ -53,8 +54,6 @@ def zstd(size: int = GiB) -> bytes:
 
 
 def brotli(size: int = GiB) -> bytes:
-    import brotli as b
-
     assert size % PIECE == 0
     compressor = b.Compressor(quality=1)
     zeros = bytes(PIECE)

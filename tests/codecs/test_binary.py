@@ -162,7 +162,10 @@ def test_ascii85_as_go_writes_it() -> None:
 
 
 def test_ascii85_skips_every_byte_up_to_the_space_like_go() -> None:
-    spaced = b"\x00\x01 9jqo^\tBlbD-\n\x0cBleB1DJ+*+F(f,q/0JhKF<GL>Cj@.4Gp$d7F!,L7@<6@)/0JDEF<G%<+EV:2F!,O<"
+    spaced = (
+        b"\x00\x01 9jqo^\tBlbD-\n\x0cBleB1DJ+*+F(f,q/0JhKF<GL>Cj@.4Gp$d7F!,"
+        b"L7@<6@)/0JDEF<G%<+EV:2F!,O<"
+    )
     assert Ascii85().decode(spaced) == LEVIATHAN[:60]
 
 
