@@ -25,7 +25,6 @@ _a2b_base64 = binascii.a2b_base64
 _b2a_hex = binascii.b2a_hex
 _a2b_hex = binascii.a2b_hex
 _STD_TO_URL: Final = bytes.maketrans(b"+/", b"-_")
-_URL_TO_STD: Final = bytes.maketrans(b"-_", b"+/")
 
 
 def _decodable(codec: str, data: object) -> bytes | bytearray:
@@ -57,7 +56,7 @@ class Base64:
         ValueError: ``alphabet`` is neither ``"std"`` nor ``"url"``.
     """
 
-    __slots__ = ("_name", "_padding", "_url")
+    __slots__ = ("_name", "_padding", "_table", "_url")
 
     content_type: ClassVar[str] = _ASCII
     """The MIME type of what it writes."""
@@ -69,6 +68,10 @@ class Base64:
             raise ValueError(f"Base64: alphabet must be 'std' or 'url', not {alphabet!r}")
         self._url = alphabet == "url"
         self._padding = padding
+        source, target = (b"-_+/", b"+/!!") if self._url else (b"", b"")
+        if not padding:
+            source, target = source + b"=", target + b"!"
+        self._table = bytes.maketrans(source, target) if source else None
         args = [f"{alphabet!r}"] if self._url else []
         if not padding:
             args.append("padding=False")
@@ -99,19 +102,27 @@ class Base64:
             DecodeError: ``data`` holds a character outside the alphabet, or its
                 padding is wrong.
         """
-        text = _without_line_breaks(data if type(data) is bytes else _decodable("Base64", data))
-        if self._url:
-            if text.find(b"+") >= 0 or text.find(b"/") >= 0:
-                raise corrupt(self._name, data, "a character outside the URL alphabet")
-            text = bytes(text).translate(_URL_TO_STD)
-        if not self._padding:
-            if text.find(b"=") >= 0:
-                raise corrupt(self._name, data, "padding in an unpadded encoding")
-            text = bytes(text) + b"=" * (-len(text) % 4)
+        text = data if type(data) is bytes else _decodable("Base64", data)
         try:
-            return _a2b_base64(text, strict_mode=True)
+            return self._decode(text)
+        except binascii.Error as exc:
+            if text.find(b"\n") < 0 and text.find(b"\r") < 0:
+                raise corrupt(self._name, data, exc) from exc
+        try:
+            return self._decode(bytes(text).translate(None, _LINE_BREAKS))
         except binascii.Error as exc:
             raise corrupt(self._name, data, exc) from exc
+
+    def _decode(self, text: bytes | bytearray) -> bytes:
+        # One pass maps the URL alphabet onto the standard one and the characters an
+        # encoding must not hold (the other alphabet's, padding where there is none)
+        # onto one that is no Base64, which strict decoding then refuses.
+        table = self._table
+        if table is not None:
+            text = text.translate(table)
+            if not self._padding:
+                text += b"=" * (-len(text) % 4)
+        return _a2b_base64(text, strict_mode=True)
 
 
 class Base32:

@@ -63,7 +63,7 @@ def _check_level(codec: str, level: int, low: int, high: int) -> int:
 class _Deflate:
     """gzip and raw DEFLATE through zlib: levels as Go's compress/flate numbers them."""
 
-    __slots__ = ("_level", "_max_size")
+    __slots__ = ("_budget", "_level", "_max_size")
 
     _name: ClassVar[str]
     _wbits: ClassVar[int]
@@ -71,6 +71,7 @@ class _Deflate:
     def __init__(self, level: int = _DEFAULT, *, max_size: int | None = DEFAULT_MAX_SIZE) -> None:
         self._level = _check_level(self._name, level, _HUFFMAN_ONLY, _BEST_COMPRESSION)
         self._max_size = check_max_size(self._name, max_size)
+        self._budget = 0 if self._max_size is None else self._max_size + 1  # 0: no limit
 
     @property
     def level(self) -> int:
@@ -96,23 +97,24 @@ class _Deflate:
             return compressor.compress(data) + compressor.flush()
         return _compress(data, self._level, _RAW_WBITS)
 
-    def _inflate(self, data: _Bytes, *, members: bool) -> bytes:
+    def _inflate(self, data: _Bytes, members: bool) -> bytes:
         """Inflate ``data`` (gzip members one after another if ``members``), bounded."""
-        limit = self._max_size
         # max_length makes zlib stop once it has produced that much: the bound holds
         # while decompressing, and the output buffer never grows past it.
+        budget = self._budget
         inflater = _decompressobj(self._wbits)
         try:
-            out = inflater.decompress(data, 0 if limit is None else limit + 1)
+            out = inflater.decompress(data, budget)
         except zlib.error as exc:
             raise corrupt(self._name, data, exc) from exc
+        if inflater.eof and not inflater.unused_data and (len(out) < budget or not budget):
+            return out  # one whole stream within the bound: the common case
+        limit = self._max_size
         if limit is not None and len(out) > limit:
             raise exceeded(self._name, data, limit)
         if not inflater.eof:
             raise corrupt(self._name, data, "truncated input (the stream does not end)")
         rest = inflater.unused_data
-        if not rest:
-            return out
         if not members:
             raise corrupt(self._name, data, f"{len(rest)} bytes after the final block")
         return self._more_members(data, out, rest)
@@ -192,7 +194,7 @@ class Gzip(_Deflate):
         given: object = data
         if type(given) is not bytes and not isinstance(given, bytearray | memoryview):
             raise not_bytes("Gzip", given)
-        return self._inflate(data, members=True)
+        return self._inflate(data, True)
 
 
 class Flate(_Deflate):
@@ -238,7 +240,7 @@ class Flate(_Deflate):
         given: object = data
         if type(given) is not bytes and not isinstance(given, bytearray | memoryview):
             raise not_bytes("Flate", given)
-        return self._inflate(data, members=False)
+        return self._inflate(data, False)
 
 
 def _zstd_module() -> ModuleType:
@@ -297,7 +299,8 @@ class Zstd:
             window_log = min(
                 max(_ZSTD_MIN_WINDOW_LOG, (self._max_size - 1).bit_length()), _ZSTD_MAX_WINDOW_LOG
             )
-        self._options = {zstd.DecompressionParameter.window_log_max: window_log}
+        # A plain int key: the enum member costs a conversion on every message.
+        self._options = {int(zstd.DecompressionParameter.window_log_max): window_log}
         # One compressor for every frame (it is thread safe): making one is the cost.
         parameter = zstd.CompressionParameter
         compressor = zstd.ZstdCompressor(
@@ -464,6 +467,9 @@ class Brotli:
         return out
 
 
+_SNAPPY_SHORT_LENGTH: Final = 1 << 21  # what a varint of at most three bytes can say
+
+
 def _cramjam_snappy() -> ModuleType:
     require("cramjam", "compression", "Snappy")
     import cramjam  # noqa: PLC0415
@@ -532,10 +538,18 @@ class Snappy:
         given: object = data
         if type(given) is not bytes and not isinstance(given, bytearray | memoryview):
             raise not_bytes("Snappy", given)
+        limit = self._max_size
         try:
-            declared = self._length(data)  # reads the header only
-            if self._max_size is not None and declared > self._max_size:
-                raise exceeded("Snappy", data, self._max_size)
+            # A varint that ends within three bytes declares less than 2 MiB; any
+            # longer one is read (the header only) and checked before allocating.
+            if limit is not None and (
+                limit < _SNAPPY_SHORT_LENGTH
+                or len(data) < 3
+                or (data[0] >= 0x80 and data[1] >= 0x80 and data[2] >= 0x80)
+            ):
+                declared = self._length(data)
+                if declared > limit:
+                    raise exceeded("Snappy", data, limit)
             return bytes(self._decompress(data))
         except self._error as exc:
             raise corrupt("Snappy", data, exc) from exc

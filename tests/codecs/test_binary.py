@@ -74,7 +74,7 @@ def test_base64_alphabets() -> None:
     assert Base64("url", padding=False).encode(b"\xfb\xff") == b"-_8"
     with pytest.raises(DecodeError, match=r"Base64\(\) cannot decode"):
         Base64().decode(b"-_-_")
-    with pytest.raises(DecodeError, match=r"Base64\('url'\) cannot decode 4 bytes: a character"):
+    with pytest.raises(DecodeError, match=r"Base64\('url'\) cannot decode 4 bytes"):
         Base64("url").decode(b"+/+/")
 
 

@@ -231,6 +231,11 @@ def test_snappy_refuses_a_declared_length_past_the_bound_before_allocating() -> 
     header_only = b"\xff\xff\xff\xff\x0f"  # declares 4 GiB - 1, holds nothing
     with pytest.raises(DecodeError, match="exceeds the limit of 67108864 bytes"):
         Snappy().decode(header_only)
+    just_over = bombs.snappy(64 * MiB + 1)  # a four-byte varint
+    with pytest.raises(DecodeError, match="exceeds the limit of 67108864 bytes"):
+        Snappy().decode(just_over)
+    with pytest.raises(DecodeError, match="header mismatch"):  # within: decoded, and short
+        Snappy(max_size=None).decode(just_over)
     with pytest.raises(DecodeError, match="exceeds the limit of 4 bytes"):
         Snappy(max_size=4).decode(b"\x05\x10hello")
     with pytest.raises(DecodeError, match="Snappy cannot decode 5 bytes"):
