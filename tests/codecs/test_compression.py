@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import base64
 import gzip as stdlib_gzip
 import struct
 import zlib
@@ -9,8 +10,8 @@ import cramjam
 import pytest
 from backports import zstd
 
-from goflux import DecodeError, EncodeError
-from goflux.codecs import DEFAULT_MAX_SIZE, Brotli, Flate, Gzip, Snappy, Zstd
+from goflux import BytesCodec, DecodeError, EncodeError
+from goflux.codecs import DEFAULT_MAX_SIZE, Base64, Brotli, Flate, Gzip, Snappy, Zstd, pipe
 from tests.codecs import bombs
 from tests.codecs.payloads import PAYLOADS
 
@@ -136,10 +137,22 @@ def test_gzip_header_is_the_one_go_writes(level: int, xfl: int) -> None:
     assert stdlib_gzip.decompress(encoded) == b"hello"
 
 
-def test_gzip_of_nothing_is_gos_bytes() -> None:
-    # What Go's gzip.NewWriter + Close writes for no input: the header, an empty final
-    # fixed block (03 00), a zero CRC and length.
-    assert Gzip().encode(b"") == bytes.fromhex("1f8b08000000000000ff03000000000000000000")
+# What Go's compress/gzip wrote (gzip.NewWriter, Write, Close), as Go programs' tests
+# record it: for no input, and for "1351451451512". Go's DEFLATE encoder is its own, so
+# the compressed blocks differ from zlib's; the header and what they decode to do not.
+GO_GZIP = {
+    b"": "H4sIAAAAAAAA/wEAAP//AAAAAAAAAAA=",
+    b"1351451451512": "H4sIAAAAAAAA/zI0NjU0ASNTQyNAAAAA//9lZlNKDQAAAA==",
+}
+
+
+@pytest.mark.parametrize(("value", "written"), GO_GZIP.items(), ids=["empty", "digits"])
+def test_gzip_decodes_what_go_writes(value: bytes, written: str) -> None:
+    go = base64.b64decode(written)
+    assert Gzip().decode(go) == value
+    assert Gzip().encode(value)[:10] == go[:10]  # the same header
+    assert Flate().decode(go[10:-8]) == value  # the DEFLATE stream inside
+    assert pipe(BytesCodec(), Gzip(), Base64()).decode(written.encode()) == value
 
 
 def test_gzip_reads_members_one_after_another_like_go() -> None:
