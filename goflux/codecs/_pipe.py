@@ -55,6 +55,11 @@ class Pipe(Generic[T]):
         return self._stages
 
     @property
+    def type(self) -> object:
+        """The payload type the first stage states (``JsonCodec(Order).type``), or None."""
+        return getattr(self._stages[0], "type", None)
+
+    @property
     def content_type(self) -> str | None:
         """The MIME type of the bytes it writes: the last stage's that states one."""
         for stage in reversed(self._stages):

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import base64
 import gzip as stdlib_gzip
+import random
 import struct
+import threading
 import zlib
 from typing import Any
 
@@ -334,3 +336,23 @@ def test_the_bound_is_exact(name: str) -> None:
     with pytest.raises(DecodeError, match="exceeds the limit of 99999 bytes"):
         make(max_size=99_999).decode(encoded)
     assert len(make(max_size=None).decode(encoded)) == 100_000
+
+
+@pytest.mark.parametrize("make", CODECS, ids=IDS)
+def test_one_codec_serves_threads_at_once(make: Any) -> None:
+    codec = make()
+    failures: list[int] = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(50):
+            data = rng.randbytes(rng.randint(0, 5000)) + bytes(rng.randint(0, 5000))
+            if codec.decode(codec.encode(data)) != data:
+                failures.append(seed)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

@@ -114,6 +114,8 @@ def test_nested_pipes_flatten() -> None:
     assert repr(outer) == "pipe(JsonCodec(Order), Gzip(), Base64())"
     assert outer.decode(outer.encode(order(2))) == order(2)
     assert isinstance(pipe(inner), Pipe)
+    assert outer.type is Order  # what transports read from a JsonCodec
+    assert pipe(StrCodec(), Gzip()).type is None
 
 
 def test_content_type_is_what_the_bytes_are_and_the_encoding_is_named() -> None:
