@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from goflux import BytesCodec, DecodeError, EncodeError, JsonCodec, StrCodec
+from goflux._codecs import content_type_of
 from goflux.codecs import Base64, Brotli, Gzip, Hex, Pipe, Snappy, Zstd, pipe
 from tests.models import Customer, Order, order
 
@@ -121,6 +122,7 @@ def test_nested_pipes_flatten() -> None:
 def test_content_type_is_what_the_bytes_are_and_the_encoding_is_named() -> None:
     json_gzip = pipe(JsonCodec(Order), Gzip())
     assert json_gzip.content_type == "application/gzip"
+    assert content_type_of(json_gzip) == "application/gzip"  # what HTTP and AsyncAPI read
     assert json_gzip.content_encoding == "gzip"
     assert json_gzip.decoded_content_type == "application/json"
 
