@@ -118,6 +118,7 @@ def test_plumbing_is_private() -> None:
 
 PUBLIC_PACKAGES = (
     "goflux",
+    "goflux.codecs",
     "goflux.middleware",
     "goflux.service",
     "goflux.asgi",
@@ -156,8 +157,9 @@ def test_docstrings_refer_to_public_names_by_their_public_path() -> None:
 # Lowest first. Each layer holds packages (a tuple of module prefixes each); a module
 # imports modules of lower layers and of its own package, nothing else.
 LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
-    (("goflux._",),),  # the core: values, messages, the wire, interfaces, errors
-    (("goflux._otel",), ("goflux.codecs",)),  # telemetry; codecs beyond JSON
+    # the core: values, messages, the wire, interfaces, errors; the codecs
+    (("goflux._", "goflux.codecs"),),
+    (("goflux._otel",),),  # telemetry
     (("goflux._compose",),),  # composition: streams, processors, topics, pipes, group
     (("goflux.middleware",), ("goflux.transports",), ("goflux.testing",)),
     (("goflux.service",),),  # running services
@@ -212,7 +214,8 @@ def test_the_layer_check_finds_an_upward_import(tmp_path: Path) -> None:
     assert place("goflux.transports.jetstream._kv.bucket") == (3, ("goflux.transports",))
     assert place("goflux") == (5, ("goflux",))
     assert place("goflux._otel.scopes") == (1, ("goflux._otel",))
-    assert place("goflux._message") == (0, ("goflux._",))
+    assert place("goflux._message") == (0, ("goflux._", "goflux.codecs"))
+    assert place("goflux.codecs._pipe") == (0, ("goflux._", "goflux.codecs"))
 
 
 # Status codes of status messages, and JetStream API error codes.

@@ -40,6 +40,7 @@ from goflux import (
     bind_topic,
     chain,
     chain_publishers,
+    codecs,
     message_stream,
     micro_batches,
     pipe,
@@ -91,6 +92,22 @@ bytes_codec: Codec[bytes] = BytesCodec()
 str_codec: Codec[str] = StrCodec()
 wrong_codec: Codec[Customer] = order_codec  # type: ignore[assignment]
 order_codec.encode(Customer(name="x"))  # type: ignore[arg-type]
+
+# --- byte codecs are Codec[bytes]; a pipe keeps the first codec's type ----------------
+gzip_codec: Codec[bytes] = codecs.Gzip(9, max_size=1 << 20)
+for byte_codec in (codecs.Flate(), codecs.Zstd(), codecs.Brotli(), codecs.Snappy()):
+    assert_type(byte_codec.decode(b""), bytes)
+binary: list[Codec[bytes]] = [codecs.Base64("url"), codecs.Base32(), codecs.Hex(), codecs.Ascii85()]
+json_gzip = codecs.pipe(JsonCodec(Order), codecs.Gzip())
+assert_type(json_gzip, codecs.Pipe[Order])
+assert_type(json_gzip.decode(b""), Order)
+piped: Codec[Order] = codecs.pipe(order_codec, codecs.Zstd(), codecs.Base64(), codecs.Hex())
+assert_type(codecs.pipe(json_gzip, codecs.Base64()), codecs.Pipe[Order])
+piped_wrong: Codec[Customer] = json_gzip  # type: ignore[assignment]
+json_gzip.encode(Customer(name="x"))  # type: ignore[arg-type]
+codecs.pipe(order_codec, StrCodec())  # type: ignore[arg-type]
+codecs.pipe(order_codec, order_codec)  # type: ignore[arg-type]
+codecs.Base64("hex")  # type: ignore[arg-type]
 
 # --- transports carry the type end to end ---------------------------------------------
 bus = channel.Bus(codec=order_codec)
