@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
@@ -52,8 +53,11 @@ async def interruptible(action: Awaitable[int]) -> int:
     The action is cancelled on the signal, and again while it has not ended: a
     cancellation can be lost on its way (Python 3.11's ``asyncio.wait_for``, which
     nats-py uses, swallows one that arrives as its future completes), and a watch
-    that lost it would wait for the next change for ever.
+    that lost it would wait for the next change for ever. Outside the main thread
+    (``main()`` called from a thread) no signal reaches it: the action just runs.
     """
+    if threading.current_thread() is not threading.main_thread():
+        return await action  # signals reach the main thread only (main() run in a thread)
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(action)
     received: list[int] = []

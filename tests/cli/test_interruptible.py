@@ -57,3 +57,13 @@ async def test_what_the_action_returns_or_raises_comes_through() -> None:
         await interruptible(broken())
     # The handlers are gone again: SIGINT is Python's own.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+async def test_in_another_thread_the_action_just_runs() -> None:
+    async def done() -> int:
+        return 3
+
+    def in_thread() -> int:
+        return asyncio.run(interruptible(done()))
+
+    assert await asyncio.to_thread(in_thread) == 3
