@@ -89,7 +89,11 @@ async def main() -> None:
             if len(billed) == len(orders):
                 done.set()
 
-        subscriber = jetstream.Subscriber(js, codec, stream="ORDERS", consumer="billing")
+        # confirm_acks: the server answers each ack once applied, so close() returns
+        # only when every settlement is on the server (the counts below are final).
+        subscriber = jetstream.Subscriber(
+            js, codec, stream="ORDERS", consumer="billing", confirm_acks=True
+        )
         subscription = await subscriber.start("orders.>", bill)
         await asyncio.wait_for(done.wait(), timeout=30)
         await subscriber.close()

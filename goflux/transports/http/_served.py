@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind
 from starlette.types import Receive, Scope, Send
 
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
-from goflux._otel.scopes import NullScope, ProcessScope, ProcessScopes
+from goflux._otel.scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScopes
 from goflux._otel.semconv import HTTP_REQUEST_METHOD, URL_PATH
 from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
@@ -231,7 +231,9 @@ class ServedRoute(StopOnExit):
     def _scope(
         self, scope: Scope, subject: str, wire: Incoming, body: bytes
     ) -> ProcessScope | NullScope:
-        """The span and metrics of answering one request."""
+        """The span and metrics of answering one request (nothing built while inactive)."""
+        if not self._scopes.telemetry.active:
+            return NULL_SCOPE
         return self._scopes.open(
             subject,
             wire.wire,
