@@ -36,7 +36,9 @@ HTTP_ERROR_MESSAGE: dict[str, Any] = {
     "title": "Error answer",
     "summary": "The answer when the request failed: a 4xx or 5xx status, one line of text.",
     "description": "400: the request does not decode; 404: no route for the path; 408: the "
-    "body did not arrive in time; 413: the body is too large; 500: the handler failed; "
+    "body did not arrive in time; 413: the body is too large; 415: the body came with a "
+    "`Content-Encoding` other than identity (`Accept-Encoding: identity`); 500: the "
+    "handler failed; "
     "503: the route is stopping (`Retry-After`); or the status of the handler's "
     "`ServiceError`, with its message.",
     "contentType": _ERROR_CONTENT_TYPE,
@@ -56,6 +58,11 @@ HTTP_ERROR_MESSAGE: dict[str, Any] = {
                     "Retry-After": {
                         "type": "string",
                         "description": "Seconds to wait before sending again (503).",
+                    },
+                    "Accept-Encoding": {
+                        "type": "string",
+                        "enum": ["identity"],
+                        "description": "The only content coding taken (415).",
                     },
                 },
             },

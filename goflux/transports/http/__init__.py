@@ -17,8 +17,10 @@ Import it module-qualified::
 
 The wire is Go goflux's: ``POST {base}/{subject}`` with the encoded body,
 ``X-Goflux-{name}`` user headers, ``X-Message-ID``, W3C ``traceparent``; the
-subscriber answers 204, 400, 405, 413 or 500 as Go's does (and 404, 408, 422, 503
-where Go's has no answer). Subscribers and responders own no listener.
+subscriber answers 204, 400, 405, 413 or 500 as Go's does (and 404, 408, 415, 422,
+503 where Go's has no answer). The body is the codec's bytes, ``Content-Type`` the
+codec's, and a codec's compression is never sent as ``Content-Encoding``.
+Subscribers and responders own no listener.
 
 Needs ``goflux[http]`` (httpx and Starlette).
 """

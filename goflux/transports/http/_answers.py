@@ -12,7 +12,15 @@ from starlette.types import Receive, Scope, Send
 
 from goflux.transports.http._wire import ERROR_CONTENT_TYPE, error_body
 
-__all__ = ("BodyRefused", "RawHeaders", "read_body", "send_empty", "send_error", "send_reply")
+__all__ = (
+    "BodyRefused",
+    "RawHeaders",
+    "check_encoding",
+    "read_body",
+    "send_empty",
+    "send_error",
+    "send_reply",
+)
 
 _NOSNIFF: Final = {"x-content-type-options": "nosniff"}
 
@@ -24,20 +32,61 @@ _DISCARDED_AT_MOST: Final = 16 << 20
 
 
 class BodyRefused(Exception):
-    """The request's body was not taken: too large, too slow, or the client left.
+    """The request's body was not taken: too large, too slow, compressed, or the client left.
 
     Attributes:
-        status: The answer's status (413, 408 or 400).
+        status: The answer's status (413, 408, 415 or 400).
         text: The answer's text.
         close: Close the connection after the answer (rather than discard the rest
             of the body): the client is too slow, or declared far too much.
+        headers: Headers the answer carries beside goflux's own, or None.
     """
 
-    def __init__(self, status: int, text: str, *, close: bool = False) -> None:
+    def __init__(
+        self,
+        status: int,
+        text: str,
+        *,
+        close: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(text)
         self.status = status
         self.text = text
         self.close = close
+        self.headers = headers
+
+
+# RFC 7694: a server that refuses a request's content coding answers 415 and names the
+# codings it takes in Accept-Encoding.
+_IDENTITY_ONLY: Final = {"accept-encoding": "identity"}
+_SHOWN_CODING: Final = 64  # characters of a refused Content-Encoding the answer repeats
+
+
+def check_encoding(scope: Scope) -> None:
+    """Refuse a body sent with a ``Content-Encoding`` other than ``identity``.
+
+    goflux reads a body as the codec's bytes exactly: a sender compresses with a
+    compressing codec (``pipe(JsonCodec(T), Gzip())``, sent as ``application/gzip``),
+    never with an HTTP content coding, which the codec would not undo.
+
+    Raises:
+        BodyRefused: 415, naming the encoding, with ``Accept-Encoding: identity``.
+    """
+    for name, value in scope["headers"]:
+        if name != b"content-encoding":
+            continue
+        text = value.decode("latin-1").strip()
+        codings = [c.strip().lower() for c in text.split(",")]
+        if any(c and c != "identity" for c in codings):
+            if len(text) > _SHOWN_CODING:
+                text = text[: _SHOWN_CODING - 1] + "…"
+            raise BodyRefused(
+                415,
+                f"unsupported Content-Encoding {text!r}: the body must be the "
+                "codec's bytes as they are (identity); compress with the codec, not HTTP",
+                headers=_IDENTITY_ONLY,
+            )
 
 
 def _declared_length(scope: Scope) -> int | None:

@@ -29,10 +29,12 @@ class Publisher(CloseOnExit, Generic[T]):
     """Publishes values of type ``T`` as ``POST {base_url}/{subject}``.
 
     The body is the codec's bytes; ``Content-Type`` the codec's (``application/json``
-    for JSON); user headers travel as ``X-Goflux-{name}``, the message ID as
-    ``X-Message-ID``, the trace context as ``traceparent``/``tracestate``: what a
-    Go goflux HTTP subscriber reads. ``publish`` returns once the endpoint answered
-    2xx (its handler ran); any other answer raises :class:`StatusError`.
+    for JSON, ``application/gzip`` for ``pipe(JsonCodec(T), Gzip())``: a codec's
+    compression is never sent as ``Content-Encoding``); user headers travel as
+    ``X-Goflux-{name}``, the message ID as ``X-Message-ID``, the trace context as
+    ``traceparent``/``tracestate``: what a Go goflux HTTP subscriber reads.
+    ``publish`` returns once the endpoint answered 2xx (its handler ran); any other
+    answer raises :class:`StatusError`.
 
     Args:
         base_url: The endpoint root, e.g. ``"https://orders.internal/hooks"``.

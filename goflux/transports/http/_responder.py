@@ -125,11 +125,14 @@ class Responder(RouteOwner, SubscriberLifecycle["ResponderRoute[Req, Resp]"], Ge
     """Answers typed requests over HTTP: ``POST {base_path}/{subject}``, as Go goflux.
 
     The reply is 200 with the encoded reply and the reply codec's ``Content-Type``
-    (``application/json`` for JSON). A :class:`~goflux.ServiceError` raised by the
-    handler answers with its code and message (the requester raises
-    :class:`~goflux.RemoteError` with both); an undecodable request is 400; any other
-    exception, or a reply that cannot be encoded, 500 (the exception is logged, not
-    sent). 404, 405, 408, 413 and 503 (stopping) as for
+    (``application/json`` for JSON), never a ``Content-Encoding``: a compressing reply
+    codec's bytes are the body, labelled with its type (``application/gzip``), so no
+    HTTP client undoes the compression before the codec does. A
+    :class:`~goflux.ServiceError` raised by the handler answers with its code and
+    message (the requester raises :class:`~goflux.RemoteError` with both); an
+    undecodable request is 400; any other exception, or a reply that cannot be
+    encoded, 500 (the exception is logged, not sent). 404, 405, 408, 413, 415 (a
+    compressed body) and 503 (stopping) as for
     :class:`~goflux.transports.http.Subscriber`. The handler runs inside a SERVER
     span, child of the requester's. :attr:`app` is the ASGI application.
 

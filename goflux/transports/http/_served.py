@@ -16,7 +16,7 @@ from goflux._otel.scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScop
 from goflux._otel.semconv import HTTP_REQUEST_METHOD, URL_PATH
 from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
-from goflux.transports.http._answers import BodyRefused, read_body, send_error
+from goflux.transports.http._answers import BodyRefused, check_encoding, read_body, send_error
 from goflux.transports.http._router import Router
 from goflux.transports.http._system import SYSTEM
 from goflux.transports.http._wire import Incoming, check_base_path
@@ -148,7 +148,7 @@ class ServedRoute(StopOnExit):
         self.received = 0
         """Requests that reached the route (whatever their answer)."""
         self.refused = 0
-        """Requests answered before their body was taken (413, 408, 503: stopping, busy)."""
+        """Requests answered before their body was taken (413, 408, 415, 503: stopping, busy)."""
 
     @property
     def base_path(self) -> str:
@@ -204,11 +204,12 @@ class ServedRoute(StopOnExit):
         enter_handler_context(self)
         try:
             try:
+                check_encoding(scope)
                 body = await read_body(scope, receive, self._max_body_size, self._body_timeout)
             except BodyRefused as exc:
                 self.refused += 1
-                headers = _CLOSE if exc.close else None
-                await send_error(scope, receive, send, exc.status, exc.text, headers)
+                headers = {**(exc.headers or {}), **(_CLOSE if exc.close else {})}
+                await send_error(scope, receive, send, exc.status, exc.text, headers or None)
                 return
             await self._answer(scope, receive, send, subject, body)
         except asyncio.CancelledError:

@@ -80,10 +80,11 @@ class HttpSubscription(ServedRoute, Generic[T]):
     """A subject served over HTTP: each POST is decoded and handed to the handler.
 
     Answers: 204 the handler returned (or acked), 400 the body does not decode, 408
-    the body did not arrive in time, 413 the body is too large, 422 the handler
-    terminated the message (``term``, or raised :class:`~goflux.NonRetryable`), 500
-    the handler raised, 503 the handler asked for a retry (``nak``; ``Retry-After``
-    with a delay) or the subscription is stopping.
+    the body did not arrive in time, 413 the body is too large, 415 the body came
+    with a ``Content-Encoding`` other than ``identity``, 422 the handler terminated
+    the message (``term``, or raised :class:`~goflux.NonRetryable`), 500 the handler
+    raised, 503 the handler asked for a retry (``nak``; ``Retry-After`` with a
+    delay) or the subscription is stopping.
 
     Attributes:
         handled: Messages whose handler returned.
@@ -208,6 +209,9 @@ class Subscriber(RouteOwner, SubscriberLifecycle["HttpSubscription[T]"], Streami
     400                   the body does not decode
     404 / 405             no route for the path / a method other than POST
     408 / 413             the body did not arrive in time / is too large
+    415                   the body came with a ``Content-Encoding`` other than
+                          ``identity`` (``Accept-Encoding: identity`` says so):
+                          compression is the codec's (``pipe(codec, Gzip())``)
     422                   the handler terminated the message (``term``, or raised
                           :class:`~goflux.NonRetryable`)
     500                   the handler raised
