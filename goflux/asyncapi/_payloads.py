@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import GenericAlias
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import PydanticUserError, TypeAdapter
@@ -17,6 +18,7 @@ from goflux._codecs import (
     type_adapter,
     type_name,
 )
+from goflux.codecs import CsvCodec, MsgpackCodec, Pipe, TomlCodec, XmlCodec, YamlCodec
 
 __all__ = ("Mode", "Payload", "PayloadSchemas", "component_key", "payload_of")
 
@@ -78,15 +80,36 @@ def _fit(schema: Any) -> Any:
     return schema
 
 
+# Codecs of a pydantic type in another format: the payload's schema is the type's (the
+# structure of the data), and the content type says how it is written.
+_TYPED_CODECS = (JsonCodec, MsgpackCodec, YamlCodec, TomlCodec, XmlCodec)
+
+
+_ROWS: dict[object, object] = {}
+
+
+def _rows_of(row: object) -> object:
+    """``list[row]``, the value a ``CsvCodec(row)`` carries (one object per row type)."""
+    return _ROWS.setdefault(row, GenericAlias(list, (row,)))
+
+
 def payload_of(codec: object, mode: Mode) -> Payload:
     """The payload a codec reads (``mode="validation"``) or writes (``"serialization"``).
 
     Its content type is the codec's own ``content_type``, the one the HTTP transport
-    sends as ``Content-Type``.
+    sends as ``Content-Type`` (``application/gzip`` for a pipe ending in gzip). The
+    schema of a codec of a type (JSON, MessagePack, YAML, TOML, XML; a list of rows
+    for CSV) is the type's; a pipe's is its first stage's, the value it carries.
     """
     content_type = content_type_of(codec)
-    if isinstance(codec, JsonCodec):
+    if isinstance(codec, Pipe):
+        inner = payload_of(codec.stages[0], mode)
+        return replace(inner, content_type=content_type)
+    if isinstance(codec, _TYPED_CODECS):
         return Payload(_name_of(codec.type), content_type, json_type=codec.type, mode=mode)
+    if isinstance(codec, CsvCodec):
+        rows = _rows_of(codec.type)
+        return Payload(f"list[{_name_of(codec.type)}]", content_type, json_type=rows, mode=mode)
     if isinstance(codec, BytesCodec):
         return Payload("bytes", content_type, schema={"type": "string", "format": "binary"})
     if isinstance(codec, StrCodec):

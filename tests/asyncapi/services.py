@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, Field
 from pydantic_core import CoreSchema, core_schema
 
 from goflux import BytesCodec, Group, JsonCodec, Message, StrCodec, bind_publisher, bind_topic
+from goflux.codecs import CsvCodec, Gzip, MsgpackCodec, YamlCodec, Zstd, pipe
 from goflux.transports import channel, jetstream
 from goflux.transports import http as ghttp
 from goflux.transports import nats as gnats
@@ -209,3 +210,21 @@ async def nats_and_http(group: Group) -> None:
     nc = group.own(await nats.connect(os.environ["NATS_URL"]))
     group.subscribe(group.own(gnats.Subscriber(nc, JsonCodec(Order))), "orders.new", ship)
     group.subscribe(group.own(ghttp.Subscriber(JsonCodec(Order))), "orders.new", ship)
+
+
+async def take_lines(message: Message[list[Line]]) -> None:
+    """Take order lines in bulk."""
+
+
+async def in_other_formats(group: Group) -> None:
+    """Payloads in MessagePack, YAML, CSV, and compressed JSON and MessagePack."""
+    packed = group.own(ghttp.Subscriber(MsgpackCodec(Order), base_path="/in"))
+    group.subscribe(packed, "orders.packed", ship)
+    rows = group.own(ghttp.Subscriber(CsvCodec(Line), base_path="/in"))
+    group.subscribe(rows, "lines.csv", take_lines)
+    compressed = pipe(JsonCodec(Order), Gzip())
+    answers = group.own(ghttp.Responder(compressed, pipe(MsgpackCodec(Receipt), Zstd())))
+    group.respond(answers, "orders.accept", accept)
+    partner = group.own(ghttp.Publisher("http://partner.internal", YamlCodec(Shipment)))
+    group.sends(partner, "shipments.sent")
+    group.sends(group.own(ghttp.Publisher("http://archive.internal", compressed)), "orders.kept")

@@ -35,7 +35,9 @@ async def test_the_documents_validate_with_the_official_parser(
     described: dict[str, Any],
 ) -> None:
     example = await describe_service("examples.http_request_reply:service")
-    for verdict in parse(json.dumps(described), example.to_json()):
+    # one Node process for every document: payloads in other formats too (test_codecs)
+    formats = await describe_service(services.in_other_formats)
+    for verdict in parse(json.dumps(described), example.to_json(), formats.to_json()):
         assert verdict.valid, verdict.diagnostics
         assert verdict.problems == []
     document = example.document
