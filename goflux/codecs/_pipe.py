@@ -7,6 +7,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from goflux._codecs import Codec, content_type_of, type_name
 from goflux._errors import CodecError, DecodeError, EncodeError
+from goflux.codecs._csv import CsvCodec
 
 __all__ = ("Pipe", "pipe")
 
@@ -34,8 +35,10 @@ class Pipe(Generic[T]):
     only ``content_type`` is told the truth. Where the last stages are HTTP content
     codings (gzip, br, zstd), :attr:`content_encoding` names them in the order
     applied and :attr:`decoded_content_type` is the type under them
-    (``application/json``): the pair an HTTP peer expects as ``Content-Type`` and
-    ``Content-Encoding``.
+    (``application/json``): what the bytes would be called as HTTP's ``Content-Type``
+    and ``Content-Encoding``. goflux's HTTP transport sends :attr:`content_type` and
+    never a ``Content-Encoding`` (an HTTP client would undo the compression before the
+    codec could), so both sides of a route must use the pipe.
     """
 
     __slots__ = ("_decoders", "_encoders", "_name", "_stages", "_type_name")
@@ -46,7 +49,10 @@ class Pipe(Generic[T]):
         self._encoders = tuple(cast(Any, stage).encode for stage in stages)
         self._decoders = tuple(cast(Any, stage).decode for stage in stages)
         inner = getattr(stages[0], "type", None)
-        self._type_name = "bytes" if inner is None else type_name(inner)
+        name = "bytes" if inner is None else type_name(inner)
+        # A CsvCodec(Row) states its row type and carries a list of rows: its errors
+        # name list[Row], and so do the pipe's.
+        self._type_name = f"list[{name}]" if isinstance(stages[0], CsvCodec) else name
         self._name = f"pipe({', '.join(repr(stage) for stage in stages)})"
 
     @property
@@ -56,7 +62,11 @@ class Pipe(Generic[T]):
 
     @property
     def type(self) -> object:
-        """The payload type the first stage states (``JsonCodec(Order).type``), or None."""
+        """The payload type the first stage states (``JsonCodec(Order).type``), or None.
+
+        A pipe that starts with ``CsvCodec(Row)`` states ``Row``, as the codec does: it
+        carries a ``list[Row]``.
+        """
         return getattr(self._stages[0], "type", None)
 
     @property

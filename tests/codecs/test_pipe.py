@@ -8,8 +8,8 @@ import pytest
 
 from goflux import BytesCodec, DecodeError, EncodeError, JsonCodec, StrCodec
 from goflux._codecs import content_type_of
-from goflux.codecs import Base64, Brotli, Gzip, Hex, Pipe, Snappy, Zstd, pipe
-from tests.models import Customer, Order, order
+from goflux.codecs import Base64, Brotli, CsvCodec, Gzip, Hex, Pipe, Snappy, Zstd, pipe
+from tests.models import Customer, Order, Quote, order
 
 
 class Recorder:
@@ -100,6 +100,19 @@ def test_a_failing_encode_is_named() -> None:
     with pytest.raises(EncodeError, match=r"stage 1 of 2 \(JsonCodec\(Order\)\) failed") as info:
         codec.encode(Customer(id="c", name="n"))  # type: ignore[arg-type]
     assert info.value.type_name == "Order"
+
+
+def test_a_pipe_of_csv_names_the_list_of_rows_it_carries() -> None:
+    codec = pipe(CsvCodec(Quote), Gzip())
+    assert codec.type is Quote  # the row type, as CsvCodec(Quote).type
+    with pytest.raises(DecodeError) as decoding:
+        codec.decode(b"not gzip")
+    with pytest.raises(EncodeError) as encoding:
+        codec.encode([Quote(sku="a", quantity=1), "not a row"])  # type: ignore[list-item]
+    with pytest.raises(DecodeError) as alone:
+        CsvCodec(Quote).decode(b"\xff")
+    assert decoding.value.type_name == encoding.value.type_name == alone.value.type_name
+    assert alone.value.type_name == "list[Quote]"
 
 
 def test_the_bound_holds_inside_a_pipe() -> None:
