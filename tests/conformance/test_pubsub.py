@@ -19,6 +19,7 @@ from goflux import (
     PublishError,
     SubscribeError,
 )
+from tests.codecs.cases import CASES
 from tests.conformance.harness import Harness
 from tests.conftest import Otel
 from tests.helpers import Inbox, settle_loop
@@ -38,6 +39,19 @@ async def test_round_trip_is_typed(harness: Harness) -> None:
     assert msg.subject == "orders.created"
     assert msg.id is None
     assert msg.data is None or CODEC.decode(msg.data) == order(1)
+
+
+async def test_every_codec_carries_its_bytes_unchanged(harness: Harness) -> None:
+    # One server for every codec: the cases run one after the other on it.
+    for case in CASES:
+        inbox: Inbox[object] = Inbox()
+        subject = f"orders.codec.{case.id}"
+        async with harness.subscriber(case.codec) as sub, harness.publisher(case.codec) as pub:
+            await sub.start(subject, inbox)
+            await pub.publish(subject, case.value)
+            [msg] = await inbox.wait_for(1)
+        assert msg.payload == case.value, case
+        assert msg.data is None or msg.data == case.codec.encode(case.value), case
 
 
 async def test_handler_started_with_start_receives_a_message_published_right_after(
