@@ -12,6 +12,7 @@ last three are the extra ``goflux[compression]``, imported when a codec is first
 
 from __future__ import annotations
 
+import functools
 import struct
 import sys
 import zlib
@@ -331,6 +332,10 @@ class Zstd:
         )
         return f"Zstd({args})"
 
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        """Pickle as its arguments: the compressor is made again (Spark ships codecs)."""
+        return (functools.partial(Zstd, max_size=self._max_size), (self._level,))
+
     def encode(self, value: _Bytes, /) -> bytes:
         """Return ``value`` as one Zstandard frame.
 
@@ -517,6 +522,10 @@ class Snappy:
 
     def __repr__(self) -> str:
         return f"Snappy({_arguments(max_size=(self._max_size, DEFAULT_MAX_SIZE))})"
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        """Pickle as its arguments: cramjam's functions are looked up again."""
+        return (functools.partial(Snappy, max_size=self._max_size), ())
 
     def encode(self, value: _Bytes, /) -> bytes:
         """Return ``value`` as one Snappy block.

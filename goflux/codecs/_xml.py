@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import xml.etree.ElementTree as ET  # writing only: parsing goes through defusedxml
 from collections.abc import Callable
@@ -120,6 +121,10 @@ class XmlCodec(Generic[T]):
         if self._root == self._typed.name:
             return f"XmlCodec({self._typed.name})"
         return f"XmlCodec({self._typed.name}, root={self._root!r})"
+
+    def __reduce__(self) -> tuple[Any, tuple[object]]:
+        """Pickle as its arguments: defusedxml's parser is looked up again."""
+        return (functools.partial(XmlCodec, root=self._root), (self._typed.type,))
 
     def encode(self, value: T, /) -> bytes:
         """Return the XML element of ``value``, UTF-8, without a declaration.

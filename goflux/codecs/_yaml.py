@@ -185,6 +185,10 @@ class YamlCodec(Generic[T]):
     def __repr__(self) -> str:
         return f"YamlCodec({self._typed.name})"
 
+    def __reduce__(self) -> tuple[Any, tuple[object]]:
+        """Pickle as its payload type: the per-thread YAML objects are made again."""
+        return (YamlCodec, (self._typed.type,))
+
     def encode(self, value: T, /) -> bytes:
         """Return the YAML document of ``value``, UTF-8.
 

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
 from goflux import JsonCodec
+from goflux.codecs import Gzip, MsgpackCodec, Zstd, pipe
 from goflux.transports import spark as gspark
 from tests.spark.helpers import Sale
 
@@ -136,7 +137,45 @@ def micro_batches(spark: SparkSession, url: str, args: dict[str, Any]) -> dict[s
     }
 
 
-JOBS = {"source": source, "read": batch_read, "sink": sink, "micro_batches": micro_batches}
+def codecs(spark: SparkSession, url: str, args: dict[str, Any]) -> dict[str, Any]:
+    """SOURCE (MessagePack, gzip) to out.sales (MessagePack, Zstandard), then read back.
+
+    The source decodes with its codec, the foreachBatch publisher encodes with its
+    own, and a batch read of OUT decodes with that one: each codec pickled to the
+    server's Python processes.
+    """
+    sink_codec = pipe(MsgpackCodec(Sale), Zstd())
+    df = gspark.read_stream(
+        spark, Sale, servers=url, stream=SOURCE, codec=pipe(MsgpackCodec(Sale), Gzip())
+    )
+    publisher = gspark.foreach_batch_publisher(
+        servers=url, subject="out.sales", codec=sink_codec, key_column="id"
+    )
+    query = (
+        df.writeStream.foreachBatch(publisher)
+        .option("checkpointLocation", args["checkpoint"])
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    back = gspark.read(spark, Sale, servers=url, stream=OUT, codec=sink_codec)
+    rows = back.select("id", "amount", "lines").collect()
+    return {
+        "columns": back.columns,
+        "published": sum(stats.published for stats in publisher.history),
+        "ids": sorted(row.id for row in rows),
+        "amount": sum(row.amount for row in rows),
+        "quantity": sum(line.quantity for row in rows for line in row.lines),
+    }
+
+
+JOBS = {
+    "source": source,
+    "read": batch_read,
+    "sink": sink,
+    "micro_batches": micro_batches,
+    "codecs": codecs,
+}
 
 
 def main(argv: list[str]) -> None:

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import nats
 import pytest
@@ -17,7 +17,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import BaseModel
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from goflux import Headers, JsonCodec
+from goflux import Codec, Headers, JsonCodec
 from goflux.transports import jetstream
 from goflux.transports.spark._datasource.reader import ADMISSION_CONTROL
 
@@ -87,13 +87,17 @@ def publish(
     *,
     subjects: Sequence[str] | None = None,
     headers: Headers | None = None,
+    codec: Codec[Any] | None = None,
 ) -> None:
-    """Publish ``values`` as JSON to ``stream`` (created on ``<stream>.>`` if missing)."""
+    """Publish ``values`` to ``stream`` (created on ``<stream>.>`` if missing).
+
+    As JSON, or with ``codec``.
+    """
     targets = subjects or [f"{stream.lower()}.new"]
 
     async def work(js: JetStreamContext) -> None:
         await _ensure(js, stream)
-        publisher = jetstream.Publisher(js, JsonCodec(type(values[0])))
+        publisher = jetstream.Publisher(js, codec or JsonCodec(type(values[0])))
         await publisher.publish_many(
             (
                 jetstream.Outgoing(targets[i % len(targets)], value, headers=headers)
@@ -114,6 +118,28 @@ def publish_raw(url: str, stream: str, subject: str, bodies: Sequence[bytes]) ->
             await js.publish(subject, body)
 
     on_server(url, work)
+
+
+def fetch_all(url: str, stream: str, subject: str, codec: Codec[R], count: int) -> list[R]:
+    """The first ``count`` messages on ``subject`` of ``stream``, decoded with ``codec``.
+
+    A goflux JetStream subscriber fetches them from a new durable consumer, as any
+    service would; a message it cannot decode is left out (and terminated).
+    """
+    name = "reader-" + subject.replace(".", "-").replace("*", "any").replace(">", "all")
+
+    async def work(js: JetStreamContext) -> list[R]:
+        await jetstream.ensure_consumer(js, stream=stream, name=name, filter_subject=subject)
+        subscriber = jetstream.Subscriber(js, codec, stream=stream, consumer=name)
+        try:
+            messages = await subscriber.fetch(count, expires=5)
+            for message in messages:
+                await message.ack()
+        finally:
+            await subscriber.close()
+        return [message.payload for message in messages]
+
+    return on_server(url, work)
 
 
 def stream_state(url: str, stream: str) -> tuple[int, int, int]:

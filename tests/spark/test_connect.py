@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from goflux import JsonCodec
+from goflux.codecs import Gzip, MsgpackCodec, Zstd, pipe
 from goflux.testing import NatsServer, SparkConnectServer
 from tests.spark.helpers import (
     Sale,
     bodies,
+    fetch_all,
     forget_commit,
     make_stream,
     message_ids,
@@ -199,3 +201,22 @@ def test_run_micro_batches_feeds_a_connect_session(
         "history": [[0, 200, 0], [1, 200, 0]],
     }
     assert stream_state(url, OUT) == (400, 1, 400)
+
+
+def test_codecs_travel_to_the_server_for_the_source_and_the_sinks(
+    connect_server: SparkConnectServer, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    url = nats_server.url
+    values = [sale(n) for n in range(200)]
+    publish(url, SOURCE, values, codec=pipe(MsgpackCodec(Sale), Gzip()))
+    make_stream(url, OUT)
+    result = job(connect_server, nats_server, "codecs", checkpoint=str(tmp_path / "checkpoint"))
+    assert result == {
+        "columns": [*Sale.model_fields, "subject", "stream", "seq", "timestamp"],
+        "published": 200,
+        "ids": sorted(value.id for value in values),
+        "amount": sum(value.amount for value in values),
+        "quantity": sum(line.quantity for value in values for line in value.lines),
+    }
+    fetched = fetch_all(url, OUT, "out.sales", pipe(MsgpackCodec(Sale), Zstd()), 200)
+    assert sorted(fetched, key=lambda value: value.id) == sorted(values, key=lambda v: v.id)

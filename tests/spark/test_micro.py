@@ -10,7 +10,8 @@ import pytest
 from nats.js import JetStreamContext
 from pyspark.sql import DataFrame, SparkSession
 
-from goflux import JsonCodec
+from goflux import Codec, JsonCodec
+from goflux.codecs import Gzip, MsgpackCodec, pipe
 from goflux.transports import channel, jetstream
 from goflux.transports import spark as gspark
 from tests.helpers import drained
@@ -88,6 +89,25 @@ async def test_a_failed_batch_is_handed_back_and_redelivered(
     async with asyncio.timeout(10):  # the acks reach the server (a lost one times out)
         await drained(js, STREAM, "spark")
     assert {row["num_delivered"] for row in recorder.batches[0][1]} == {2}
+
+
+async def test_the_payload_type_is_the_one_the_subscriber_codec_states(
+    spark: SparkSession, js: JetStreamContext
+) -> None:
+    await jetstream.ensure_stream(js, name=STREAM, subjects=["sales.>"])
+    await jetstream.ensure_consumer(js, stream=STREAM, name="spark", ack_wait=60)
+    codec = pipe(MsgpackCodec(Sale), Gzip())
+    publisher = jetstream.Publisher(js, codec)
+    await publisher.publish_many(jetstream.Outgoing("sales.new", sale(n)) for n in range(20))
+    subscriber = jetstream.Subscriber(js, codec, stream=STREAM, consumer="spark")
+    recorder = Recorder()
+    stats = await gspark.run_micro_batches(
+        spark, subscriber, "sales.>", recorder, max_messages=20, max_wait=0.5, max_batches=1
+    )
+    assert stats == gspark.MicroBatchStats(batches=1, messages=20)
+    rows = recorder.batches[0][1]
+    columns = gspark.PayloadColumns(Sale)
+    assert [columns.from_row(row) for row in rows] == [sale(n) for n in range(20)]
 
 
 async def test_channel_subscriber_needs_and_uses_the_payload_type(spark: SparkSession) -> None:
@@ -169,10 +189,13 @@ async def test_message_key_is_stable_across_redeliveries(
     assert [row["message_key"] for row in rows] == [f"{STREAM}:{n}" for n in (1, 2, 3)]
 
 
+@pytest.mark.parametrize(
+    "codec", [JsonCodec(Sale), pipe(MsgpackCodec(Sale), Gzip())], ids=["json", "msgpack+gzip"]
+)
 async def test_a_key_value_watcher_gives_batches_of_typed_entries(
-    spark: SparkSession, bare_js: JetStreamContext
+    spark: SparkSession, bare_js: JetStreamContext, codec: Codec[Sale]
 ) -> None:
-    kv = await jetstream.key_value(bare_js, "sales", JsonCodec(Sale), history=5)
+    kv = await jetstream.key_value(bare_js, "sales", codec, history=5)
     for n in range(3):
         await kv.put(f"store.{n}", sale(n))
     await kv.delete("store.1")

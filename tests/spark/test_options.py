@@ -9,6 +9,7 @@ import asyncio
 import os
 import re
 import socket
+import threading
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -17,14 +18,15 @@ import pytest
 from pydantic import BaseModel
 from pyspark.sql import DataFrame, Row, SparkSession
 
-from goflux import InvalidSubject, JsonCodec, StrCodec, TransportError
+from goflux import BytesCodec, InvalidSubject, JsonCodec, StrCodec, TransportError
+from goflux.codecs import Gzip, MsgpackCodec, YamlCodec, Zstd, pipe
 from goflux.transports import channel
 from goflux.transports import spark as gspark
 from goflux.transports.spark._connection import ConnectionOptions
 from goflux.transports.spark._datasource.reader import split_range
 from goflux.transports.spark._datasource.writer import _as_batches
 from goflux.transports.spark._options import SinkOptions, SourceOptions, load_type
-from tests.spark.helpers import Sale
+from tests.spark.helpers import Line, Sale, sale
 
 
 def test_source_options_round_trip_through_spark_strings() -> None:
@@ -55,6 +57,10 @@ def test_source_options_round_trip_through_spark_strings() -> None:
         ({"servers": "nats://x", "stream": "S", "onDecodeError": "skip"}, "fail or corrupt"),
         ({"servers": "nats://x", "stream": "S", "idleTimeout": "nan"}, "number > 0"),
         ({"servers": "nats://x", "stream": "S", "payloadType": "nowhere:Thing"}, "cannot import"),
+        (
+            {"servers": "nats://x", "stream": "S", "payloadCodec": "pickle:bm9wZQ=="},
+            "cannot unpickle option 'payloadCodec'",
+        ),
         ({"servers": "nats://x", "stream": "S", "subjects": "s.>,s.a"}, "overlap"),
         ({"servers": "nats://x", "stream": "S", "subjects": "s.*.c,s.b.*"}, "overlap"),
         ({"servers": "nats://x", "stream": "S", "subjects": "s.a,s.a"}, "overlap"),
@@ -110,10 +116,62 @@ def test_sink_options_take_fractional_timeouts_and_check_subjects() -> None:
         SinkOptions(connection=sink.connection, subject="out.*")
     with pytest.raises(gspark.SourceOptionError, match="subject or subject_column"):
         SinkOptions(connection=sink.connection, subject="a", subject_column="b")
-    with pytest.raises(TypeError, match="JsonCodec or a BytesCodec"):
+    with pytest.raises(TypeError, match="codec must state its payload type"):
         gspark.foreach_batch_publisher(servers="nats://h", subject="a", codec=StrCodec())  # type: ignore[arg-type]
     with pytest.raises(gspark.SchemaError):
         gspark.foreach_batch_publisher(servers="nats://h", subject="a", codec=JsonCodec(object))
+
+
+class Locked:
+    """A codec of sales that holds a lock, which no pickle carries to an executor."""
+
+    type = Sale
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def encode(self, value: Sale, /) -> bytes:
+        return JsonCodec(Sale).encode(value)
+
+    def decode(self, data: bytes, /) -> Sale:
+        return JsonCodec(Sale).decode(data)
+
+
+def test_sinks_take_any_codec_that_states_its_payload_type() -> None:
+    zstd = pipe(MsgpackCodec(Sale), Zstd())
+    publisher = gspark.foreach_batch_publisher(servers="nats://h", subject="o", codec=zstd)
+    assert (publisher.options.payload_type, publisher.options.codec) == (Sale, zstd)
+    shipped = SinkOptions.parse(publisher.options.to_options())  # what executors get
+    assert (shipped.payload_type, repr(shipped.codec)) == (Sale, repr(zstd))
+    assert shipped.codec.decode(zstd.encode(sale(1))) == sale(1)
+    # A JsonCodec is made again from its type; raw bytes take no codec.
+    json = gspark.foreach_batch_publisher(
+        servers="nats://h", subject="o", codec=JsonCodec(Sale, strict=True)
+    )
+    assert (json.options.payload_type, json.options.codec) == (Sale, None)
+    raw = gspark.foreach_batch_publisher(servers="nats://h", subject="o", codec=BytesCodec())
+    assert (raw.options.payload_type, raw.options.codec) == (None, None)
+
+
+def test_sinks_refuse_a_codec_without_a_payload_type_or_a_pickle() -> None:
+    accepted = (
+        r"codec must state its payload type, as JsonCodec\(T\), MsgpackCodec\(T\), "
+        r"YamlCodec\(T\) or pipe\(MsgpackCodec\(T\), Gzip\(\)\) do \(their \.type\), or "
+        r"be BytesCodec\(\) for a binary 'value' column; got pipe\(StrCodec\(\), Gzip\(\)\)"
+    )
+    with pytest.raises(TypeError, match=accepted):
+        gspark.foreach_batch_publisher(
+            servers="nats://h", subject="o", codec=pipe(StrCodec(), Gzip())
+        )
+    unpicklable = r"cannot pickle codec <tests.spark.test_options.Locked object at .*>"
+    with pytest.raises(gspark.SourceOptionError, match=unpicklable):
+        gspark.foreach_batch_publisher(servers="nats://h", subject="o", codec=Locked())
+    df = cast(DataFrame, None)  # never reached: the call fails first
+    with pytest.raises(gspark.SourceOptionError, match=unpicklable):
+        gspark.write_stream(df, servers="nats://h", subject="o", codec=Locked())
+    connection = ConnectionOptions(servers=("nats://h",))
+    with pytest.raises(gspark.SourceOptionError, match="must state the payload type"):
+        SinkOptions(connection=connection, subject="o", payload_type=Sale, codec=YamlCodec(Line))
 
 
 def test_ranges_split_evenly_and_contiguously() -> None:
@@ -191,6 +249,66 @@ def test_read_and_read_stream_hand_spark_the_parsed_options() -> None:
     assert parsed.payload_type is Sale
     parsed = SourceOptions.parse(batched)
     assert (parsed.payload_type, parsed.ending) == (None, 9)
+
+
+def test_read_and_read_stream_hand_spark_their_codec_pickled() -> None:
+    session = FakeSession()
+    spark = cast(SparkSession, session)
+    codec = pipe(MsgpackCodec(Sale), Gzip())
+    gspark.read(spark, Sale, servers="nats://x", stream="S", codec=codec)
+    gspark.read_stream(spark, Sale, servers="nats://x", stream="S", codec=YamlCodec(Sale))
+    gspark.read(spark, Sale, servers="nats://x", stream="S")
+    (_, _, batched), (_, _, streamed), (_, _, plain) = session.loads
+    parsed = SourceOptions.parse(batched)  # as executors do
+    assert (parsed.payload_type, repr(parsed.codec)) == (Sale, repr(codec))
+    assert parsed.codec.decode(codec.encode(sale(1))) == sale(1)
+    assert repr(SourceOptions.parse(streamed).codec) == "YamlCodec(Sale)"
+    assert "payloadCodec" not in plain  # JSON, as before: made from the payload type
+    assert SourceOptions.parse(plain).codec is None
+
+
+@pytest.mark.parametrize("reader", [gspark.read, gspark.read_stream])
+@pytest.mark.parametrize(
+    ("payload_type", "codec", "error", "message"),
+    [
+        (
+            Sale,
+            Locked(),
+            gspark.SourceOptionError,
+            r"cannot pickle codec <tests.spark.test_options.Locked object at .*> for "
+            r"Spark's executors: cannot pickle '_thread.lock' object",
+        ),
+        (
+            Sale,
+            MsgpackCodec(Line),
+            gspark.SourceOptionError,
+            r"codec MsgpackCodec\(Line\) decodes Line, but the payload type is Sale",
+        ),
+        (
+            Sale,
+            pipe(YamlCodec(Line), Gzip()),
+            gspark.SourceOptionError,
+            r"codec pipe\(YamlCodec\(Line\), Gzip\(\)\) decodes Line, but the payload type",
+        ),
+        (
+            None,
+            MsgpackCodec(Sale),
+            gspark.SourceOptionError,
+            r"given with payload_type=None: raw mode reads each payload's bytes as they are",
+        ),
+        (Sale, "json", TypeError, "codec must be a goflux Codec"),
+    ],
+    ids=["unpicklable", "other-type", "pipe-of-other-type", "raw-mode", "no-codec"],
+)
+def test_read_refuses_a_codec_that_does_not_fit_before_spark_runs(
+    reader: Any, payload_type: Any, codec: Any, error: type[Exception], message: str
+) -> None:
+    session = FakeSession()
+    with pytest.raises(error, match=message):
+        reader(
+            cast(SparkSession, session), payload_type, servers="nats://x", stream="S", codec=codec
+        )
+    assert (session.registered, session.loads) == ([], [])
 
 
 @pytest.mark.parametrize(

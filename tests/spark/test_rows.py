@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +14,7 @@ from pydantic import BaseModel
 
 from goflux import DecodeError
 from goflux._wire import RepeatedHeaders
+from goflux.codecs import Gzip, MsgpackCodec, pipe
 from goflux.transports.spark._connection import ConnectionOptions
 from goflux.transports.spark._datasource.rows import CORRUPT_COLUMN, RowBuilder, source_schema
 from goflux.transports.spark._errors import SchemaError
@@ -107,3 +110,39 @@ def test_a_message_without_a_jetstream_reply_is_refused() -> None:
         builder.build([msg])
     assert builder.build([]).num_rows == 0
     assert isinstance(builder.schema, pa.Schema)
+
+
+def test_payloads_decode_with_the_source_codec_and_its_failures_name_it() -> None:
+    codec = pipe(MsgpackCodec(Sale), Gzip())
+    builder = RowBuilder(options(codec=codec))
+    batch = builder.build([received(1, codec.encode(sale(1)))])
+    assert batch.schema == RowBuilder(options()).schema  # the columns: Sale's fields
+    assert batch.to_pylist()[0]["lines"] == [{"sku": "k-1", "quantity": 2, "tags": ["a"]}]
+    json_sale = sale(2).model_dump_json().encode()
+    failure = (
+        "stream 'SALES' sequence 2 (subject sales.2), decoded with "
+        "pipe(MsgpackCodec(Sale), Gzip()): pipe(MsgpackCodec(Sale), Gzip()): stage 2 of 2"
+    )
+    with pytest.raises(DecodeError, match=re.escape(failure)):
+        builder.build([received(1, codec.encode(sale(1))), received(2, json_sale)])
+    kept = RowBuilder(options(codec=codec, on_decode_error="corrupt"))
+    rows = kept.build([received(1, json_sale), received(2, codec.encode(sale(2)))]).to_pylist()
+    assert [(r["id"], r[CORRUPT_COLUMN]) for r in rows] == [(None, json_sale), ("s-2", None)]
+
+
+class Loose:
+    """A codec that states no payload type: it decodes any JSON value."""
+
+    def encode(self, value: object, /) -> bytes:
+        return json.dumps(value).encode()
+
+    def decode(self, data: bytes, /) -> object:
+        return json.loads(data)
+
+
+def test_a_value_that_is_no_payload_is_undecodable() -> None:
+    data = b'{"id": "s-1"}'  # a dict, not a Sale
+    with pytest.raises(DecodeError, match=r"sequence 1 .*the codec gave a dict, not a Sale"):
+        RowBuilder(options(codec=Loose())).build([received(1, data)])
+    kept = RowBuilder(options(codec=Loose(), on_decode_error="corrupt"))
+    assert kept.build([received(1, data)]).to_pylist()[0][CORRUPT_COLUMN] == data

@@ -15,6 +15,7 @@ from typing import Self, TypeVar, assert_type
 from nats.aio.client import Client
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 from typing_extensions import TypedDict
 
 from goflux import (
@@ -306,12 +307,25 @@ assert_type(
     gspark.BatchPublisher[Order],
 )
 gspark.foreach_batch_publisher(servers="nats://x", subject="o", codec=StrCodec())  # type: ignore[arg-type]
+# Any codec that states its payload type: the rows become that type.
+assert_type(
+    gspark.foreach_batch_publisher(
+        servers="nats://x", subject="o", codec=codecs.pipe(MsgpackCodec(Order), codecs.Zstd())
+    ),
+    gspark.BatchPublisher[Order],
+)
 
 
 # --- Spark source: read and read_stream share typed options (ReadOptions).
 def spark_reads(spark: SparkSession) -> None:
     gspark.read_stream(spark, Order, servers="nats://x", stream="S", subjects="o.>", user="u")
     gspark.read(spark, Order, servers=["nats://x"], stream="S", ending=10, fetch_size=100)
+    gspark.read(spark, Order, servers="nats://x", stream="S", codec=YamlCodec(Order))
+    gspark.read_stream(spark, Order, servers="nats://x", stream="S", codec=StrCodec())
+    gspark.read(spark, Order, servers="nats://x", stream="S", codec="json")  # type: ignore[arg-type]
+    orders = gspark.read(spark, Order, servers="nats://x", stream="S")
+    writer = gspark.write_stream(orders, servers="nats://x", subject="o", codec=MsgpackCodec(Order))
+    assert_type(writer, DataStreamWriter)
     gspark.read_stream(spark, Order, servers="nats://x", stream="S", fetch_sise=1)  # type: ignore[call-arg]
     gspark.read(spark, Order, servers="nats://x")  # type: ignore[call-arg]
     gspark.read(spark, Order, servers="nats://x", stream="S", starting="first")  # type: ignore[arg-type]

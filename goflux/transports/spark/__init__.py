@@ -12,7 +12,8 @@ Needs ``goflux[spark]`` (pyspark 4 with pyarrow) and ``goflux[nats]``::
     totals.writeStream.foreachBatch(publish).option("checkpointLocation", path).start()
 
 - :func:`read_stream` / :func:`read`: typed DataFrames over a stream; offsets are
-  stream sequences in Spark's checkpoint, so processing is exactly-once.
+  stream sequences in Spark's checkpoint, so processing is exactly-once. Payloads
+  are JSON, or decoded with any codec (``codec=MsgpackCodec(Order)``).
 - :func:`foreach_batch_publisher` and the ``goflux-jetstream`` stream sink: each row
   published with a deterministic message ID, so a replayed batch is de-duplicated.
 - :func:`run_micro_batches`: any subscriber fed to a ``foreachBatch``-style function,
@@ -29,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("goflux.transports.spark needs nats-py: pip install 'goflux[nats]'") from exc
 
 from goflux._exports import publish_names as _publish_names
+from goflux.transports.spark._codec import PayloadCodec
 from goflux.transports.spark._connection import ConnectionOptions, ConnectionSettings
 from goflux.transports.spark._datasource.source import FORMAT, JetStreamDataSource, register
 from goflux.transports.spark._errors import (
@@ -58,6 +60,7 @@ __all__ = (
     "DataLossError",
     "JetStreamDataSource",
     "MicroBatchStats",
+    "PayloadCodec",
     "PayloadColumns",
     "ReadOptions",
     "SchemaError",

@@ -20,7 +20,6 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from goflux._codecs import JsonCodec
 from goflux._compose.batches import micro_batches
 from goflux._interfaces import Subscriber
 from goflux._message import Message
@@ -126,15 +125,15 @@ async def _call_in_thread(
 def _payload_type(subscriber: object, given: Any) -> Any:
     if given is not None:
         return given
-    declared = getattr(subscriber, "payload_type", None)  # a Key-Value watcher's Entry[V]
+    if hasattr(subscriber, "payload_type"):  # a Key-Value watcher's Entry[V]: its own say
+        declared = subscriber.payload_type
+    else:  # the type its codec states (JsonCodec(T), MsgpackCodec(T), a pipe of one, ...)
+        declared = getattr(getattr(subscriber, "codec", None), "type", None)
     if declared is not None:
         return declared
-    codec = getattr(subscriber, "codec", None)
-    if isinstance(codec, JsonCodec):
-        return codec.type
     raise TypeError(
-        "cannot tell the payload type from this subscriber; pass payload_type= "
-        "(the type its messages carry)"
+        "cannot tell the payload type from this subscriber (its codec states none); "
+        "pass payload_type= (the type its messages carry)"
     )
 
 
@@ -176,7 +175,8 @@ async def run_micro_batches(
         max_messages: Most messages per batch (a JetStream subscriber's
             ``max_in_flight`` must be at least twice this for full batches).
         max_wait: Seconds a batch waits for more messages after its first one.
-        payload_type: The payload type; default: the subscriber's ``JsonCodec`` type.
+        payload_type: The payload type; default: the type the subscriber's codec
+            states (``.type``: ``JsonCodec(T)``, ``MsgpackCodec(T)``, a pipe of one).
         max_batches: Stop after this many batches.
         first_batch_id: The ID of the first batch (then counting up).
         started: Set once the subscription is live (messages published from then

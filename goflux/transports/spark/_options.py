@@ -4,7 +4,9 @@
 messages) travel to executors as Spark's string options and back. Option names
 follow Spark's Kafka source where one exists (``startingOffsets``,
 ``maxMessagesPerTrigger`` for ``maxOffsetsPerTrigger``, ``failOnDataLoss``,
-``includeHeaders``); keys are case-insensitive, as everywhere in Spark.
+``includeHeaders``); keys are case-insensitive, as everywhere in Spark. The payload
+type (``payloadType``) and a codec other than JSON (``payloadCodec``) travel pickled
+with cloudpickle, or as a ``module:QualName`` import path.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Final, Literal
 from pyspark.sql.types import BinaryType, StructType
 
 from goflux._subjects import validate_pattern, validate_subject
+from goflux.transports.spark._codec import check_sink_codec, check_source_codec
 from goflux.transports.spark._connection import ConnectionOptions
 from goflux.transports.spark._errors import SourceOptionError
 from goflux.transports.spark._schema import PayloadColumns
@@ -58,6 +61,7 @@ _KNOWN: Final = frozenset(
         "includeheaders",
         "ondecodeerror",
         "payloadtype",
+        "payloadcodec",
         "metadataprefix",
         "messagesperpartition",
         "maxpartitions",
@@ -70,11 +74,14 @@ _KNOWN: Final = frozenset(
 Starting = Literal["earliest", "latest"] | int
 
 
-def dump_type(type_: object) -> str:
-    """Encode a payload type for a Spark option (cloudpickle: by reference when importable).
+def dump_type(type_: object, what: str = "payload type") -> str:
+    """Encode a payload type (or a codec) for a Spark option.
+
+    cloudpickle: by reference when importable, else by value. ``what`` names the
+    object in the error.
 
     Raises:
-        SourceOptionError: The type cannot be pickled.
+        SourceOptionError: The object cannot be pickled.
     """
     from pyspark import cloudpickle  # noqa: PLC0415 - pyspark is this package's dependency
 
@@ -82,12 +89,16 @@ def dump_type(type_: object) -> str:
     try:
         data = dumps(type_)
     except Exception as exc:
-        raise SourceOptionError(f"cannot pickle payload type {type_!r}: {exc}") from exc
+        raise SourceOptionError(
+            f"cannot pickle {what} {type_!r} for Spark's executors: {exc}"
+        ) from exc
     return "pickle:" + base64.b64encode(data).decode("ascii")
 
 
-def load_type(text: str) -> object:
+def load_type(text: str, option: str = "payloadType") -> object:
     """Decode :func:`dump_type`'s output, or import ``module:QualName``.
+
+    ``option`` names the Spark option in the error.
 
     Raises:
         SourceOptionError: The text names nothing importable or does not unpickle.
@@ -98,16 +109,16 @@ def load_type(text: str) -> object:
         try:
             return pickle.loads(base64.b64decode(text[len("pickle:") :]))
         except Exception as exc:
-            raise SourceOptionError(f"cannot unpickle option 'payloadType': {exc}") from exc
+            raise SourceOptionError(f"cannot unpickle option {option!r}: {exc}") from exc
     module_name, colon, qualname = text.partition(":")
     if not colon or not module_name or not qualname:
-        raise SourceOptionError(f"option 'payloadType' must be 'module:QualName', got {text!r}")
+        raise SourceOptionError(f"option {option!r} must be 'module:QualName', got {text!r}")
     try:
         target: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
-        raise SourceOptionError(f"option 'payloadType': cannot import {text!r}: {exc}") from exc
+        raise SourceOptionError(f"option {option!r}: cannot import {text!r}: {exc}") from exc
     return target
 
 
@@ -217,11 +228,18 @@ class SourceOptions:
         include_headers: Add a ``headers`` column (every header line, repeats kept).
         on_decode_error: ``fail`` the batch, or put the bytes in ``_corrupt``.
         payload_type: The payload type (None: raw mode, a ``value`` bytes column).
+        codec: The codec that decodes each payload into a ``payload_type`` (None:
+            ``JsonCodec(payload_type)``).
         metadata_prefix: Prefix of the metadata columns (``subject``, ``seq``, ...).
         messages_per_partition: Sequences read by one Spark task.
         max_partitions: Most tasks one micro-batch is split into.
         fetch_size: Messages per pull request and per Arrow batch.
         idle_timeout: Seconds a task waits for a message before failing.
+
+    Raises:
+        SourceOptionError: ``codec`` is given in raw mode, or states another payload
+            type than ``payload_type``.
+        TypeError: ``codec`` is no codec (no ``decode``).
     """
 
     connection: ConnectionOptions
@@ -235,18 +253,25 @@ class SourceOptions:
     include_headers: bool = False
     on_decode_error: Literal["fail", "corrupt"] = "fail"
     payload_type: Any = None
+    codec: Any = None
     metadata_prefix: str = ""
     messages_per_partition: int = DEFAULT_MESSAGES_PER_PARTITION
     max_partitions: int = 64
     fetch_size: int = 2_000
     idle_timeout: float = 30.0
 
+    def __post_init__(self) -> None:
+        if self.codec is not None:
+            check_source_codec(self.codec, self.payload_type)
+
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:  # noqa: PLR0912
         """Parse Spark's string options.
 
         Raises:
-            SourceOptionError: An option is unknown, missing or malformed.
+            SourceOptionError: An option is unknown, missing or malformed, or the
+                codec does not fit the payload type.
+            TypeError: ``payloadCodec`` holds no codec.
         """
         lowered = {key.lower(): value for key, value in options.items()}
         unknown = sorted(set(lowered) - _KNOWN)
@@ -296,6 +321,8 @@ class SourceOptions:
             values["on_decode_error"] = mode
         if lowered.get("payloadtype", "").strip():
             values["payload_type"] = load_type(lowered["payloadtype"].strip())
+        if lowered.get("payloadcodec", "").strip():
+            values["codec"] = load_type(lowered["payloadcodec"].strip(), "payloadCodec")
         if "metadataprefix" in lowered:
             values["metadata_prefix"] = lowered["metadataprefix"]
         for option, name in (
@@ -327,6 +354,8 @@ class SourceOptions:
         out["onDecodeError"] = self.on_decode_error
         if self.payload_type is not None:
             out["payloadType"] = dump_type(self.payload_type)
+        if self.codec is not None:
+            out["payloadCodec"] = dump_type(self.codec, "codec")
         out["metadataPrefix"] = self.metadata_prefix
         out["messagesPerPartition"] = str(self.messages_per_partition)
         out["maxPartitions"] = str(self.max_partitions)
@@ -340,6 +369,7 @@ _SINK_KEYS = frozenset(
         "subject",
         "subjectcolumn",
         "payloadtype",
+        "payloadcodec",
         "keycolumn",
         "idprefix",
         "window",
@@ -360,6 +390,8 @@ class SinkOptions:
         subject_column: A column holding each row's subject.
         payload_type: The message type built from each row; None publishes the
             ``value`` column's bytes as they are (raw mode).
+        codec: The codec that encodes each ``payload_type`` value (None:
+            ``JsonCodec(payload_type)``); it states ``payload_type`` as its ``.type``.
         key_column: A column whose value is each message's ID (it must identify the
             row across replays, whatever the partitioning); None: positional IDs.
         id_prefix: First part of positional IDs (default: the streaming query's ID).
@@ -371,6 +403,7 @@ class SinkOptions:
     subject: str | None = None
     subject_column: str | None = None
     payload_type: Any = None
+    codec: Any = None
     key_column: str | None = None
     id_prefix: str | None = None
     window: int = 1_000
@@ -385,6 +418,8 @@ class SinkOptions:
             raise SourceOptionError(f"window must be >= 1, got {self.window}")
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise SourceOptionError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.codec is not None:
+            check_sink_codec(self.codec, self.payload_type)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -414,6 +449,8 @@ class SinkOptions:
                 values[name] = lowered[option].strip()
         if lowered.get("payloadtype", "").strip():
             values["payload_type"] = load_type(lowered["payloadtype"].strip())
+        if lowered.get("payloadcodec", "").strip():
+            values["codec"] = load_type(lowered["payloadcodec"].strip(), "payloadCodec")
         if "window" in lowered:
             values["window"] = parse_positive_int("window", lowered["window"])
         if "publishtimeout" in lowered:
@@ -434,6 +471,8 @@ class SinkOptions:
                 out[option] = value
         if self.payload_type is not None:
             out["payloadType"] = dump_type(self.payload_type)
+        if self.codec is not None:
+            out["payloadCodec"] = dump_type(self.codec, "codec")
         out["window"] = str(self.window)
         out["publishTimeout"] = repr(self.timeout)
         return out

@@ -8,6 +8,7 @@ from typing import Any, Final, Literal, Required, Unpack
 
 from pyspark.sql import DataFrame, SparkSession
 
+from goflux._codecs import Codec
 from goflux.transports.spark._connection import (
     ConnectionSettings,
     connection_options,
@@ -66,13 +67,16 @@ def _source_options(
     *,
     ending: Literal["latest"] | int,
     max_messages_per_trigger: int | None,
+    codec: Codec[Any] | None,
     options: ReadOptions,
 ) -> SourceOptions:
     """The source options of a ``read`` or ``read_stream`` call, checked.
 
     Raises:
-        TypeError: ``servers`` or ``stream`` is missing, or a keyword is unknown.
-        SourceOptionError: An option is malformed.
+        TypeError: ``servers`` or ``stream`` is missing, a keyword is unknown, or
+            ``codec`` is no codec.
+        SourceOptionError: An option is malformed, or ``codec`` does not fit
+            ``payload_type`` or cannot be pickled.
         SchemaError: ``payload_type`` has no Spark schema.
         InvalidSubject: A subject filter is not a valid pattern.
     """
@@ -114,11 +118,12 @@ def _source_options(
         ending=ending,
         max_messages_per_trigger=max_messages_per_trigger,
         payload_type=payload_type,
+        codec=codec,
         **given,
         **start,
     )
-    # Round-trip through Spark's string options now, so bad input fails here, not in
-    # the middle of a query.
+    # Round-trip through Spark's string options now, so bad input (an unpicklable codec
+    # too) fails here, not in the middle of a query.
     source = SourceOptions.parse(source.to_options())
     source_schema(source)
     return source
@@ -129,19 +134,27 @@ def read_stream(
     payload_type: Any,
     *,
     max_messages_per_trigger: int | None = None,
+    codec: Codec[Any] | None = None,
     **options: Unpack[ReadOptions],
 ) -> DataFrame:
     """A streaming DataFrame of the messages of ``stream``, one row per message.
 
-    Columns: the fields of ``payload_type`` (decoded as JSON, as ``JsonCodec`` does),
-    then ``subject``, ``stream``, ``seq`` and ``timestamp``; with ``payload_type=None``
-    a ``value`` bytes column replaces the fields (raw mode). Offsets are stream
-    sequences kept in the query's checkpoint: a restarted query reads nothing twice
-    and loses nothing (exactly-once processing for limits-retention streams).
+    Columns: the fields of ``payload_type``, then ``subject``, ``stream``, ``seq`` and
+    ``timestamp``; with ``payload_type=None`` a ``value`` bytes column replaces the
+    fields (raw mode). Payloads are decoded as JSON (``JsonCodec(payload_type)``), or
+    with ``codec``: the columns stay the payload type's fields whatever the codec.
+    Offsets are stream sequences kept in the query's checkpoint: a restarted query
+    reads nothing twice and loses nothing (exactly-once processing for
+    limits-retention streams).
 
     Args:
         spark: The session (see :func:`local_session` for local runs).
         payload_type: The payload type, or None for raw bytes.
+        codec: The codec of the payloads, any :class:`~goflux.Codec` of
+            ``payload_type`` (``MsgpackCodec(T)``, ``pipe(MsgpackCodec(T), Gzip())``,
+            ...; see :mod:`goflux.codecs`). It is pickled with cloudpickle and
+            decodes on the executors, so their Python needs its library too.
+            Default: ``JsonCodec(payload_type)``. Raw mode takes none.
         max_messages_per_trigger: At most this many stream sequences per micro-batch
             (PySpark 4.2+; ``Trigger.AvailableNow`` honours it too). Older PySpark has
             no admission control and reads everything available per batch; a warning
@@ -160,8 +173,9 @@ def read_stream(
               were deleted (default True); False skips to what is still stored.
             - ``include_headers``: Add ``headers``: ``array<struct<key, value>>`` with
               every header line as received, repeated names kept (default False).
-            - ``on_decode_error``: ``"fail"`` (default) the batch on an undecodable
-              payload, or ``"corrupt"``: null payload columns and the bytes in
+            - ``on_decode_error``: ``"fail"`` (default) the batch on a payload the
+              codec cannot decode (the error names the sequence, the subject and the
+              codec), or ``"corrupt"``: null payload columns and the bytes in
               ``_corrupt``.
             - ``metadata_prefix``: Prefix for the metadata column names, for a payload
               with a field named like one of them (default ``""``).
@@ -177,9 +191,12 @@ def read_stream(
               ``connect_timeout``: how to connect (:class:`ConnectionSettings`).
 
     Raises:
-        TypeError: ``servers`` or ``stream`` is missing, or an option is unknown.
+        TypeError: ``servers`` or ``stream`` is missing, an option is unknown, or
+            ``codec`` is no codec.
         SchemaError: ``payload_type`` has no Spark schema.
-        SourceOptionError: An option is malformed.
+        SourceOptionError: An option is malformed; or ``codec`` cannot be pickled,
+            states another payload type than ``payload_type`` (its ``.type``), or is
+            given in raw mode.
         InvalidSubject: A subject filter is not a valid pattern.
     """
     source = _source_options(
@@ -187,6 +204,7 @@ def read_stream(
         payload_type,
         ending="latest",
         max_messages_per_trigger=max_messages_per_trigger,
+        codec=codec,
         options=options,
     )
     if max_messages_per_trigger is not None and not ADMISSION_CONTROL:
@@ -205,18 +223,22 @@ def read(
     payload_type: Any,
     *,
     ending: Literal["latest"] | int = "latest",
+    codec: Codec[Any] | None = None,
     **options: Unpack[ReadOptions],
 ) -> DataFrame:
     """A batch DataFrame of the messages in ``[starting, ending)`` of ``stream``.
 
     ``ending`` is an exclusive sequence, or ``"latest"``: everything stored when the
-    read is planned. Columns and the other arguments (:class:`ReadOptions`) are those
-    of :func:`read_stream`.
+    read is planned. Columns, ``codec`` and the other arguments (:class:`ReadOptions`)
+    are those of :func:`read_stream`.
 
     Raises:
-        TypeError: ``servers`` or ``stream`` is missing, or an option is unknown.
+        TypeError: ``servers`` or ``stream`` is missing, an option is unknown, or
+            ``codec`` is no codec.
         SchemaError: ``payload_type`` has no Spark schema.
-        SourceOptionError: An option is malformed.
+        SourceOptionError: An option is malformed; or ``codec`` cannot be pickled,
+            states another payload type than ``payload_type``, or is given in raw
+            mode.
         InvalidSubject: A subject filter is not a valid pattern.
     """
     if ending != "latest" and (
@@ -224,7 +246,12 @@ def read(
     ):
         raise SourceOptionError(f"ending must be 'latest' or a sequence >= 1, got {ending!r}")
     source = _source_options(
-        "read", payload_type, ending=ending, max_messages_per_trigger=None, options=options
+        "read",
+        payload_type,
+        ending=ending,
+        max_messages_per_trigger=None,
+        codec=codec,
+        options=options,
     )
     register(spark)
     return spark.read.format(FORMAT).options(**source.to_options()).load()

@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from goflux._codecs import BytesCodec, JsonCodec
+from goflux.transports.spark._codec import PayloadCodec, sink_payload_type
 from goflux.transports.spark._connection import (
     ConnectionSettings,
     connection_options,
@@ -32,7 +33,7 @@ from goflux.transports.spark._connection import (
 from goflux.transports.spark._datasource.source import FORMAT, register
 from goflux.transports.spark._datasource.writer import publish_partition, task
 from goflux.transports.spark._errors import SourceOptionError, SparkError
-from goflux.transports.spark._options import SinkOptions
+from goflux.transports.spark._options import SinkOptions, dump_type
 from goflux.transports.spark._schema import PayloadColumns
 from goflux.transports.spark._session import is_connect
 
@@ -249,21 +250,25 @@ _SINK_KEYS = ("subject", "subject_column", "key_column", "id_prefix", "window", 
 
 
 def foreach_batch_publisher(
-    *, codec: JsonCodec[T] | BytesCodec, **options: Unpack[WriteOptions]
+    *, codec: PayloadCodec[T] | BytesCodec, **options: Unpack[WriteOptions]
 ) -> BatchPublisher[T]:
     """Return the ``foreachBatch`` function publishing each row as one message.
 
-    With ``JsonCodec(T)`` the row's columns named like ``T``'s fields (extra columns
-    are ignored) are validated into a ``T`` and published as JSON; with
-    ``BytesCodec()`` the binary ``value`` column is published as it is. Message IDs
-    are the ``key_column``'s values, or ``<query id>:<batch id>:<partition>:<row>``
-    (stable when a replayed batch has the same partitioning; a key column is stable
-    whatever the partitioning). On Spark Connect the function runs on the server,
-    where it cannot see its query: give ``key_column`` or ``id_prefix`` there (see
-    :class:`BatchPublisher` for where its statistics go). Use one publisher per query.
+    With a codec that states its payload type ``T`` (``JsonCodec(T)``,
+    ``MsgpackCodec(T)``, ``pipe(MsgpackCodec(T), Gzip())``, any
+    :class:`PayloadCodec`), the row's columns named like ``T``'s fields (extra
+    columns are ignored) are validated into a ``T``, which the codec encodes on the
+    executors (it is pickled with cloudpickle, so their Python needs its library
+    too); with ``BytesCodec()`` the binary ``value`` column is published as it is.
+    Message IDs are the ``key_column``'s values, or ``<query id>:<batch
+    id>:<partition>:<row>`` (stable when a replayed batch has the same partitioning;
+    a key column is stable whatever the partitioning). On Spark Connect the function
+    runs on the server, where it cannot see its query: give ``key_column`` or
+    ``id_prefix`` there (see :class:`BatchPublisher` for where its statistics go).
+    Use one publisher per query.
 
     Args:
-        codec: ``JsonCodec(T)`` or ``BytesCodec()``.
+        codec: A codec with a payload type (``.type``), or ``BytesCodec()``.
         **options: :class:`WriteOptions`, shared with :func:`write_stream`:
 
             - ``servers`` (required): NATS server URL(s).
@@ -282,41 +287,46 @@ def foreach_batch_publisher(
               ``connect_timeout``: how to connect (:class:`ConnectionSettings`).
 
     Raises:
-        TypeError: ``servers`` is missing, or an option is unknown.
-        SourceOptionError: Both or neither of ``subject`` / ``subject_column``, or a
-            bad ``window`` / ``timeout``.
+        TypeError: ``servers`` is missing, or an option is unknown; or ``codec`` is
+            neither a ``BytesCodec`` nor a codec that states its payload type
+            (``.type``).
+        SourceOptionError: Both or neither of ``subject`` / ``subject_column``, a
+            bad ``window`` / ``timeout``, or a ``codec`` that cannot be pickled.
         InvalidSubject: ``subject`` is not a valid publish subject.
-        TypeError: ``codec`` is neither a ``JsonCodec`` nor a ``BytesCodec``.
         SchemaError: The payload type has no Spark schema.
     """
     return _batch_publisher("foreach_batch_publisher", codec, options)
 
 
 def _batch_publisher(
-    caller: str, codec: JsonCodec[T] | BytesCodec, options: WriteOptions
+    caller: str, codec: PayloadCodec[T] | BytesCodec, options: WriteOptions
 ) -> BatchPublisher[T]:
     """The publisher of a ``foreach_batch_publisher`` or ``write_stream`` call."""
     require_keywords(caller, options, "servers")
-    if isinstance(codec, JsonCodec):
-        payload_type: Any = codec.type
+    payload_type = sink_payload_type(codec)
+    if payload_type is not None:
         PayloadColumns(payload_type)
-    elif isinstance(codec, BytesCodec):
-        payload_type = None
-    else:
-        raise TypeError(f"codec must be a JsonCodec or a BytesCodec, got {codec!r}")
     connection: dict[str, Any] = dict(options)
     sink = {key: connection.pop(key) for key in _SINK_KEYS if key in connection}
+    # A JsonCodec is made again from its type where rows are encoded (the same bytes:
+    # strict=True changes only decoding); any other codec goes along, pickled.
+    shipped: object = codec
+    if payload_type is None or type(shipped) is JsonCodec:
+        shipped = None
+    if shipped is not None:
+        dump_type(shipped, "codec")  # one that cannot be pickled fails here, not in a task
     return BatchPublisher(
         SinkOptions(
             connection=connection_options(caller, connection),
             payload_type=payload_type,
+            codec=shipped,
             **sink,
         )
     )
 
 
 def write_stream(
-    df: DataFrame, *, codec: JsonCodec[T] | BytesCodec, **options: Unpack[WriteOptions]
+    df: DataFrame, *, codec: PayloadCodec[T] | BytesCodec, **options: Unpack[WriteOptions]
 ) -> DataStreamWriter:
     """``df.writeStream`` set up for the ``goflux-jetstream`` sink.
 
@@ -325,10 +335,11 @@ def write_stream(
     ...)`` and ``.start()``.
 
     Raises:
-        TypeError: ``servers`` is missing, or an option is unknown.
+        TypeError: ``servers`` is missing, or an option is unknown; or ``codec`` is
+            neither a ``BytesCodec`` nor a codec that states its payload type
+            (``.type``).
         SourceOptionError: See :func:`foreach_batch_publisher`.
         SchemaError: The payload type has no Spark schema.
-        TypeError: ``codec`` is neither a ``JsonCodec`` nor a ``BytesCodec``.
     """
     publisher = _batch_publisher("write_stream", codec, options)
     publisher.options.check_columns(df.schema)

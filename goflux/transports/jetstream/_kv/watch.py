@@ -19,7 +19,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from nats.js import JetStreamContext
 
-from goflux._codecs import BytesCodec, Codec, JsonCodec
+from goflux._codecs import BytesCodec, Codec
 from goflux._compose.streams import Streaming
 from goflux._errors import DecodeError, GofluxError, InvalidSubject, SubscribeError
 from goflux._interfaces import Handler
@@ -95,9 +95,13 @@ class KeyWatcher(CloseOnExit, Streaming[Entry[T]], Generic[T]):
 
     @property
     def payload_type(self) -> Any:
-        """``Entry[V]`` for a ``JsonCodec(V)`` (the Spark adapter reads it), else None."""
-        codec = self._codec
-        return Entry[codec.type] if isinstance(codec, JsonCodec) else None  # type: ignore[name-defined]
+        """``Entry[V]`` for a codec that states ``V`` as its ``.type``, else None.
+
+        ``JsonCodec(V)``, ``MsgpackCodec(V)``, a pipe starting with one. The Spark
+        adapter reads it (``run_micro_batches``).
+        """
+        value_type = getattr(self._codec, "type", None)
+        return None if value_type is None else Entry[value_type]  # type: ignore[valid-type]
 
     async def start(self, subject: str, handler: Handler[Entry[T]]) -> JetStreamSubscription[bytes]:
         """Watch the keys matching ``subject`` (a key pattern); return once watching.

@@ -4,7 +4,7 @@ Typed mode: the payload type's fields become columns (see :mod:`.._schema`), fol
 the metadata columns ``subject``, ``stream``, ``seq`` and ``timestamp`` (optionally
 prefixed), ``headers`` when asked for, and ``_corrupt`` when undecodable payloads are
 kept instead of failing the batch. Raw mode has a ``value`` bytes column instead of
-the payload's fields.
+the payload's fields. Payloads are decoded with the source's codec (JSON by default).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from goflux._codecs import JsonCodec
+from goflux._codecs import Codec, JsonCodec
 from goflux._errors import DecodeError
 from goflux.transports.jetstream._acker import ack_tokens
 from goflux.transports.spark._errors import SchemaError
@@ -105,7 +105,9 @@ class RowBuilder:
             self._payload_schema = pa.schema([self._schema.field("value")])
         else:
             self._columns: PayloadColumns[Any] = PayloadColumns(options.payload_type)
-            self._codec: JsonCodec[Any] = JsonCodec(options.payload_type)
+            self._codec: Codec[Any] = (
+                JsonCodec(options.payload_type) if options.codec is None else options.codec
+            )
             self._type_name = getattr(options.payload_type, "__name__", repr(options.payload_type))
             count = len(self._columns.struct.fields)
             self._payload_schema = pa.schema(list(self._schema)[:count])
@@ -120,7 +122,7 @@ class RowBuilder:
 
         Raises:
             DecodeError: A payload does not decode and ``on_decode_error`` is ``fail``;
-                the message names the stream sequence and subject.
+                the message names the stream sequence, the subject and the codec.
         """
         subjects: list[str] = []
         seqs: list[int] = []
@@ -162,12 +164,16 @@ class RowBuilder:
         corrupt: list[bytes | None] | None = [] if self._corrupt else None
         for index, msg in enumerate(messages):
             try:
-                rows.append(to_row(decode(msg.data)))
+                value = decode(msg.data)
+                try:
+                    rows.append(to_row(value))
+                except (AttributeError, KeyError, TypeError) as exc:  # a codec stating no type
+                    raise self._not_a_payload(value, len(msg.data), exc) from exc
             except DecodeError as exc:
                 if corrupt is None:
                     raise DecodeError(
                         f"stream {self._options.stream!r} sequence {seqs[index]} "
-                        f"(subject {msg.subject}): {exc}",
+                        f"(subject {msg.subject}), decoded with {self._codec!r}: {exc}",
                         type_name=exc.type_name,
                         size=exc.size,
                     ) from exc
@@ -196,6 +202,15 @@ class RowBuilder:
                 rows[index] = {}
                 corrupt[index] = msg.data
         return pa.RecordBatch.from_pylist(rows, schema=self._payload_schema), corrupt
+
+    def _not_a_payload(self, value: object, size: int, exc: Exception) -> DecodeError:
+        """The error for a decoded value that has not the payload type's columns."""
+        return DecodeError(
+            f"the codec gave a {type(value).__name__}, not a {self._type_name}: "
+            f"{type(exc).__name__}: {exc}",
+            type_name=self._type_name,
+            size=size,
+        )
 
 
 def _header_rows(msg: Msg) -> list[dict[str, str]] | None:

@@ -82,11 +82,14 @@ def publish_partition(
         PublishError: A publish was refused or not acknowledged in time (nothing after
             it is left unsent without an error).
         DecodeError: A row is not a valid payload.
+        EncodeError: The codec cannot encode a row's payload.
         TransportError: NATS cannot be reached.
     """
-    codec: Codec[Any] = (
-        BytesCodec() if options.payload_type is None else JsonCodec(options.payload_type)
-    )
+    codec: Codec[Any]
+    if options.payload_type is None:
+        codec = BytesCodec()
+    else:
+        codec = JsonCodec(options.payload_type) if options.codec is None else options.codec
     loop = TaskLoop()
     try:
         nc = loop.run(options.connection.connect(name="goflux-spark-writer"))
