@@ -24,6 +24,7 @@ __all__ = (
     "Codec",
     "JsonCodec",
     "StrCodec",
+    "as_decode_error",
     "content_type_of",
     "describe_validation",
     "type_adapter",
@@ -62,6 +63,28 @@ def content_type_of(codec: object) -> str | None:
     """
     found = getattr(codec, "content_type", None)
     return found if isinstance(found, str) else None
+
+
+def as_decode_error(exc: Exception, codec: object, data: object) -> DecodeError:
+    """``exc``, raised by ``codec.decode(data)``, as a :class:`DecodeError`.
+
+    A DecodeError is returned as it is. Anything else means the codec broke its
+    contract (a custom codec raising ``ValueError``, a parser hitting its recursion
+    limit): it becomes a DecodeError naming the codec and what it raised, with ``exc``
+    as its cause, so the message is treated as undecodable (refused, terminated or
+    dead-lettered) instead of as a handler failure that is retried forever.
+    """
+    if isinstance(exc, DecodeError):
+        return exc
+    size = len(data) if isinstance(data, bytes | bytearray | memoryview) else 0
+    found = getattr(codec, "type", None)
+    error = DecodeError(
+        f"{codec!r} raised {type(exc).__name__} decoding {size} bytes: {exc}",
+        type_name=type_name(found) if found is not None else type(codec).__name__,
+        size=size,
+    )
+    error.__cause__ = exc
+    return error
 
 
 def type_name(tp: object) -> str:

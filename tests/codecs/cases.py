@@ -42,6 +42,31 @@ ROWS = [Quote(sku="a,b", quantity=1), Quote(sku='"ü"\nzwei', quantity=2)]
 UNDECODABLE = b"\xc1\xff not any codec's bytes"
 
 
+class ContractBreaking:
+    """JSON, but a payload it cannot decode raises ``ValueError``, not ``DecodeError``.
+
+    A custom codec that breaks the contract must not turn an undecodable payload into
+    a handler failure retried forever: every transport treats it as undecodable.
+    """
+
+    content_type = "application/json"
+
+    def __init__(self) -> None:
+        self._json = JsonCodec(Order)
+
+    def __repr__(self) -> str:
+        return "ContractBreaking()"
+
+    def encode(self, value: Order, /) -> bytes:
+        return self._json.encode(value)
+
+    def decode(self, data: bytes, /) -> Order:
+        try:
+            return self._json.decode(data)
+        except DecodeError as exc:
+            raise ValueError(f"not an order: {exc}") from None
+
+
 @dataclass(frozen=True)
 class CodecCase:
     """A codec, a value it carries, and the content type it must state."""
@@ -70,13 +95,14 @@ CASES = (
         "text/plain; charset=us-ascii",
     ),
     CodecCase("json-snappy", pipe(JsonCodec(Order), Snappy()), ORDER, "application/octet-stream"),
+    CodecCase("contract-breaking", ContractBreaking(), ORDER, "application/json"),
 )
 
 
 def undecodable(case: CodecCase) -> bytes:
-    """:data:`UNDECODABLE`, after checking the case's codec refuses it."""
+    """:data:`UNDECODABLE`, after checking the case's codec refuses it (anyhow)."""
     try:
         case.codec.decode(UNDECODABLE)
-    except DecodeError:
+    except Exception:  # noqa: BLE001 - ContractBreaking raises ValueError
         return UNDECODABLE
     raise AssertionError(f"{case.codec!r} decodes {UNDECODABLE!r}")

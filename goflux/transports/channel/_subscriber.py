@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import Generic, TypeVar, cast
 
+from goflux._codecs import as_decode_error
 from goflux._compose.streams import Streaming
 from goflux._errors import DecodeError, SubscribeError
 from goflux._facts import Facts
@@ -136,9 +137,10 @@ class ChannelSubscription(StopOnExit, Generic[T]):
                 if codec is not None:
                     try:
                         payload = codec.decode(cast("bytes", envelope.value))
-                    except DecodeError:
+                    except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
                         self.undecodable += 1
-                        raise
+                        error = as_decode_error(caught, codec, envelope.value)
+                        raise error  # noqa: B904 - its cause is set
                 else:
                     payload = envelope.value
                 message: Message[T] = Message(

@@ -10,8 +10,8 @@ from typing import Generic, TypeVar
 from opentelemetry.trace import SpanKind
 from starlette.types import Receive, Scope, Send
 
-from goflux._codecs import Codec, content_type_of
-from goflux._errors import DecodeError, EncodeError, ServiceError
+from goflux._codecs import Codec, as_decode_error, content_type_of
+from goflux._errors import EncodeError, ServiceError
 from goflux._facts import Facts
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._otel.semconv import (
@@ -79,7 +79,8 @@ class ResponderRoute(ServedRoute, Generic[Req, Resp]):
             failure: BaseException | None
             try:
                 request = self._request_codec.decode(body)
-            except DecodeError as exc:
+            except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+                exc = as_decode_error(caught, self._request_codec, body)
                 logger.error("undecodable request on %r refused (400): %s", subject, exc)
                 status, text, failure = 400, f"bad request: {exc}", exc
             else:

@@ -9,9 +9,9 @@ from typing import Final, Generic, TypeVar
 from opentelemetry.trace import SpanKind
 from starlette.types import Receive, Scope, Send
 
-from goflux._codecs import Codec
+from goflux._codecs import Codec, as_decode_error
 from goflux._compose.streams import Streaming
-from goflux._errors import DecodeError, is_non_retryable
+from goflux._errors import is_non_retryable
 from goflux._facts import Facts
 from goflux._interfaces import Handler
 from goflux._lifecycle import SubscriberLifecycle
@@ -119,7 +119,8 @@ class HttpSubscription(ServedRoute, Generic[T]):
         with self._scope(scope, subject, wire, body) as span:
             try:
                 payload = self._codec.decode(body)
-            except DecodeError as exc:
+            except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+                exc = as_decode_error(caught, self._codec, body)
                 self.undecodable += 1
                 span.fail(exc)
                 span.set_attributes({HTTP_RESPONSE_STATUS_CODE: 400})

@@ -22,8 +22,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from goflux._codecs import Codec
-from goflux._errors import DecodeError, SettlementError, SubscribeError
+from goflux._codecs import Codec, as_decode_error
+from goflux._errors import SettlementError, SubscribeError
 from goflux._message import Message, received
 from goflux._otel.scopes import NULL_SCOPE, ProcessScopes
 from goflux._otel.semconv import (
@@ -257,7 +257,8 @@ class Fetcher(Generic[T]):
             try:
                 with scope:
                     payload = self._codec.decode(data)
-            except DecodeError as exc:
+            except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+                exc = as_decode_error(caught, self._codec, data)
                 self.undecodable += 1
                 letter = received(msg.subject, data, headers, message_id, data, acker, raw)
                 await reject(

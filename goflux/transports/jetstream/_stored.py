@@ -28,7 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
-from goflux._codecs import Codec
+from goflux._codecs import Codec, as_decode_error
 from goflux._errors import DecodeError, TransportError
 from goflux._headers import Headers
 from goflux._message import Delivery, Message
@@ -126,7 +126,8 @@ def _stored(stream: str, codec: Codec[T], stored: Stored) -> StoredMessage[T]:
     lines = getattr(raw, "lines", None) if raw is not None else None
     try:
         payload = codec.decode(stored.data)
-    except DecodeError as exc:
+    except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+        exc = as_decode_error(caught, codec, stored.data)
         raise DecodeError(
             f"stream {stream!r}, subject {subject!r}, sequence {sequence}: {exc}",
             type_name=exc.type_name,

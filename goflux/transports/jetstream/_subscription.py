@@ -31,7 +31,7 @@ from nats.js import JetStreamContext
 from opentelemetry.util.types import AttributeValue
 
 from goflux._backoff import failure_logged, redelivery_delay
-from goflux._codecs import Codec
+from goflux._codecs import Codec, as_decode_error
 from goflux._compose.feed import StreamHandler
 from goflux._compose.inflight import TEXT_LIMIT, Slot
 from goflux._compose.poison import PoisonGuard, current_guard
@@ -603,13 +603,14 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             with self._scope(msg, acker, message_id) if self._tel.active else NULL_SCOPE:
                 try:
                     payload = self._codec.decode(data)
-                except DecodeError as exc:
+                except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+                    exc = as_decode_error(caught, self._codec, data)
                     self.undecodable += 1
                     letter = self._make(
                         msg.subject, data, headers, message_id, data, acker, raw_headers
                     )
                     await self._reject(letter, acker, exc)
-                    raise
+                    raise exc  # noqa: B904 - its cause is set
                 message = self._make(
                     msg.subject, payload, headers, message_id, data, acker, raw_headers
                 )

@@ -14,8 +14,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
-from goflux._codecs import Codec
-from goflux._errors import DecodeError, EncodeError, PayloadTooLarge, ServiceError
+from goflux._codecs import Codec, as_decode_error
+from goflux._errors import EncodeError, PayloadTooLarge, ServiceError
 from goflux._facts import Facts
 from goflux._lifecycle import SubscriberLifecycle
 from goflux._otel.scopes import ProcessScopes
@@ -159,7 +159,8 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
         """Answer one request; return the failure that got an error reply, and that error."""
         try:
             request = self._request_codec.decode(msg.data)
-        except DecodeError as exc:
+        except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+            exc = as_decode_error(caught, self._request_codec, msg.data)
             logger.error("undecodable request on %r: %s", msg.subject, exc)
             return exc, await self._reply_error(msg, 400, f"bad request: {exc}", reply_headers)
         try:

@@ -9,7 +9,7 @@ from typing import Generic, TypeVar
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from goflux._codecs import Codec
+from goflux._codecs import Codec, as_decode_error
 from goflux._compose.streams import Streaming
 from goflux._errors import DecodeError
 from goflux._facts import Facts
@@ -77,9 +77,10 @@ class NatsSubscription(CoreSubscription, Generic[T]):
             ):
                 try:
                     payload = self._codec.decode(data)
-                except DecodeError:
+                except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
                     self.undecodable += 1
-                    raise
+                    error = as_decode_error(caught, self._codec, data)
+                    raise error  # noqa: B904 - its cause is set
                 await self._handler(
                     received(msg.subject, payload, headers, message_id, data, None, msg.headers)
                 )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Generic, Literal, TypeAlias, TypeVar
 
-from goflux._codecs import Codec
+from goflux._codecs import Codec, as_decode_error
 from goflux._errors import DecodeError
 from goflux.transports.jetstream._errors import InvalidKey
 
@@ -168,7 +168,8 @@ def entry_of(
     if operation == "put":
         try:
             value = codec.decode(data)
-        except DecodeError as exc:
+        except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+            exc = as_decode_error(caught, codec, data)
             raise DecodeError(
                 f"bucket {bucket!r}, key {key!r}, revision {revision}: {exc}",
                 type_name=exc.type_name,

@@ -20,7 +20,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 from nats.nuid import NUID
 
-from goflux._codecs import Codec
+from goflux._codecs import Codec, as_decode_error
 from goflux._errors import DecodeError, GofluxError, PublishError
 from goflux.transports._natspy import api_timeout, connection
 from goflux.transports._refusals import refusals
@@ -463,7 +463,8 @@ class ObjectStore:
         data = await self.get(name)
         try:
             return codec.decode(data)
-        except DecodeError as exc:
+        except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+            exc = as_decode_error(caught, codec, data)
             raise DecodeError(
                 f"bucket {self._bucket!r}, object {name!r}: {exc}",
                 type_name=exc.type_name,

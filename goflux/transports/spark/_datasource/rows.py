@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from goflux._codecs import Codec, JsonCodec
+from goflux._codecs import Codec, JsonCodec, as_decode_error
 from goflux._errors import DecodeError
 from goflux.transports.jetstream._acker import ack_tokens
 from goflux.transports.spark._errors import SchemaError
@@ -164,7 +164,11 @@ class RowBuilder:
         corrupt: list[bytes | None] | None = [] if self._corrupt else None
         for index, msg in enumerate(messages):
             try:
-                value = decode(msg.data)
+                try:
+                    value = decode(msg.data)
+                except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+                    error = as_decode_error(caught, self._codec, msg.data)
+                    raise error  # noqa: B904 - its cause is set: caught, or its own
                 try:
                     rows.append(to_row(value))
                 except (AttributeError, KeyError, TypeError) as exc:  # a codec stating no type
