@@ -18,7 +18,11 @@ def require(module: str, extra: str, what: str) -> None:
         MissingDependency: It is not installed; the message says what needs it and
             ``pip install 'goflux[extra]'``.
     """
-    if find_spec(module) is None:
+    try:
+        spec = find_spec(module)
+    except ModuleNotFoundError:  # "a.b" imports "a" first, and "a" is not installed either
+        spec = None
+    if spec is None:
         raise MissingDependency(
             f"{what} needs {module}, which is not installed: pip install 'goflux[{extra}]'"
         )

@@ -11,6 +11,7 @@ __all__ = (
     "corrupt",
     "exceeded",
     "not_bytes",
+    "readable",
 )
 
 DEFAULT_MAX_SIZE = 64 * 1024 * 1024
@@ -39,17 +40,54 @@ def check_max_size(codec: str, max_size: int | None) -> int | None:
 
 
 def as_bytes(codec: str, value: object) -> bytes | bytearray | memoryview:
-    """Return ``value`` if it is bytes-like (what the C libraries take without a copy).
+    """Return ``value`` as what the C libraries read: bytes-like, one byte an item.
+
+    bytes and bytearray come back as they are, and a memoryview of contiguous bytes;
+    one of wider items (``array('I')``) is cast to bytes without a copy, so its length
+    counts bytes; one that is not contiguous (``view[::2]``) is copied.
 
     Raises:
-        EncodeError: It is not bytes, bytearray or memoryview.
+        EncodeError: It is not bytes, bytearray or memoryview, or is a released one.
     """
-    if isinstance(value, bytes | bytearray | memoryview):
+    if isinstance(value, bytes | bytearray):
         return value
+    if isinstance(value, memoryview):
+        flat = _flat(value)
+        if flat is not None:
+            return flat
+        raise EncodeError(f"{codec} cannot encode a released memoryview", type_name="bytes")
     raise EncodeError(
         f"{codec} cannot encode {type(value).__name__}: expected bytes, bytearray or memoryview",
         type_name="bytes",
     )
+
+
+def readable(codec: str, data: object) -> bytes | bytearray | memoryview:
+    """Return ``data`` to decode as bytes-like, one byte an item, as :func:`as_bytes` does.
+
+    Raises:
+        DecodeError: It is not bytes, bytearray or memoryview, or is a released one.
+    """
+    if isinstance(data, bytes | bytearray):
+        return data
+    if isinstance(data, memoryview):
+        flat = _flat(data)
+        if flat is not None:
+            return flat
+        raise DecodeError(f"{codec} cannot decode a released memoryview", type_name="bytes", size=0)
+    raise not_bytes(codec, data)
+
+
+def _flat(view: memoryview) -> bytes | memoryview | None:
+    """``view`` as contiguous single bytes (a copy only if it is not contiguous), or None."""
+    try:
+        if not view.c_contiguous:
+            return view.tobytes()
+        if view.ndim == 1 and view.format == "B":
+            return view
+        return view.cast("B")
+    except ValueError:  # released
+        return None
 
 
 def not_bytes(codec: str, data: object) -> DecodeError:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import pydantic_core
 from typing_extensions import TypeForm
 
 from goflux._extras import require
+from goflux.codecs._strict import strict_as_written
 from goflux.codecs._typed import Typed, as_bytes, one_line
 
 __all__ = ("MsgpackCodec",)
@@ -33,9 +34,17 @@ class MsgpackCodec(Generic[T]):
     vmihailenco/msgpack v5 reads into ``time.Time``. Other values pydantic
     serialises (``date``, ``UUID``, ``Decimal``, enums) go as their JSON form.
 
+    Floats are always float64 (``0xcb``): Go reads them into ``float64`` fields.
+    vmihailenco/msgpack and tinylib/msgp refuse a float64 for a ``float32`` field,
+    so a Go struct read from this codec declares its floats ``float64``.
+
     Decoding validates with pydantic (lax by default, ``strict=True`` for exact
     types); timestamps come back as UTC datetimes, to the microsecond. Integer map
-    keys are read (Go writes them for ``map[int]T``).
+    keys are read (Go writes them for ``map[int]T``). ``strict=True`` takes what
+    MessagePack carries as strings or arrays (enums, dates, ``Decimal``, ``UUID``,
+    tuples, sets) in that form, as ``JsonCodec(strict=True)`` does from JSON, so it
+    decodes its own output; only a value that holds such a type and bytes that are
+    not UTF-8 (bytes have no other JSON form) is refused.
 
     Differences from Go: tinylib/msgp writes ``time.Time`` as its own extension
     type 5 unless told otherwise, which is refused here as an unknown extension.
@@ -65,6 +74,8 @@ class MsgpackCodec(Generic[T]):
         import ormsgpack  # noqa: PLC0415
 
         self._typed = Typed(type_, "MsgpackCodec", strict=strict)
+        if strict:  # strict, but what MessagePack carries as text or arrays is read so
+            self._typed.validate = cast(Any, strict_as_written(self._typed.adapter))
         self._packb = ormsgpack.packb
         self._unpackb = msgpack.unpackb
         self._options = (

@@ -126,7 +126,7 @@ class Pipe(Generic[T]):
             for index in range(1, len(encoders)):
                 out = encoders[index](out)
         except CodecError as exc:
-            raise self._failed(EncodeError, index, exc, None) from exc
+            raise self._failed(EncodeError, index, exc) from exc
         return cast(bytes, out)
 
     def decode(self, data: bytes, /) -> T:
@@ -143,7 +143,7 @@ class Pipe(Generic[T]):
                 out = decoders[index](out)
                 index -= 1
         except CodecError as exc:
-            raise self._failed(DecodeError, index, exc, data) from exc
+            raise self._failed(DecodeError, index, exc, size=_size(data)) from exc
         return cast(T, out)
 
     def _failed(
@@ -151,12 +151,26 @@ class Pipe(Generic[T]):
         kind: Callable[..., CodecError],
         index: int,
         exc: CodecError,
-        data: bytes | None,
+        *,
+        size: int | None = None,
     ) -> CodecError:
+        """The error naming stage ``index``: an EncodeError, or a DecodeError of ``size`` bytes."""
         where = f"stage {index + 1} of {len(self._stages)} ({self._stages[index]!r}) failed"
-        if data is None:
+        if size is None:
             return kind(f"{self._name}: {where}: {exc}", type_name=self._type_name)
-        return kind(f"{self._name}: {where}: {exc}", type_name=self._type_name, size=len(data))
+        return kind(f"{self._name}: {where}: {exc}", type_name=self._type_name, size=size)
+
+
+def _size(data: object) -> int:
+    """How many bytes ``data`` is, 0 if it is not bytes-like (as the stages say)."""
+    if isinstance(data, bytes | bytearray):
+        return len(data)
+    if isinstance(data, memoryview):
+        try:
+            return data.nbytes
+        except ValueError:  # released
+            return 0
+    return 0
 
 
 def pipe(first: Codec[T], /, *rest: Codec[bytes]) -> Pipe[T]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import array
 from typing import Any
 
 import pytest
@@ -188,3 +189,14 @@ def test_repr_and_content_type() -> None:
         Base64("hex")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="alphabet must be 'std' or 'hex'"):
         Base32("url")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=repr)
+def test_takes_memoryviews_that_are_not_contiguous_or_not_of_bytes(codec: Any) -> None:
+    data = bytes(range(256)) * 3
+    encoded = codec.encode(data)
+    spread = memoryview(bytes(byte for b in data for byte in (b, 0)))[::2]
+    assert codec.encode(spread) == encoded
+    assert codec.decode(memoryview(bytes(b for c in encoded for b in (c, 0)))[::2]) == data
+    wide = memoryview(array.array("I", [1, 2, 3]))
+    assert codec.decode(codec.encode(wide)) == wide.tobytes()

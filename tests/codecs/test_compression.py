@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import array
 import base64
 import gzip as stdlib_gzip
 import random
@@ -190,6 +191,79 @@ def test_flate_is_raw_deflate_without_a_wrapper() -> None:
 def test_flate_refuses_bytes_after_the_final_block() -> None:
     with pytest.raises(DecodeError, match="1 bytes after the final block"):
         Flate().decode(Flate().encode(b"abc") + b"\x00")
+
+
+def test_gzip_of_a_memoryview_of_wide_items_states_its_length_in_bytes() -> None:
+    view = memoryview(array.array("I", [1, 2, 3]))  # 12 bytes in 3 items
+    encoded = Gzip().encode(view)
+    assert encoded[-4:] == struct.pack("<I", 12)  # ISIZE: bytes, not items
+    assert stdlib_gzip.decompress(encoded) == view.tobytes()
+    assert Gzip().decode(encoded) == view.tobytes()
+
+
+def _spread(data: bytes) -> memoryview:
+    """``data`` as a memoryview that is not contiguous (every other byte of a buffer)."""
+    return memoryview(bytes(byte for b in data for byte in (b, 0)))[::2]
+
+
+@pytest.mark.parametrize("make", CODECS, ids=IDS)
+def test_takes_memoryviews_that_are_not_contiguous_or_not_of_bytes(make: Any) -> None:
+    codec = make()
+    data = PAYLOADS["unicode"]
+    encoded = codec.encode(data)
+    assert codec.encode(_spread(data)) == encoded
+    assert codec.decode(_spread(encoded)) == data
+    wide = memoryview(array.array("I", [1, 2, 3]))
+    assert codec.decode(codec.encode(wide)) == wide.tobytes()
+    assert codec.decode(memoryview(encoded).cast("B", (1, len(encoded)))) == data
+
+
+class _Fed:
+    """Wraps a decompressor factory: counts the bytes handed to every decompressor."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+        self.bytes = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        inner = self.make(*args, **kwargs)
+        outer = self
+
+        class Counted:
+            def decompress(self, data: Any, *rest: Any) -> Any:
+                outer.bytes += memoryview(data).nbytes
+                return inner.decompress(data, *rest)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+        return Counted()
+
+
+_SKIPPABLE = b"\x50\x2a\x4d\x18" + struct.pack("<I", 0)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd", "zstd skippable"])
+def test_many_members_or_frames_cost_what_their_size_does(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Handing each member the rest of the input copies it (as unused_data): n members
+    # of a payload then cost n * len(payload) / 2 bytes, 10 000 times the payload here.
+    if kind == "gzip":
+        codec: Any = Gzip()
+        fed = _Fed(zlib.decompressobj)
+        monkeypatch.setattr("goflux.codecs._compression._decompressobj", fed)
+        member = codec.encode(b"")
+    else:
+        codec = Zstd()
+        fed = _Fed(codec._decompressor)
+        codec._decompressor = fed
+        member = _SKIPPABLE if kind == "zstd skippable" else codec.encode(b"")
+    payload = member * 20_000 + codec.encode(b"end")
+    assert codec.decode(payload) == b"end"
+    assert fed.bytes <= 8 * len(payload)
+    with pytest.raises(DecodeError, match="exceeds the limit of 2 bytes"):
+        type(codec)(max_size=2).decode(payload)  # the bound holds past many members
 
 
 # --- zstd, brotli, snappy -----------------------------------------------------------

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import enum
 import math
-from datetime import UTC, datetime, timedelta, timezone
+import pickle
+from datetime import UTC, date, datetime, time, timedelta, timezone
+from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 import msgpack
 import pytest
@@ -222,3 +226,64 @@ def test_unicode_and_empty_survive_exactly() -> None:
     codec = MsgpackCodec(Order)
     assert codec.decode(codec.encode(UNICODE)).note == UNICODE.note
     assert codec.decode(codec.encode(EMPTY)) == EMPTY
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+class Part(BaseModel):
+    size: Decimal
+    colors: frozenset[Color]
+
+
+class Everything(BaseModel):
+    color: Color = Color.RED
+    level: Level = Level.LOW
+    day: date = date(2024, 1, 2)
+    noon: time = time(12, 30)
+    wait: timedelta = timedelta(seconds=90)
+    amount: Decimal = Decimal("12345678901234567.89")
+    uid: UUID = UUID(int=1)
+    pair: tuple[int, str] = (1, "a")
+    tags: set[str] = Field(default_factory=lambda: {"a", "b"})
+    parts: list[Part] = Field(default_factory=lambda: [Part(size=Decimal("1.5"), colors=[])])
+    by_day: dict[str, tuple[date, ...]] = Field(default_factory=lambda: {"x": (date.min,)})
+    maybe: UUID | None = None
+    raw: bytes = b"\x00ok"  # UTF-8: the JSON form of bytes (see MsgpackCodec)
+    when: datetime = datetime(2024, 1, 2, tzinfo=UTC)
+
+
+def test_strict_decodes_its_own_output() -> None:
+    # What MessagePack carries as a string or an array (enums, dates, Decimal, UUID,
+    # tuples, sets) is read from that form, as JsonCodec(strict=True) reads it from JSON.
+    codec = MsgpackCodec(Everything, strict=True)
+    value = Everything(maybe=UUID(int=2))
+    assert codec.decode(codec.encode(value)) == value
+    pair = MsgpackCodec(tuple[date, Decimal], strict=True)
+    copied = pickle.loads(pickle.dumps(pair))  # Spark ships codecs
+    assert copied.decode(pair.encode((date.min, Decimal(1)))) == (date.min, Decimal(1))
+    assert MsgpackCodec(tuple[Color, date], strict=True).decode(b"\x92\xa3red\xaa2024-01-02") == (
+        Color.RED,
+        date(2024, 1, 2),
+    )
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        {"pair": [1, 2]},  # an int for str inside the tuple
+        {"pair": ["1", "a"]},  # a str for int
+        {"parts": [{"size": "1.5", "colors": [], "extra": 1}], "day": 20240102},
+        {"level": "1"},  # an IntEnum's value is an int
+        {"amount": True},
+    ],
+)
+def test_strict_still_refuses_what_lax_converts(wire: dict[str, Any]) -> None:
+    data = msgpack.packb(wire)
+    with pytest.raises(DecodeError):
+        MsgpackCodec(Everything, strict=True).decode(data)

@@ -160,3 +160,12 @@ def test_content_type_is_what_the_bytes_are_and_the_encoding_is_named() -> None:
 def test_refuses_what_is_not_a_codec() -> None:
     with pytest.raises(TypeError, match="pipe takes codecs"):
         pipe(JsonCodec(Order), b"gzip")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("given", [None, 1, "text", [b"x"]])
+def test_decoding_what_is_not_bytes_is_a_decode_error(given: Any) -> None:
+    codec = pipe(JsonCodec(Order), Gzip())
+    with pytest.raises(DecodeError, match=r"stage 2 of 2 \(Gzip\(\)\) failed") as info:
+        codec.decode(given)
+    assert info.value.size == 0
+    assert info.value.type_name == "Order"
