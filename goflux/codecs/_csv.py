@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable
 from datetime import date, datetime, time
 from enum import Enum
@@ -18,6 +19,51 @@ from goflux.codecs._typed import Typed, as_bytes, go_float, one_line
 __all__ = ("CsvCodec",)
 
 T = TypeVar("T")
+
+
+# What Go's unicode.IsSpace calls space: a field starting with one is quoted.
+_GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+# A field Go's Writer.fieldNeedsQuotes quotes: a comma, quote, CR or LF in it, a space
+# first, or the whole field is Postgres's end-of-data marker \. (never the empty field).
+_NEEDS_QUOTES = re.compile(f'[",\r\n]|^[{_GO_SPACE}]|^\\\\\\.$')
+# The same over a row's fields joined by commas: nothing to quote if it finds nothing
+# (and the row has no more commas than separators).
+_ROW_NEEDS_QUOTES = re.compile(f'["\r\n]|(?:^|,)(?:[{_GO_SPACE}]|\\\\\\.(?:,|$))')
+# Where the csv module's writer (quoting a comma, quote or LF) may differ from Go's (a
+# field starting with LF is quoted by both).
+_INLINE_SPACE = _GO_SPACE.replace("\n", "")
+_GO_QUOTES_MORE = re.compile(f"\r|(?:^|[,\n])(?:[{_INLINE_SPACE}]|\\\\\\.(?:[,\n]|$))")
+
+
+def _quoted(field: str) -> str:
+    if _NEEDS_QUOTES.search(field):
+        return '"' + field.replace('"', '""') + '"'
+    return field
+
+
+def _line(fields: list[str]) -> str:
+    """A record as Go's csv.Writer writes it, each field quoted only if it needs it."""
+    line = ",".join(fields)
+    if line.count(",") == len(fields) - 1 and not _ROW_NEEDS_QUOTES.search(line):
+        # One empty field would be an empty line, which readers skip (Go's too).
+        return line if line or len(fields) != 1 else '""'
+    return ",".join(map(_quoted, fields))
+
+
+def _allow_fields_of(size: int) -> None:
+    """Let the csv module read fields as long as ``size`` characters.
+
+    Its limit (128 KiB unless set) is process-wide: it is raised, never lowered,
+    so other readers in the process only lose an error.
+    """
+    if size > csv.field_size_limit():
+        try:
+            csv.field_size_limit(size)
+        except OverflowError:  # a C long of 32 bits
+            csv.field_size_limit(2**31 - 1)
 
 
 def _bool(value: bool) -> str:
@@ -64,26 +110,33 @@ class CsvCodec(Generic[T]):
     decodes one. ``Row`` is a model, dataclass or TypedDict whose fields are single
     values (text, numbers, booleans, dates, enums; not lists or models). The first
     line is a header of the field names (aliases where they have one), in
-    declaration order, then a line per row; lines end in ``\\n`` and fields are
-    quoted only where needed: what Go's ``encoding/csv`` writer writes and goencode's
-    ``csv`` codec passes through as ``[][]string``. Values are written as Go's
-    ``strconv`` writes them (``true``, ``1e+06``, ``NaN``), datetimes as RFC 3339,
-    ``None`` as an empty field. An empty list is the header alone.
+    declaration order, then a line per row; lines end in ``\\n`` and each field is
+    quoted only where Go's ``encoding/csv`` writer quotes it (a comma, quote, CR or
+    LF in it, a space first, or the field ``\\.``; never an empty field, except a
+    row of one empty field, written ``""`` so that readers do not skip it as a blank
+    line): what goencode's ``csv`` codec passes through as ``[][]string``. Values
+    are written as Go's ``strconv`` writes them (``true``, ``1e+06``, ``NaN``),
+    datetimes as RFC 3339, an enum or ``Literal`` as its value, ``None`` as an empty
+    field. An empty list is the header alone. A field that accepts ``None`` cannot
+    hold ``""`` (both would be an empty field): encoding refuses it.
 
     Decoding reads the header and maps columns by name (any order; unknown columns
-    are ignored, a missing one takes the field's default), refuses rows whose
-    field count differs from the header's and bad quoting, reads an empty field as
-    ``None`` where the field accepts ``None``, and validates every row with
+    are ignored, a missing one takes the field's default), skips empty lines as Go's
+    reader does, refuses rows whose field count differs from the header's and bad
+    quoting, reads an empty field as ``None`` where the field accepts ``None``, the
+    text of an enum or ``Literal`` value as that value, and validates every row with
     pydantic's lax mode (``"12"`` into an ``int`` field); an error names the row
     (``3.qty``, counting rows from 0 after the header). A UTF-8 byte order mark is
-    skipped. Empty input is an empty list.
+    skipped. Empty input is an empty list. Fields may be as long as the input (the
+    ``csv`` module's process-wide ``field_size_limit`` is raised to the input's
+    length when it is lower, never lowered).
 
     Raises:
         TypeError: pydantic cannot build a schema for the type, or it is not a flat
             row type.
     """
 
-    __slots__ = ("_by_wire", "_header", "_row_check", "_row_name", "_typed")
+    __slots__ = ("_by_wire", "_header", "_nullable", "_row_check", "_row_name", "_typed")
 
     content_type: ClassVar[str] = "text/csv; charset=utf-8"
     """The MIME type of what it writes (RFC 4180, header present)."""
@@ -113,6 +166,8 @@ class CsvCodec(Generic[T]):
             self._typed.prevalidate = False
         self._header = list(shape.fields)
         self._by_wire: dict[str, Field] = dict(shape.fields)
+        # An empty field reads as None where the field accepts None: "" cannot go there.
+        self._nullable = [wire for wire, f in shape.fields.items() if f.nullable]
 
     @property
     def type(self) -> TypeForm[T]:
@@ -131,7 +186,9 @@ class CsvCodec(Generic[T]):
         """Return the CSV of the rows in ``value``: the header, then a line per row.
 
         Raises:
-            EncodeError: ``value`` is not a list of valid rows.
+            EncodeError: ``value`` is not a list of valid rows, or holds what CSV
+                cannot carry or read back (a lone surrogate, an integer longer than
+                Python writes as text, ``""`` in a field that accepts ``None``).
         """
         typed = self._typed
         check = self._row_check
@@ -145,34 +202,31 @@ class CsvCodec(Generic[T]):
                     )
         rows = typed.to_python(value)
         header = self._header
+        for wire in self._nullable:
+            for index, row in enumerate(rows):
+                if row.get(wire) == "":
+                    typed.encode_error(
+                        value,
+                        f"{index}.{wire}: CSV writes '' and None alike (an empty field), "
+                        "and reads it as None where the field accepts None",
+                    )
         try:
-            # str and int cells go to the writer as they are: its text of them is Go's.
             lines = [
-                [
-                    cell if type(cell) is str or type(cell) is int else _cell(cell)
-                    for cell in map(row.get, header)
-                ]
+                [cell if type(cell) is str else _cell(cell) for cell in map(row.get, header)]
                 for row in rows
             ]
-        except (ValueError, TypeError) as exc:
-            typed.encode_error(value, one_line(exc))
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(lines)
-        text = out.getvalue()
-        if "\r" in text:
-            # The writer quotes only for its own line ending (\n): a field holding a
-            # bare \r is quoted here, as Go's writer does.
+            # The csv module writes what Go's writer writes, unless a field starts with
+            # a space, holds a CR or is \\.: then each line is written here, as Go does.
             out = io.StringIO()
             writer = csv.writer(out, lineterminator="\n")
-            quoted = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
             writer.writerow(header)
-            for line in lines:
-                needs_quotes = any(isinstance(cell, str) and "\r" in cell for cell in line)
-                (quoted if needs_quotes else writer).writerow(line)
+            writer.writerows(lines)
             text = out.getvalue()
-        return text.encode()
+            if _GO_QUOTES_MORE.search(text):
+                text = "\n".join([_line(header), *map(_line, lines), ""])
+            return text.encode()
+        except (ValueError, TypeError) as exc:  # a surrogate, an int too long for text
+            typed.encode_error(value, one_line(exc))
 
     def decode(self, data: bytes, /) -> list[T]:
         """Parse CSV ``data`` (header first) and validate each row as a ``T``.
@@ -188,27 +242,42 @@ class CsvCodec(Generic[T]):
             text = data.decode()
         except UnicodeDecodeError as exc:
             typed.decode_error(size, f"invalid UTF-8 at byte {exc.start}")
+        _allow_fields_of(len(text))
         reader = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""), strict=True)
         rows: list[dict[str, Any]] = []
         try:
-            header = next(reader, None)
-            if header is None:
+            header: list[str] | None = None
+            for header in reader:
+                if header:
+                    break  # empty lines are skipped, as Go's reader skips them
+            if not header:
                 return []
             columns = [self._by_wire.get(name) for name in header]
             width = len(header)
+            # enum and Literal columns: the text back to the value (1, not "1")
+            texts = [
+                (field.key, field.shape.texts)
+                for field in columns
+                if field is not None and field.shape.texts is not None
+            ]
             for line in reader:
                 if len(line) != width:
+                    if not line:
+                        continue
                     typed.decode_error(
                         size,
                         f"line {reader.line_num} has {len(line)} fields, the header {width}",
                     )
-                rows.append(
-                    {
-                        field.key: None if cell == "" and field.nullable else cell
-                        for field, cell in zip(columns, line, strict=True)
-                        if field is not None
-                    }
-                )
+                row = {
+                    field.key: None if cell == "" and field.nullable else cell
+                    for field, cell in zip(columns, line, strict=True)
+                    if field is not None
+                }
+                for key, choices in texts:
+                    cell = row.get(key)
+                    if cell is not None:
+                        row[key] = choices.get(cell, cell)
+                rows.append(row)
         except csv.Error as exc:
             typed.decode_error(size, f"not CSV: line {reader.line_num}: {one_line(exc)}")
         result: list[T] = typed.from_python(rows, size)

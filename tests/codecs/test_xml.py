@@ -4,7 +4,8 @@ import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from enum import Enum
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel
@@ -196,3 +197,189 @@ def test_repr_content_type_and_typing() -> None:
     assert as_codec.decode(as_codec.encode(EMPTY)) == EMPTY
     untyped: XmlCodec[Any] = XmlCodec(dict[str, Any], root="m")
     assert untyped.decode(b"<m><a>1</a><a>2</a><b>x</b></m>") == {"a": ["1", "2"], "b": "x"}
+
+
+class Named(BaseModel):
+    id: int
+    name: str
+
+
+def test_nesting_deeper_than_python_recurses_is_a_decode_error() -> None:
+    deep = b"<Named><id>1</id><name>" + b"<a>" * 2000 + b"</a>" * 2000 + b"</name></Named>"
+    with pytest.raises(DecodeError, match="nested too deeply") as info:
+        XmlCodec(Named).decode(deep)
+    assert info.value.type_name == "Named"
+
+
+class Free(BaseModel):
+    extra: Any
+
+
+def test_nesting_deeper_than_python_recurses_is_an_encode_error() -> None:
+    value: Any = "x"
+    for _ in range(3000):
+        value = {"a": value}
+    with pytest.raises(EncodeError, match="cannot encode Free as Free: nested too deeply"):
+        XmlCodec(Free).encode(Free(extra=value))
+
+
+class Scores(BaseModel):
+    by_name: dict[str, list[int]]
+
+
+class Either(BaseModel):
+    v: int | list[int]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Scores(by_name={"ann": [7]}),
+        Scores(by_name={"ann": [7, 8], "bob": [1]}),
+        Either(v=5),
+        Free(extra="text"),
+        Free(extra={"k": "v", "deeper": {"k": ""}}),
+        Free(extra=None),
+    ],
+    ids=repr,
+)
+def test_what_xml_can_tell_apart_round_trips(value: BaseModel) -> None:
+    codec: XmlCodec[Any] = XmlCodec(type(value))
+    assert codec.decode(codec.encode(value)) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "cause"),
+    [
+        (Scores(by_name={"ann": []}), "by_name.ann: XML writes an empty list as nothing"),
+        (Either(v=[1, 2, 3]), "v: a union of lists and single values cannot hold a list"),
+        (Either(v=[1]), "v: a union of lists and single values cannot hold a list"),
+        (
+            Free(extra=[1, 2, 3]),
+            "extra: an Any field reads back as text .* not as a value of type list",
+        ),
+        (Free(extra=1), "extra: an Any field reads back as text .* not as a value of type int"),
+        (Free(extra={"k": 1}), "extra.k: an Any field reads back as text"),
+        (Free(extra={}), "extra: an Any field .* not as an empty mapping"),
+    ],
+    ids=repr,
+)
+def test_what_would_read_back_different_is_refused(value: BaseModel, cause: str) -> None:
+    with pytest.raises(EncodeError, match=cause) as info:
+        XmlCodec(type(value)).encode(value)
+    assert info.value.type_name == type(value).__name__
+
+
+def test_none_in_a_list_or_a_mapping_is_refused() -> None:
+    with pytest.raises(EncodeError, match=r"\[1\]: XML has no None in a list"):
+        XmlCodec(list[int | None], root="l").encode([1, None])
+    with pytest.raises(EncodeError, match="a: XML writes None as nothing: the key would be lost"):
+        XmlCodec(dict[str, int | None], root="m").encode({"a": None})
+
+
+def test_repeated_elements_of_a_union_field_are_all_kept() -> None:
+    assert XmlCodec(Either).decode(b"<Either><v>1</v><v>2</v></Either>") == Either(v=[1, 2])
+
+
+class Note(BaseModel):
+    id: int
+    note: str | None  # required, nullable
+    tags: list[str] | None  # required, nullable
+
+
+class Defaults(BaseModel):
+    s: str | None = "x"
+    tags: list[str] = ["x"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Note(id=1, note=None, tags=None),
+        Note(id=1, note="", tags=["a"]),
+        Defaults(s=None, tags=[]),
+        Defaults(),
+    ],
+    ids=repr,
+)
+def test_none_and_empty_lists_round_trip_as_go_zero_values(value: BaseModel) -> None:
+    codec: XmlCodec[Any] = XmlCodec(type(value))
+    assert codec.decode(codec.encode(value)) == value
+
+
+def test_an_empty_list_where_none_is_allowed_is_refused() -> None:
+    with pytest.raises(EncodeError, match="tags: XML writes an empty list as nothing"):
+        XmlCodec(Note).encode(Note(id=1, note=None, tags=[]))
+
+
+class Status(Enum):
+    ACTIVE = 1
+    CLOSED = 2
+
+
+class Ratio(float, Enum):
+    HALF = 0.5
+
+
+class Account(BaseModel):
+    status: Status
+    level: Literal[1, 2]
+    ratio: Ratio
+    mixed: Literal["1", 1, "a"]
+    statuses: list[Status]
+
+
+def test_enums_and_literals_of_numbers_round_trip() -> None:
+    value = Account(
+        status=Status.CLOSED,
+        level=2,
+        ratio=Ratio.HALF,
+        mixed="1",
+        statuses=[Status.ACTIVE, Status.CLOSED],
+    )
+    data = XmlCodec(Account).encode(value)
+    assert data.startswith(b"<Account><status>2</status><level>2</level><ratio>0.5</ratio>")
+    assert XmlCodec(Account).decode(data) == value
+    assert (
+        XmlCodec(Account).decode(data.replace(b"<mixed>1</mixed>", b"<mixed>a</mixed>")).mixed
+        == "a"
+    )
+
+
+class Keyed(BaseModel):
+    m: dict[str, int]
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["\u00d7", "a\u00f7b", "a\u2028b", "\u0301x", "a\ufeffb", "\ufdd0", "a\u037eb", "1a", "a:b"],
+)
+def test_names_go_and_expat_would_not_read_are_refused(key: str) -> None:
+    with pytest.raises(EncodeError, match="is not an XML element name"):
+        XmlCodec(Keyed).encode(Keyed(m={key: 1}))
+    with pytest.raises(TypeError, match="not an XML element name"):
+        XmlCodec(Keyed, root=key)
+
+
+@pytest.mark.parametrize("key", ["\u00c4rger", "\u65e5\u672c", "a-b.c_d", "x\u0301", "\u03a9"])
+def test_names_go_and_expat_read_are_written(key: str) -> None:
+    assert XmlCodec(Keyed).decode(XmlCodec(Keyed).encode(Keyed(m={key: 1}))) == Keyed(m={key: 1})
+
+
+class Flags(BaseModel):
+    ok: bool
+    n: int
+    x: float
+    s: str
+
+
+def test_space_around_booleans_and_numbers_is_trimmed_as_go_does() -> None:
+    data = b"<Flags><ok>\n  true \t</ok><n> 7 </n><x> 1.5\n</x><s> kept </s></Flags>"
+    assert XmlCodec(Flags).decode(data) == Flags(ok=True, n=7, x=1.5, s=" kept ")
+
+
+def test_text_is_escaped_as_go_escapes_it() -> None:
+    # Go: xml.Marshal(struct{Name string `xml:"name"`}{"a\"b'c\td\ne\rf<&>"})
+    data = XmlCodec(Data).encode(Data(name="a\"b'c\td\ne\rf<&>]]>"))
+    assert data == (b"<Data><name>a&#34;b&#39;c&#x9;d&#xA;e&#xD;f&lt;&amp;&gt;]]&gt;</name></Data>")
+    assert XmlCodec(Data).decode(data) == Data(name="a\"b'c\td\ne\rf<&>]]>")

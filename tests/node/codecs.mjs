@@ -51,6 +51,9 @@ function decode(format, bytes, arrays) {
       return new XMLParser({
         parseTagValue: false,
         trimValues: false,
+        // Character references (&#34;, &#xA;, as Go's encoding/xml writes them) are
+        // XML 1.0; fast-xml-parser reads them only with this option.
+        htmlEntities: true,
         isArray: (name) => arrays.includes(name),
       }).parse(bytes.toString("utf8"));
     default:
