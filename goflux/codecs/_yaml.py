@@ -172,6 +172,7 @@ class YamlCodec(Generic[T]):
         dumper.Resolver = resolver
         dumper.Representer = representer
         dumper.default_flow_style = False
+        dumper.sort_base_mapping_type_on_output = False  # fields in declaration order
         dumper.allow_unicode = True
         dumper.width = 1 << 30  # no folded lines: a long string stays on one line
         self._local.loader = loader
