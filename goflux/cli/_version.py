@@ -55,8 +55,9 @@ def version_text() -> str:
     width = max(
         *map(len, DISTRIBUTIONS), *(len(_INDENT + name) for name, _ in codecs), len("codecs")
     )
-    for name in DISTRIBUTIONS:
-        lines.append(f"{name:<{width}}  {_installed(name) or 'not installed'}")
+    lines.extend(
+        f"{name:<{width}}  {_installed(name) or 'not installed'}" for name in DISTRIBUTIONS
+    )
     lines.append(f"{'codecs':<{width}}  {'' if codecs else 'none installed'}".rstrip())
     lines.extend(f"{_INDENT + name:<{width}}  {found}" for name, found in codecs)
     return "\n".join(lines)
