@@ -53,11 +53,12 @@ class MsgpackCodec(Generic[T]):
     type 5 unless told otherwise, which is refused here as an unknown extension.
 
     Writes with ``ormsgpack`` (four times faster than ``msgpack`` at packing) and
-    reads with it too (twice as fast as ``msgpack``); whatever ``ormsgpack`` does
-    not read as exactly one value with string map keys (integer keys, which Go
-    writes for a ``map[int]T``, or bytes that are not MessagePack) is read again by
-    ``msgpack``, the reference implementation, which takes it or says what is wrong.
-    What either accepts is what ``msgpack`` accepts, as the same Python values.
+    reads with it too (twice as fast as ``msgpack``). What ``ormsgpack`` does not
+    read as exactly one value with string map keys (integer keys, which Go writes
+    for a ``map[int]T``; bytes after the value; bytes that are not MessagePack) is
+    read again by ``msgpack``, the reference implementation, which takes it or says
+    what is wrong: the codec takes what ``msgpack`` takes, as the same Python
+    values, and refuses what it refuses.
 
     Raises:
         TypeError: pydantic cannot build a schema for the given type.
