@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench import (
     chart,
+    codec_consume,
     codecs,
     goals,
     http,
@@ -84,7 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         sections.extend([*(t.markdown() for t in new), *after])
 
     if "codecs" in selected:
-        add([*codecs.run(rounds, sizes), *serial_codecs.run(rounds, sizes)])
+        add(
+            [
+                *codecs.run(rounds, sizes),
+                *serial_codecs.run(rounds, sizes),
+                *codec_consume.run(rounds, sizes),
+            ]
+        )
     if "channel" in selected:
         from bench import channel  # noqa: PLC0415 - imports the OpenTelemetry SDK
 

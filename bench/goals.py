@@ -20,7 +20,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bench import faststream_cases, http, kv, latency, memory, telemetry
+from bench import (
+    codec_consume,
+    faststream_cases,
+    http,
+    kv,
+    latency,
+    memory,
+    serial_codecs,
+    telemetry,
+)
 from bench.harness import Table
 
 GOFLUX_CONSUME = "goflux Subscriber (auto-ack)"
@@ -91,6 +100,31 @@ def _ratio_goal(
         show(of_medians),
         show(cpu_ratio) if cpu_ratio is not None else NOT_MEASURED,
         (ALL_THREE if judge_cpu else THROUGHPUT_CPU_SHOWN) if cpu else THROUGHPUT_ONLY,
+    )
+
+
+def _within_goal(table: Table, row: str, most: float, what: str) -> Goal:
+    """A cost goal: ``row`` takes at most ``most`` times the baseline's time per operation.
+
+    The same three measures as a throughput goal, turned into time ratios (the
+    baseline's rate over the row's, the row's CPU per operation over the baseline's),
+    rounded up: a value shown within the target is within it.
+    """
+    paired = 1 / table.paired_ratio(row)
+    of_medians = 1 / table.ratio(row)
+    cpu = 1 / table.cpu_ratio(row)
+
+    def show(value: float) -> str:
+        return f"{math.ceil(value * 100 - 1e-9) / 100:.2f}x"
+
+    return Goal(
+        what,
+        f"<= {most:.2f}x",
+        show(paired),
+        paired <= most and of_medians <= most and cpu <= most,
+        show(of_medians),
+        show(cpu),
+        ALL_THREE,
     )
 
 
@@ -189,6 +223,24 @@ def check(
         )
         for cost in costs or ()
     )
+    for name, libraries in serial_codecs.LIBRARIES.items():
+        for step, library in zip(("encode", "decode"), libraries, strict=True):
+            key = serial_codecs.key(name, step)
+            if key in tables:
+                goals.append(
+                    _within_goal(
+                        tables[key],
+                        f"{name}.{step}",
+                        serial_codecs.GOAL,
+                        f"{name}.{step} time vs raw {library} + TypeAdapter",
+                    )
+                )
+    ratio_goal(
+        "codec_consume",
+        codec_consume.MSGPACK,
+        1.0,
+        "typed JetStream consume with MsgpackCodec vs with JsonCodec",
+    )
     ratio_goal(
         "publish", "goflux Publisher.publish", 0.95, "publish vs raw js.publish", cpu_target=0.90
     )
@@ -279,7 +331,9 @@ def markdown(goals: list[Goal], smoke: bool) -> str:
         "in the tables below), and the CPU ratio (the other side's client CPU per message "
         "over goflux's, which depends least on how busy the machine was). It is met only "
         "when every one it is judged on reaches the target; the Spark goals leave out the "
-        "CPU ratio, as Spark works in its JVM and Python workers.",
+        "CPU ratio, as Spark works in its JVM and Python workers. A codec's cost goal "
+        "(target `<= 1.20x`) shows the same three as time ratios: the codec's time (or "
+        "CPU) per operation over its library's, called directly.",
         "",
         "| goal | target | median of per-round ratios (or value) | ratio of medians "
         "| CPU ratio | met | judged on |",

@@ -19,21 +19,47 @@ __all__ = ("VersionAction", "version_text")
 
 # The distributions whose versions matter to what goflux does, in the order shown.
 DISTRIBUTIONS = ("nats-py", "pydantic", "opentelemetry-api", "opentelemetry-sdk", "pyspark")
+# The libraries of goflux.codecs (the extra ``codecs``), shown in a group of their own
+# and only those installed: each is needed by one codec alone.
+CODEC_DISTRIBUTIONS = (
+    "ormsgpack",
+    "msgpack",
+    "ruamel.yaml",
+    "tomli-w",
+    "defusedxml",
+    "backports.zstd",
+    "brotli",
+    "cramjam",
+)
+_INDENT = "  "
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def version_text() -> str:
-    """The versions of goflux, Python, and each of :data:`DISTRIBUTIONS` (or "not installed")."""
+    """The versions of goflux, Python, each of :data:`DISTRIBUTIONS` (or "not installed").
+
+    Then a ``codecs`` group: the installed ones of :data:`CODEC_DISTRIBUTIONS`, indented
+    (``none installed`` if there are none).
+    """
     lines = [
         f"goflux {__version__}",
         f"Python {platform.python_version()} ({platform.python_implementation()}, {sys.platform})",
     ]
-    width = max(map(len, DISTRIBUTIONS))
-    for name in DISTRIBUTIONS:
-        try:
-            found = version(name)
-        except PackageNotFoundError:
-            found = "not installed"
-        lines.append(f"{name:<{width}}  {found}")
+    codecs = [(name, found) for name in CODEC_DISTRIBUTIONS if (found := _installed(name))]
+    width = max(
+        *map(len, DISTRIBUTIONS), *(len(_INDENT + name) for name, _ in codecs), len("codecs")
+    )
+    lines.extend(
+        f"{name:<{width}}  {_installed(name) or 'not installed'}" for name in DISTRIBUTIONS
+    )
+    lines.append(f"{'codecs':<{width}}  {'' if codecs else 'none installed'}".rstrip())
+    lines.extend(f"{_INDENT + name:<{width}}  {found}" for name, found in codecs)
     return "\n".join(lines)
 
 

@@ -172,6 +172,9 @@ class YamlCodec(Generic[T]):
         dumper.Resolver = resolver
         dumper.Representer = representer
         dumper.default_flow_style = False
+        # Fields in declaration order (ruamel.yaml sorts keys unless told; it types the
+        # setting as None, its "default", though it takes a bool).
+        dumper.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
         dumper.allow_unicode = True
         dumper.width = 1 << 30  # no folded lines: a long string stays on one line
         self._local.loader = loader

@@ -188,7 +188,8 @@ def test_version_lists_goflux_and_the_libraries_it_runs_with() -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == f"goflux {goflux.__version__}"
     assert lines[1].startswith(f"Python {sys.version.split()[0]} ")
-    shown = dict(line.split(maxsplit=1) for line in lines[2:])
+    assert lines[7] == "codecs"  # the group's heading: the codecs' libraries follow, indented
+    shown = dict(line.split(maxsplit=1) for line in lines[2:7])
     assert list(shown) == [
         "nats-py",
         "pydantic",
@@ -198,13 +199,29 @@ def test_version_lists_goflux_and_the_libraries_it_runs_with() -> None:
     ]
     assert shown["pydantic"] == version("pydantic")
     assert shown["nats-py"] == version("nats-py")
+    assert all(line.startswith("  ") for line in lines[8:])
+    codecs = dict(line.split(maxsplit=1) for line in lines[8:])
+    # The dev install has every codec's library (goflux[codecs]); Zstandard's backport
+    # only before Python 3.14, whose standard library has it.
+    expected = ["ormsgpack", "msgpack", "ruamel.yaml", "tomli-w", "defusedxml"]
+    expected += ["backports.zstd"] if sys.version_info < (3, 14) else []
+    assert list(codecs) == [*expected, "brotli", "cramjam"]
+    assert codecs["ormsgpack"] == version("ormsgpack")
+    assert codecs["ruamel.yaml"] == version("ruamel.yaml")
+    # Every version starts in one column.
+    assert len({len(line) - len(line.split()[-1]) for line in lines[2:] if line != "codecs"}) == 1
 
 
 def test_version_says_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     from goflux.cli import _version  # noqa: PLC0415
 
     monkeypatch.setattr(_version, "DISTRIBUTIONS", ("pydantic", "no-such-distribution"))
+    monkeypatch.setattr(_version, "CODEC_DISTRIBUTIONS", ("no-such-codec", "msgpack"))
     assert _version.version_text().splitlines()[2:] == [
         f"pydantic              {version('pydantic')}",
         "no-such-distribution  not installed",
+        "codecs",
+        f"  msgpack             {version('msgpack')}",  # only the installed ones
     ]
+    monkeypatch.setattr(_version, "CODEC_DISTRIBUTIONS", ("no-such-codec",))
+    assert _version.version_text().splitlines()[4:] == ["codecs                none installed"]

@@ -10,6 +10,8 @@ from uuid import UUID
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
@@ -287,3 +289,158 @@ def test_strict_still_refuses_what_lax_converts(wire: dict[str, Any]) -> None:
     data = msgpack.packb(wire)
     with pytest.raises(DecodeError):
         MsgpackCodec(Everything, strict=True).decode(data)
+
+
+# ---------------------------------------------------------------- the read path
+# ormsgpack reads (twice as fast); msgpack reads again what ormsgpack does not read as
+# exactly one value with string keys, so what decodes is what msgpack decodes.
+
+
+def _reference_calls(codec: MsgpackCodec[Any], monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Record each payload the codec hands to msgpack."""
+    calls: list[bytes] = []
+    reference = codec._reference
+
+    def counted(data: bytes, **options: Any) -> Any:
+        calls.append(data)
+        return reference(data, **options)
+
+    monkeypatch.setattr(codec, "_reference", counted)
+    return calls
+
+
+def test_ormsgpack_reads_and_msgpack_reads_what_it_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    codec = MsgpackCodec(Order)
+    calls = _reference_calls(codec, monkeypatch)
+    for sample in SAMPLES.values():
+        assert codec.decode(codec.encode(sample)) == sample
+    assert calls == []  # models: string keys, one value: ormsgpack alone
+    blob = Blob(raw=b"", big=1, small=-1, ratio=0.5, counts={7: "x", -1: "y"})
+    blob_codec = MsgpackCodec(Blob)
+    blob_calls = _reference_calls(blob_codec, monkeypatch)
+    data = blob_codec.encode(blob)
+    assert blob_codec.decode(data) == blob  # Go's map[int]string: integer keys
+    assert blob_calls == [data]
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        b"\x81\xa4name\xa1y",  # a second value
+        b"\xc0",  # nil
+        b"\xc4\x10" + bytes(16),  # a bin of 16 bytes
+        b"\xc4\x12",  # a bin header that would take in what follows
+        b"\xd8\x7f" + bytes(16),  # an extension
+    ],
+)
+def test_any_bytes_after_the_value_are_refused(after: bytes) -> None:
+    data = MsgpackCodec(Data).encode(Data(name="x")) + after
+    with pytest.raises(DecodeError, match="not MessagePack: unpack\\(b\\) received extra data"):
+        MsgpackCodec(Data).decode(data)
+
+
+def test_a_value_cut_short_is_refused_whatever_it_would_take_in() -> None:
+    # A header whose length runs past the end; ormsgpack 1.13.0 aborted the process on
+    # the array of 2**32 - 1 items (it tried to make room for them), hence the floor.
+    for data in (
+        b"\xc4\x05",
+        b"\xc4\x12",
+        b"\xd9\x20ab",
+        b"\x92\x01",
+        b"\xdf\x00\x00\x00\x01",
+        b"\xdd\xff\xff\xff\xff",
+        b"\xdd",
+        b"\xdf\xff\xff\xff\xff",
+        b"\xdb\xff\xff\xff\xff",
+    ):
+        with pytest.raises(DecodeError, match="not MessagePack"):
+            MsgpackCodec(Any).decode(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # A map whose last value is a 96-bit timestamp of 1,494,152,596 nanoseconds
+        # (past a second), cut short: ormsgpack before 1.13 crashed the process on it
+        # (a segmentation fault), hence the floor of the msgpack extra.
+        bytes.fromhex(
+            "de0004d928" + "78" * 40 + "1ff9da000161c50008f35c5485308a0c83a46e616d65"
+            "c70cff590ef5940000003afff4417f"
+        ),
+        b"\xc7\x0c\xff" + (1_500_000_000).to_bytes(4, "big") + bytes(8),  # ns past a second
+        b"\xd7\xff" + ((1_000_000_000 << 34) | 5).to_bytes(8, "big"),
+        b"\xc7\x0c\xff" + bytes(4) + (253_402_300_800).to_bytes(8, "big"),  # year 10000
+        b"\xc7\x0c\xff" + bytes(4) + (-62_135_596_801).to_bytes(8, "big", signed=True),  # year 0
+        b"\xd5\xff\x00\x01",  # 16 bits: no timestamp has that length
+    ],
+)
+def test_a_timestamp_out_of_range_is_a_decode_error(data: bytes) -> None:
+    with pytest.raises(DecodeError, match="not MessagePack"):
+        MsgpackCodec(Any).decode(data)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, of the same types all the way down (NaN equal to NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
+def _msgpack_reads(data: bytes) -> tuple[bool, Any]:
+    def refuse(code: int, data: bytes) -> Any:
+        raise ValueError(code)
+
+    try:
+        return True, msgpack.unpackb(data, timestamp=3, strict_map_key=False, ext_hook=refuse)
+    except (ValueError, TypeError, OverflowError):
+        return False, None
+
+
+_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=40)
+    | st.binary(max_size=40)
+    | st.datetimes(timezones=st.just(UTC))
+)
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.text(max_size=8) | st.integers(-5, 5), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+_ENDINGS = st.sampled_from([b"", b"\x00", b"\xc0", b"\xc4\x10", b"\xd6\xff\x00\x00"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES, st.integers(0, 10_000), st.integers(0, 255), _ENDINGS, st.integers(0, 3))
+def test_it_reads_what_msgpack_reads_and_refuses_what_it_refuses(
+    value: Any, where: int, byte: int, ending: bytes, how: int
+) -> None:
+    data = msgpack.packb(value, datetime=True)
+    if how == 1 and data:  # cut short
+        data = data[: where % len(data)]
+    elif how == 2 and data:  # one byte changed
+        at = where % len(data)
+        data = data[:at] + bytes([byte]) + data[at + 1 :]
+    elif how == 3:  # bytes after the value
+        data += ending
+    ok, expected = _msgpack_reads(data)
+    codec: MsgpackCodec[Any] = MsgpackCodec(Any)
+    try:
+        got = codec.decode(data)
+    except DecodeError:
+        assert not ok, (data, expected)
+    else:
+        assert ok, (data, got)
+        assert _same(got, expected), (data, got, expected)

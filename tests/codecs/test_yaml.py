@@ -57,6 +57,15 @@ def test_golden_yaml_v3_example() -> None:
     assert YamlCodec(Data).encode(Data(name="example-123")) == b"name: example-123\n"
 
 
+def test_fields_in_declaration_order_as_yaml_v3_writes_a_struct() -> None:
+    text = YamlCodec(Order).encode(NESTED).decode()
+    keys = [line.split(":")[0] for line in text.splitlines() if not line.startswith((" ", "-"))]
+    assert keys == [
+        "id", "customerId", "lines", "tags", "note", "paid", "created", "discount"
+    ]  # fmt: skip
+    assert "- sku: a-1\n  qty: 2\n  price: 12.5\n" in text
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_round_trip(name: str) -> None:
     codec = YamlCodec(Order)

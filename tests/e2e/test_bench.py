@@ -19,7 +19,16 @@ from pathlib import Path
 import nats
 import pytest
 
-from bench import faststream_cases, goals, harness, machine, memory, service
+from bench import (
+    codec_consume,
+    faststream_cases,
+    goals,
+    harness,
+    machine,
+    memory,
+    serial_codecs,
+    service,
+)
 from bench import http as http_bench
 from bench import jetstream as js_bench
 from bench import kv as kv_bench
@@ -37,6 +46,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 TITLES = (
     "Encode the 10-field model",
+    "MsgpackCodec.encode: the 10-field model",
+    "MsgpackCodec.decode: the same",
+    "CsvCodec.encode: 100 rows of the 10-field model",
+    "JetStream consume with ack, typed handler, by codec",
     "In-process publish -> handler",
     "JetStream publish, waiting for each PubAck",
     "JetStream pipelined publish",
@@ -63,6 +76,17 @@ TITLES = (
     "Spark micro-batch overhead",
 )
 CASES = (
+    "raw ormsgpack",
+    "raw msgpack",
+    "MsgpackCodec.decode",
+    "raw ruamel.yaml",
+    "raw tomli-w",
+    "raw tomllib",
+    "raw ElementTree",
+    "raw defusedxml",
+    "CsvCodec.encode",
+    codec_consume.JSON,
+    codec_consume.MSGPACK,
     "raw fetch(100) + ack",
     "goflux Subscriber.fetch(100) + ack",
     "goflux, no-op telemetry providers",
@@ -101,6 +125,9 @@ CASES = (
 COUNTS = {
     "Encode the 10-field model": SMOKE.codec_ops,
     "Decode the same": SMOKE.codec_ops,
+    "MsgpackCodec.encode: the 10-field model": SMOKE.codec_ops,
+    "MsgpackCodec.decode: the same": SMOKE.codec_ops,
+    "JetStream consume with ack, typed handler, by codec": SMOKE.consumed,
     "In-process publish -> handler": SMOKE.channel_msgs,
     "JetStream publish, waiting for each PubAck": SMOKE.sequential,
     "JetStream pipelined publish": SMOKE.pipelined,
@@ -121,6 +148,12 @@ COUNTS = {
     "Spark sink: messages/s": SMOKE.spark_sink_rows,
 }
 GOALS = (
+    *(
+        f"{name}.{step} time vs raw {library} + TypeAdapter"
+        for name, libraries in serial_codecs.LIBRARIES.items()
+        for step, library in zip(("encode", "decode"), libraries, strict=True)
+    ),
+    "typed JetStream consume with MsgpackCodec vs with JsonCodec",
     "consume with ack (typed) vs raw callback pull",
     "consume vs FastStream, its default setup",
     "consume vs FastStream, its fastest setup",
@@ -224,6 +257,15 @@ def check_goals(report: str) -> None:
     assert len(rows) == len(GOALS)
     for what, target, paired, of_medians, cpu, met, judged_on in rows:
         assert met in ("yes", "**no**"), what
+        most = re.fullmatch(r"<= ([\d.]+)x", target)  # a codec's time over its library's
+        if most is not None:
+            assert judged_on.startswith("all three"), what
+            within = all(
+                float(value.removesuffix("x")) <= float(most[1])
+                for value in (paired, of_medians, cpu)
+            )
+            assert (met == "yes") == within, (what, paired, of_medians, cpu)
+            continue
         found = re.fullmatch(r">= ([\d.]+)x?(?: \(CPU >= ([\d.]+)\))?", target)
         if found is None:
             continue  # latency, overhead, memory, telemetry cost: one value
@@ -468,3 +510,51 @@ async def test_a_service_round_reports_the_orders_acked_not_those_asked_for(
                 harness.check_count(service.case_name(1), measured.acked, 25)
         finally:
             await nc.close()
+
+
+def test_a_codec_goal_is_its_time_over_its_librarys_rounded_up() -> None:
+    def goal(rates: list[float], cpu_us: float) -> goals.Goal:
+        table = ratio_table(
+            serial_codecs.key("YamlCodec", "decode"), "YamlCodec.decode", rates, cpu_us
+        )
+        found = [
+            g
+            for g in goals.check({table.key: table}, None, None)
+            if g.what.startswith("YamlCodec.decode")
+        ]
+        assert len(found) == 1
+        return found[0]
+
+    # Raw: 100, 130, 70 ops/s and 10 µs of CPU per op; the codec 1.2 times slower.
+    met = goal([100 / 1.2, 130 / 1.2, 70 / 1.2], 12.0)
+    assert (met.target, met.measured, met.of_medians, met.cpu, met.met) == (
+        "<= 1.20x",
+        "1.20x",
+        "1.20x",
+        "1.20x",
+        True,
+    )
+    assert met.what == "YamlCodec.decode time vs raw ruamel.yaml + TypeAdapter"
+    assert met.judged_on == goals.ALL_THREE
+    # Each of the three alone past 1.2 fails it; shown rounded up (1.201 as 1.21).
+    assert goal([100 / 1.2, 130 / 1.2, 70 / 1.201], 12.0).met is True  # one round: no median
+    slow = goal([100 / 1.201, 130 / 1.201, 70 / 1.201], 12.0)
+    assert (slow.measured, slow.of_medians, slow.met) == ("1.21x", "1.21x", False)
+    assert goal([100 / 1.2, 130 / 1.2, 70 / 1.2], 12.1).met is False  # CPU
+    assert goal([100.0, 130.0, 70.0], 10.0).measured == "1.00x"
+
+
+def test_the_codec_consume_goal_is_msgpack_at_least_as_fast_as_json() -> None:
+    def goal(rates: list[float], cpu_us: float) -> goals.Goal:
+        json = Result(
+            codec_consume.JSON, rates=[100.0, 130.0, 70.0], cpu_us=[10.0] * 3, counts=[1] * 3
+        )
+        msgpack = Result(codec_consume.MSGPACK, rates=rates, cpu_us=[cpu_us] * 3, counts=[1] * 3)
+        table = Table("codec_consume", "t", {json.name: json, msgpack.name: msgpack}, json.name)
+        [found] = goals.check({"codec_consume": table}, None, None)
+        return found
+
+    assert goal([100.0, 130.0, 70.0], 10.0).met
+    assert goal([101.0, 131.0, 71.0], 9.0).met
+    assert not goal([99.0, 131.0, 71.0], 9.0).met  # the median of medians: 99 < 100
+    assert not goal([101.0, 131.0, 71.0], 10.1).met  # more CPU per message

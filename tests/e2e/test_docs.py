@@ -297,6 +297,7 @@ def test_the_convention_is_enforced(tmp_path: Path) -> None:
 
 PUBLIC_PACKAGES = {  # each public package and its reference page
     "goflux": "reference/goflux.md",
+    "goflux.codecs": "reference/codecs.md",
     "goflux.middleware": "reference/middleware.md",
     "goflux.testing": "reference/testing.md",
     "goflux.service": "reference/service.md",

@@ -46,6 +46,7 @@ def test_every_example_is_covered_here() -> None:
         "feature_flags.py",
         "http_request_reply.py",
         "http_webhook.py",
+        "jetstream_msgpack_gzip.py",
         "jetstream_orders.py",
         "orders_pipeline.py",
         "payments_service.py",  # run by tests/service/test_workers.py under goflux run
@@ -134,6 +135,38 @@ def test_jetstream_orders() -> None:
 def test_jetstream_orders_on_a_given_server(nats_server: NatsServer) -> None:
     out = run("jetstream_orders.py", {**os.environ, "NATS_URL": nats_server.url})
     assert "handled 5" in out
+
+
+MSGPACK_GZIP_READ = [
+    f"read o-{n} for c-{n % 3}: 20 lines, {total}, placed 09:0{n} UTC"
+    for n, total in ((1, "422.75"), (2, "471.50"), (3, "520.25"), (4, "569.00"), (5, "617.75"))
+]
+
+
+def test_jetstream_msgpack_gzip() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    lines = run("jetstream_msgpack_gzip.py", env).splitlines()
+    assert lines[0] == "stored 5 orders as pipe(MsgpackCodec(Order), Gzip()) (application/gzip)"
+    assert lines[1:6] == MSGPACK_GZIP_READ
+    assert lines[6] == "read back 5 orders, equal to those sent: True"
+    sizes = re.fullmatch(
+        r"payload bytes: JSON (\d+), MessagePack (\d+), MessagePack \+ gzip (\d+) "
+        r"\((\d+)% saved vs JSON\)",
+        lines[7],
+    )
+    assert sizes is not None, lines[7]
+    as_json, as_msgpack, packed, saved = map(int, sizes.groups())
+    assert as_json > as_msgpack > packed
+    assert saved == round(100 * (1 - packed / as_json))
+    assert len(lines) == 8
+
+
+def test_jetstream_msgpack_gzip_on_a_given_server(nats_server: NatsServer) -> None:
+    out = run("jetstream_msgpack_gzip.py", {**os.environ, "NATS_URL": nats_server.url})
+    assert out.splitlines()[1:7] == [
+        *MSGPACK_GZIP_READ,
+        "read back 5 orders, equal to those sent: True",
+    ]
 
 
 def test_retry_dead_letter() -> None:
