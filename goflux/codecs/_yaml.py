@@ -248,9 +248,13 @@ class YamlCodec(Generic[T]):
     (``"no"``, ``"on"``, ``"08001"``, ``"2001-12-14"``, ``"null"``) are quoted;
     ``datetime`` and ``date`` are plain RFC 3339 timestamps, which ``yaml.v3`` reads
     into ``time.Time``; ``bytes`` are ``!!binary`` (base64); NaN and Infinity are
-    ``.nan`` and ``.inf``; ``None`` is ``null``. Anchors are never written; a
-    document whose aliases would expand past ten times its size is refused (a
-    "billion laughs"), as is a mapping with a duplicate key.
+    ``.nan`` and ``.inf``; ``None`` is ``null``; a string holding NEL, LS or PS
+    (U+0085, U+2028, U+2029) is double-quoted, with them escaped (written raw, a YAML
+    1.2 reader would read other text). Anchors are never written; a document whose
+    aliases would expand past ten times its size is refused (a "billion laughs"), as
+    is a mapping with a duplicate key or collections nested more than 500 deep (the
+    process's C stack is never at stake); an anchor defined again names the later
+    node, as in yaml.v3 and js-yaml.
 
     Decoding validates with pydantic's lax mode (YAML text carries dates as text).
 
@@ -322,7 +326,7 @@ class YamlCodec(Generic[T]):
         """Return the YAML document of ``value``, UTF-8.
 
         Raises:
-            EncodeError: ``value`` is not a valid ``T``.
+            EncodeError: ``value`` is not a valid ``T``, or is nested too deep.
         """
         typed = self._typed
         obj = typed.to_python(value)
@@ -340,7 +344,7 @@ class YamlCodec(Generic[T]):
 
         Raises:
             DecodeError: ``data`` is not bytes, not UTF-8, not one YAML document,
-                aliased past the limit, or not a valid ``T``.
+                aliased past the limit, nested too deep, or not a valid ``T``.
         """
         typed = self._typed
         data = as_bytes(data, typed.name)
