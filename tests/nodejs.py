@@ -46,7 +46,8 @@ async def run_node(script: str, *args: str, packages: bool = True) -> Any:
     async with asyncio.timeout(TIMEOUT):
         out, err = await process.communicate()
     assert process.returncode == 0, f"node {script} failed ({process.returncode}): {err.decode()}"
-    return json.loads(out.decode().splitlines()[-1])
+    # Lines end at "\n" only: JSON text may hold U+2028, which str.splitlines splits at.
+    return json.loads(out.decode().rstrip("\n").rsplit("\n", 1)[-1])
 
 
 @dataclass

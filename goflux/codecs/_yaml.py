@@ -34,11 +34,26 @@ _YAML_1_1_ONLY = re.compile(
 # (plus a floor) is refused before it is built: a "billion laughs" of anchors.
 _ALIAS_RATIO = 10
 _ALIAS_FLOOR = 100_000
+MAX_DEPTH = 500
+"""Collections nested deeper than this are refused when decoding.
+
+ruamel.yaml.clib composes nodes by recursing on the C stack, unchecked: some 27000
+levels overflow an 8 MiB stack and kill the process. goflux composes the C parser's
+events itself, with this bound (yaml.v3 stops at 10000, pydantic's JSON at 200). Under
+Python's default recursion limit :meth:`YamlCodec.encode` refuses some 300 levels.
+"""
+# Written as they are, YAML 1.1 emitters (libyaml, ruamel.yaml) fold NEL, LS and PS
+# like line breaks: YAML 1.2 readers (yaml.v3, js-yaml) then read other text. A string
+# holding one is written double-quoted, where they are escaped as \N, \L and \P.
+_BREAKS = re.compile("[\x85\u2028\u2029]")
 
 
 @functools.cache
-def _classes() -> tuple[type, type, type]:
-    """Build the ruamel.yaml classes on first use (the dependency is optional)."""
+def _classes() -> tuple[type, type, type, type | None]:
+    """Build the ruamel.yaml classes on first use (the dependency is optional).
+
+    The fourth is the loader over ruamel.yaml.clib's parser, None without it.
+    """
     from ruamel.yaml.constructor import SafeConstructor  # noqa: PLC0415
     from ruamel.yaml.nodes import ScalarNode  # noqa: PLC0415
     from ruamel.yaml.representer import SafeRepresenter  # noqa: PLC0415
@@ -87,8 +102,14 @@ def _classes() -> tuple[type, type, type]:
             return self.represent_scalar(_TIMESTAMP, data.isoformat())
 
         def represent_text(self, data: Any) -> Any:
-            # Several lines as a literal block, as yaml.v3 writes them.
-            return self.represent_scalar(_STR, data, style="|" if "\n" in data else None)
+            # Several lines as a literal block, as yaml.v3 writes them; NEL, LS and PS
+            # escaped in double quotes.
+            style = None
+            if "\n" in data:
+                style = "|"
+            if _BREAKS.search(data) is not None:
+                style = '"'
+            return self.represent_scalar(_STR, data, style=style)
 
         def represent_sequence_of(self, data: Any) -> Any:
             return self.represent_list(list(data))
@@ -103,7 +124,113 @@ def _classes() -> tuple[type, type, type]:
     for kind in (tuple, set, frozenset):
         Representer.add_representer(kind, Representer.represent_sequence_of)
     Representer.add_multi_representer(object, Representer.represent_other)
-    return Constructor, Resolver, Representer
+    return Constructor, Resolver, Representer, _c_loader(Constructor)
+
+
+def _c_loader(constructor: Any) -> type | None:
+    """The loader over ruamel.yaml.clib's parser, composing in Python, depth-bounded."""
+    from ruamel.yaml import main  # noqa: PLC0415
+
+    parser: Any = getattr(main, "CParser", None)
+    if parser is None:  # PyPy, or no wheel: the pure-Python loader
+        return None
+    from ruamel.yaml.composer import ComposerError  # noqa: PLC0415
+    from ruamel.yaml.events import (  # noqa: PLC0415
+        AliasEvent,
+        MappingEndEvent,
+        ScalarEvent,
+        SequenceEndEvent,
+        SequenceStartEvent,
+        StreamEndEvent,
+    )
+    from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode  # noqa: PLC0415
+    from ruamel.yaml.resolver import VersionedResolver  # noqa: PLC0415
+
+    leaves = (ScalarEvent, AliasEvent)
+
+    class Loader(parser, constructor, VersionedResolver):  # type: ignore[misc]
+        """libyaml parses (no recursion there); the nodes are composed here, bounded.
+
+        ruamel.yaml.clib's own composer recurses on the C stack without a limit.
+        """
+
+        # YAML 1.2, as ruamel.yaml's C loader resolves (without a property that tries
+        # three attributes this loader lacks, for every scalar).
+        processing_version = (1, 2)
+
+        def __init__(self, text: str) -> None:
+            parser.__init__(self, text)
+            self._parser = self._composer = self
+            constructor.__init__(self, loader=self)
+            VersionedResolver.__init__(self, loadumper=self)
+            self.allow_duplicate_keys = False
+            self.anchors: dict[Any, Any] = {}
+
+        def get_single_node(self) -> Any:
+            get = self.get_event
+            get()  # stream start
+            root: Any = None
+            event = get()
+            if not isinstance(event, StreamEndEvent):
+                event = get()  # the document's start, then its node
+                kind = type(event)
+                leaf = kind is ScalarEvent or kind is AliasEvent
+                root = self.leaf(event) if leaf else self.collection(event, 0)
+                get()  # document end
+                event = get()
+            if not isinstance(event, StreamEndEvent):
+                raise ComposerError(
+                    "expected a single document in the stream",
+                    root.start_mark,
+                    "but found another document",
+                    event.start_mark,
+                )
+            return root
+
+        def leaf(self, event: Any) -> Any:
+            """The node of a scalar or an alias event."""
+            anchor = event.anchor
+            if type(event) is AliasEvent:
+                if anchor not in self.anchors:
+                    raise ComposerError(
+                        None, None, f"found undefined alias {anchor!r}", event.start_mark
+                    )
+                return self.anchors[anchor]
+            tag = event.ctag
+            if tag is None or str(tag) == "!":
+                tag = self.resolve(ScalarNode, event.value, event.implicit)
+            node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+            if anchor is not None:
+                self.anchors[anchor] = node
+            return node
+
+        def collection(self, event: Any, depth: int) -> Any:
+            """The node of a sequence or mapping: one frame a level, at most MAX_DEPTH."""
+            if depth >= MAX_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH}", event.start_mark)
+            depth += 1
+            sequence = type(event) is SequenceStartEvent
+            kind = SequenceNode if sequence else MappingNode
+            tag = event.ctag
+            if tag is None or str(tag) == "!":
+                tag = self.resolve(kind, None, event.implicit)
+            node = kind(tag, [], event.start_mark, None, flow_style=event.flow_style)
+            if event.anchor is not None:
+                self.anchors[event.anchor] = node
+            get, leaf, collection, items = self.get_event, self.leaf, self.collection, node.value
+            end = SequenceEndEvent if sequence else MappingEndEvent
+            while type(child := get()) is not end:
+                first = leaf(child) if type(child) in leaves else collection(child, depth)
+                if sequence:
+                    items.append(first)
+                else:
+                    child = get()
+                    value = leaf(child) if type(child) in leaves else collection(child, depth)
+                    items.append((first, value))
+            node.end_mark = child.end_mark
+            return node
+
+    return Loader
 
 
 class YamlCodec(Generic[T]):
@@ -121,9 +248,13 @@ class YamlCodec(Generic[T]):
     (``"no"``, ``"on"``, ``"08001"``, ``"2001-12-14"``, ``"null"``) are quoted;
     ``datetime`` and ``date`` are plain RFC 3339 timestamps, which ``yaml.v3`` reads
     into ``time.Time``; ``bytes`` are ``!!binary`` (base64); NaN and Infinity are
-    ``.nan`` and ``.inf``; ``None`` is ``null``. Anchors are never written; a
-    document whose aliases would expand past ten times its size is refused (a
-    "billion laughs"), as is a mapping with a duplicate key.
+    ``.nan`` and ``.inf``; ``None`` is ``null``; a string holding NEL, LS or PS
+    (U+0085, U+2028, U+2029) is double-quoted, with them escaped (written raw, a YAML
+    1.2 reader would read other text). Anchors are never written; a document whose
+    aliases would expand past ten times its size is refused (a "billion laughs"), as
+    is a mapping with a duplicate key or collections nested more than 500 deep (the
+    process's C stack is never at stake); an anchor defined again names the later
+    node, as in yaml.v3 and js-yaml.
 
     Decoding validates with pydantic's lax mode (YAML text carries dates as text).
 
@@ -150,6 +281,7 @@ class YamlCodec(Generic[T]):
 
     @property
     def _loader(self) -> Any:
+        """The pure-Python loader, used only without ruamel.yaml.clib."""
         try:
             return self._local.loader
         except AttributeError:
@@ -165,9 +297,10 @@ class YamlCodec(Generic[T]):
             return self._local.dumper
 
     def _make(self) -> None:
-        constructor, resolver, representer = _classes()
-        loader = self._yaml(typ="safe")
+        constructor, resolver, representer, _ = _classes()
+        loader = self._yaml(typ="safe", pure=True)
         loader.Constructor = constructor
+        loader.max_depth = MAX_DEPTH + 1  # it counts the scalar at the bottom too
         dumper = self._yaml(typ="safe")
         dumper.Resolver = resolver
         dumper.Representer = representer
@@ -196,13 +329,15 @@ class YamlCodec(Generic[T]):
         """Return the YAML document of ``value``, UTF-8.
 
         Raises:
-            EncodeError: ``value`` is not a valid ``T``.
+            EncodeError: ``value`` is not a valid ``T``, or is nested too deep.
         """
         typed = self._typed
         obj = typed.to_python(value)
         out = io.BytesIO()
         try:
             self._dumper.dump(obj, out)
+        except RecursionError:
+            typed.encode_error(value, "nested too deep")
         except (self._error, ValueError, TypeError) as exc:
             typed.encode_error(value, one_line(exc))
         return out.getvalue()
@@ -212,7 +347,7 @@ class YamlCodec(Generic[T]):
 
         Raises:
             DecodeError: ``data`` is not bytes, not UTF-8, not one YAML document,
-                aliased past the limit, or not a valid ``T``.
+                aliased past the limit, nested too deep, or not a valid ``T``.
         """
         typed = self._typed
         data = as_bytes(data, typed.name)
@@ -220,8 +355,7 @@ class YamlCodec(Generic[T]):
         try:
             text = data.decode()
             limit = _ALIAS_FLOOR + _ALIAS_RATIO * len(text)
-            bomb = "*" in text and self._expands_past(text, limit)
-            obj = None if bomb else self._loader.load(text)
+            obj, bomb = self._load(text, limit)
         except UnicodeDecodeError as exc:
             typed.decode_error(size, f"invalid UTF-8 at byte {exc.start}")
         except (self._error, ValueError, TypeError, RecursionError) as exc:
@@ -231,29 +365,47 @@ class YamlCodec(Generic[T]):
         value: T = typed.from_python(obj, size)
         return value
 
-    def _expands_past(self, text: str, limit: int) -> bool:
-        """Whether the document's aliases expand it to more than ``limit`` nodes."""
-        root = self._loader.compose(text)
-        if root is None:
-            return False
-        expanded: dict[int, int] = {}
+    def _load(self, text: str, limit: int) -> tuple[Any, bool]:
+        """The document's data, or ``(None, True)`` if its aliases expand past ``limit``."""
+        loader_class = _classes()[3]
+        if loader_class is None:
+            loader = self._loader
+            bomb = "*" in text and _expands_past(loader.compose(text), limit)
+            return (None if bomb else loader.load(text)), bomb
+        loader = loader_class(text)
+        try:
+            root = loader.get_single_node()
+            if root is None:
+                return None, False
+            if "*" in text and _expands_past(root, limit):
+                return None, True
+            return loader.construct_document(root), False
+        finally:
+            loader.dispose()
 
-        def count(node: Any) -> int:
-            key = id(node)
-            if key in expanded:
-                return expanded[key]
-            expanded[key] = 1  # a recursive alias counts once
-            total = 1
-            value = node.value
-            if isinstance(value, list):
-                for item in value:
-                    if isinstance(item, tuple):  # a mapping's (key, value) pair
-                        total += count(item[0]) + count(item[1])
-                    else:
-                        total += count(item)
-                    if total > limit:
-                        break
-            expanded[key] = total
-            return total
 
-        return count(root) > limit
+def _expands_past(root: Any, limit: int) -> bool:
+    """Whether the document's aliases expand it to more than ``limit`` nodes."""
+    if root is None:
+        return False
+    expanded: dict[int, int] = {}
+
+    def count(node: Any) -> int:
+        key = id(node)
+        if key in expanded:
+            return expanded[key]
+        expanded[key] = 1  # a recursive alias counts once
+        total = 1
+        value = node.value
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, tuple):  # a mapping's (key, value) pair
+                    total += count(item[0]) + count(item[1])
+                else:
+                    total += count(item)
+                if total > limit:
+                    break
+        expanded[key] = total
+        return total
+
+    return count(root) > limit

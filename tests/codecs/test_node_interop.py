@@ -146,6 +146,14 @@ async def test_yaml_plain_scalars_mean_the_same_to_js_yaml_and_goflux(tmp_path: 
     }  # fmt: skip
 
 
+async def test_yaml_line_separators_survive_js_yaml(tmp_path: Path) -> None:
+    # NEL, LS and PS: YAML 1.1 emitters fold them like line breaks unless escaped.
+    value = {"a": "a\u2028b", "b": " \u2028", "c": "x\u2029 y", "d": "x\x85y", "e": "1\n2\u2028"}
+    codec = YamlCodec(dict[str, str])
+    assert await node_decodes("yaml", codec.encode(value), tmp_path) == value
+    assert codec.decode(await node_encodes("yaml", value, tmp_path)) == value
+
+
 # ---------------------------------------------------------------- TOML
 
 

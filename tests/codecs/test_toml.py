@@ -3,7 +3,10 @@ from __future__ import annotations
 import math
 import tomllib
 from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from enum import Enum
 from typing import Any
+from uuid import UUID
 
 import pytest
 from pydantic import BaseModel
@@ -130,3 +133,120 @@ def test_mappings_and_repr() -> None:
     as_codec: Codec[Order] = TomlCodec(Order)
     assert as_codec.decode(as_codec.encode(NESTED)) == NESTED
     assert TomlCodec(Order).decode(TomlCodec(Order).encode(UNICODE)) == UNICODE
+
+
+@pytest.mark.parametrize(
+    ("data", "cause"),
+    [
+        (b"a = " + b"[" * 2000 + b"]" * 2000, "not TOML: maximum recursion depth exceeded"),
+        (b"n = " + b"1" * 5000, "not TOML: Exceeds the limit"),
+    ],
+    ids=["deep-arrays", "5000-digit-int"],
+)
+def test_hostile_input_is_a_decode_error(data: bytes, cause: str) -> None:
+    with pytest.raises(DecodeError, match=cause) as info:
+        TomlCodec(dict[str, Any]).decode(data)
+    assert info.value.type_name == "dict[str, Any]"
+
+
+def test_deep_nesting_is_an_encode_error() -> None:
+    value: Any = []
+    for _ in range(3000):
+        value = [value]
+    with pytest.raises(EncodeError, match="nested too deep"):
+        TomlCodec(dict[str, Any]).encode({"a": value})
+
+
+class Note(BaseModel):
+    id: int
+    note: str | None  # required, but may be None
+
+
+class Notes(BaseModel):
+    notes: list[Note]
+    by_name: dict[str, Note]
+    count: int
+
+
+def test_a_required_nullable_none_is_left_out_and_read_back_as_none() -> None:
+    # As BurntSushi/toml leaves out a nil pointer and Go's decoder leaves it nil.
+    codec = TomlCodec(Note)
+    assert codec.encode(Note(id=1, note=None)) == b"id = 1\n"
+    assert codec.decode(b"id = 1\n") == Note(id=1, note=None)
+    nested = Notes(
+        notes=[Note(id=1, note=None), Note(id=2, note="x")],
+        by_name={"a": Note(id=3, note=None)},
+        count=1,
+    )
+    assert TomlCodec(Notes).decode(TomlCodec(Notes).encode(nested)) == nested
+    assert TomlCodec(Note, strict=True).decode(b"id = 1\n") == Note(id=1, note=None)
+
+
+def test_a_missing_field_that_cannot_be_none_is_still_required() -> None:
+    with pytest.raises(DecodeError, match=r"count: Field required") as info:
+        TomlCodec(Notes).decode(b"notes = [{id = 1}]\nby_name = {}\n")
+    assert "notes" not in str(info.value)
+    with pytest.raises(DecodeError, match=r"^cannot decode 5 bytes as Note: id: Field required$"):
+        TomlCodec(Note).decode(b"a = 1")
+
+
+class Price(BaseModel):
+    amount: Decimal
+
+
+class PriceWithId(BaseModel):
+    amount: Decimal
+    id: UUID = UUID(int=1)
+
+
+def test_decimals_are_strings_whatever_the_other_fields() -> None:
+    amount = Decimal("12345678901234567.89")
+    plain = TomlCodec(Price).encode(Price(amount=amount))
+    assert plain == b'amount = "12345678901234567.89"\n'
+    assert TomlCodec(PriceWithId).encode(PriceWithId(amount=amount)).startswith(plain)
+    assert TomlCodec(Price).decode(plain).amount == amount
+    assert TomlCodec(Price, strict=True).decode(plain).amount == amount
+    assert TomlCodec(dict[str, Any]).encode({"d": Decimal("1.10")}) == b'd = "1.10"\n'
+
+
+class Color(Enum):
+    RED = 1
+    BLUE = 2
+
+
+class Unusual(BaseModel):
+    color: Color = Color.BLUE
+    amount: Decimal = Decimal("0.1")
+    key: UUID = UUID(int=7)
+    pair: tuple[int, str] = (1, "a")
+    tags: set[str] = {"x"}
+    raw: bytes = b"text"
+    ratio: float = math.inf
+    at: datetime = datetime(2026, 1, 2, tzinfo=UTC)
+    day: date = date(2026, 1, 2)
+    clock: time = time(3, 4)
+
+
+def test_strict_decodes_its_own_output() -> None:
+    codec = TomlCodec(Unusual, strict=True)
+    assert codec.decode(codec.encode(Unusual())) == Unusual()
+    with pytest.raises(DecodeError, match="color: Input should be 1 or 2"):
+        codec.decode(b"color = 3\n")
+    with pytest.raises(DecodeError, match="pair"):
+        codec.decode(b'pair = ["1", "a"]\n')
+
+
+@pytest.mark.parametrize("big", [2**63, -(2**63) - 1, 2**70])
+def test_ints_past_64_bits_are_an_encode_error(big: int) -> None:
+    class Counted(BaseModel):
+        name: str = "x"
+        counts: list[int]
+
+    with pytest.raises(EncodeError, match=r"TOML integers are 64-bit signed \(at counts\.1\)$"):
+        TomlCodec(Counted).encode(Counted(counts=[1, big]))
+
+
+def test_ints_at_the_64_bit_limits_travel() -> None:
+    codec = TomlCodec(dict[str, int])
+    value = {"max": 2**63 - 1, "min": -(2**63)}
+    assert codec.decode(codec.encode(value)) == value

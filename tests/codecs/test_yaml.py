@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime
@@ -12,6 +14,7 @@ from pydantic import BaseModel
 
 from goflux import Codec, DecodeError, EncodeError
 from goflux.codecs import YamlCodec
+from goflux.codecs._yaml import MAX_DEPTH
 from tests.codecs.models import EMPTY, NESTED, SAMPLES, UNICODE, Order, large
 
 
@@ -212,3 +215,80 @@ def test_threads_each_get_their_own_parser() -> None:
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(work, range(8)))
     assert codec.decode(data) == NESTED
+
+
+_DEEP_DOCUMENT = """
+import threading
+from typing import Any
+from goflux import DecodeError
+from goflux.codecs import YamlCodec
+
+def decode(data: bytes) -> None:
+    try:
+        YamlCodec(Any).decode(data)
+    except DecodeError as exc:
+        assert "nested deeper than" in str(exc), exc
+        print("DecodeError")
+
+for data in (
+    b"[" * 30000 + b"]" * 30000,
+    b"- " * 30000 + b"x",
+    b"{a: " * 30000 + b"x" + b"}" * 30000,
+    b"a: &a " + b"[" * 30000 + b"]" * 30000 + b"\\nb: *a",
+):
+    decode(data)
+    worker = threading.Thread(target=decode, args=(data,))
+    worker.start()
+    worker.join()
+"""
+
+
+def test_deep_nesting_is_a_decode_error_not_a_crash() -> None:
+    # ruamel.yaml's C composer recurses on the C stack: 30000 "[" overflow it (SIGSEGV).
+    done = subprocess.run(
+        [sys.executable, "-c", _DEEP_DOCUMENT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-300:]}"
+    assert done.stdout.split() == ["DecodeError"] * 8
+
+
+def test_nesting_up_to_the_limit_decodes() -> None:
+    codec = YamlCodec(Any)
+    value: Any = "x"
+    for _ in range(200):
+        value = [value]
+    assert codec.decode(codec.encode(value)) == value
+    assert codec.decode(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH) is not None
+    with pytest.raises(DecodeError, match=f"nested deeper than {MAX_DEPTH}"):
+        codec.decode(b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1))
+
+
+def test_deep_nesting_is_an_encode_error() -> None:
+    value: Any = []
+    for _ in range(3000):
+        value = [value]
+    with pytest.raises(EncodeError, match="cannot encode list as Any"):
+        YamlCodec(Any).encode(value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a\u2028b", " \u2028", "\xa0\u2028  #:", "x\u2029 y", "x\x85y", "\u2028", "one\ntwo\u2028"],
+)
+def test_unicode_line_separators_are_escaped(text: str) -> None:
+    # Written as is, YAML 1.1 emitters fold them as line breaks: a YAML 1.2 reader
+    # (yaml.v3, js-yaml) reads other text. Double-quoted, they are \\L, \\P and \\N.
+    data = YamlCodec(Data).encode(Data(name=text))
+    assert not {"\u2028", "\u2029", "\x85"} & set(data.decode())
+    assert pyyaml.safe_load(data) == {"name": text}
+    assert YamlCodec(Data).decode(data) == Data(name=text)
+
+
+def test_an_anchor_defined_again_names_the_later_node() -> None:
+    # YAML 1.2 allows it; yaml.v3 and js-yaml read the alias as the later node.
+    text = b"a: &x 1\nb: &x 2\nc: *x\n"
+    assert YamlCodec(dict[str, int]).decode(text) == {"a": 1, "b": 2, "c": 2}
