@@ -26,6 +26,7 @@ __all__ = (
     "StrCodec",
     "as_decode_error",
     "content_type_of",
+    "decode_with",
     "describe_validation",
     "type_adapter",
     "type_name",
@@ -85,6 +86,22 @@ def as_decode_error(exc: Exception, codec: object, data: object) -> DecodeError:
     )
     error.__cause__ = exc
     return error
+
+
+def decode_with(codec: Codec[T], data: bytes) -> T:
+    """``codec.decode(data)``, where whatever it raises is a :class:`DecodeError`.
+
+    For paths off the per-message hot loop (a requester's reply); see
+    :func:`as_decode_error`.
+
+    Raises:
+        DecodeError: ``data`` does not decode, with what the codec raised as the cause.
+    """
+    try:
+        return codec.decode(data)
+    except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+        error = as_decode_error(caught, codec, data)
+        raise error  # noqa: B904 - its cause is set: caught, or its own
 
 
 def type_name(tp: object) -> str:

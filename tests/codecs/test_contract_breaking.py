@@ -102,3 +102,27 @@ async def test_stores_raise_decode_errors_naming_where_the_bytes_are(
     with pytest.raises(DecodeError, match="object 'o': ContractBreaking"):
         await store.get_value("o", BROKEN)
     assert JsonCodec(Order).decode(BROKEN.encode(ORDER)) == ORDER
+
+
+async def test_requesters_raise_decode_errors_for_replies(nc: Client) -> None:
+    async def garbage(_: bytes) -> bytes:
+        return UNDECODABLE
+
+    async with (
+        gnats.Responder(nc, BytesCodec(), BytesCodec()) as responder,
+        gnats.Requester(nc, BytesCodec(), BROKEN) as requester,
+    ):
+        await responder.start("rpc.garbage", garbage)
+        with pytest.raises(DecodeError, match="ContractBreaking") as over_nats:
+            await requester.request("rpc.garbage", b"?")
+    assert isinstance(over_nats.value.__cause__, ValueError)
+
+    http_responder = ghttp.Responder(BytesCodec(), BytesCodec())
+    await http_responder.start("rpc.garbage", garbage)
+    async with (
+        HttpServer(http_responder.app, "127.0.0.1", 0) as served,
+        ghttp.Requester(f"http://127.0.0.1:{served.port}", BytesCodec(), BROKEN) as http_requester,
+    ):
+        with pytest.raises(DecodeError, match="ContractBreaking") as over_http:
+            await http_requester.request("rpc.garbage", b"?")
+    assert isinstance(over_http.value.__cause__, ValueError)

@@ -7,7 +7,7 @@ from typing import Generic, TypeVar
 import httpx
 from opentelemetry.trace import SpanKind
 
-from goflux._codecs import Codec
+from goflux._codecs import Codec, decode_with
 from goflux._errors import RemoteError, RequestError, RequestTimeout
 from goflux._facts import Facts
 from goflux._headers import HeadersLike
@@ -142,7 +142,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
                     f"the reply from {shown} exceeds {self._max_reply_size} bytes (max_reply_size)",
                     subject=subject,
                 )
-            return self._response_codec.decode(answer.body)
+            return decode_with(self._response_codec, answer.body)
 
     async def close(self) -> None:
         """Refuse further requests; close the httpx client if it is the requester's own."""

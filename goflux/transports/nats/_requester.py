@@ -8,7 +8,7 @@ import nats.errors
 from nats.aio.client import Client
 from opentelemetry.trace import SpanKind
 
-from goflux._codecs import Codec
+from goflux._codecs import Codec, decode_with
 from goflux._errors import NoResponders, PayloadTooLarge, RemoteError, RequestError, RequestTimeout
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit
@@ -139,7 +139,7 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
                     remote_message=description,
                     code=code,
                 )
-            return self._response_codec.decode(reply.data)
+            return decode_with(self._response_codec, reply.data)
 
     async def close(self) -> None:
         """Refuse further requests. The caller owns the connection."""
