@@ -175,7 +175,8 @@ class XmlCodec(Generic[T]):
     ``dict`` value, an empty list as a ``dict`` value, and ``[]`` in a field that
     also accepts ``None`` (each would be written as nothing); a list in a field typed
     as a union of lists and single values (a list of one reads back as the single
-    value); a value of a union of single-value types whose text reads back as
+    value), or inside a model of a union of shapes (``Inner | int``) a list of one
+    or of lists; a value of a union of single-value types whose text reads back as
     another member (``1`` in ``int | str`` reads back as ``"1"``, ``1`` in
     ``bool | int`` as ``True``); and in an ``Any`` field anything but text and
     non-empty mappings of text (``1`` would read back as ``"1"``, a list of one as
@@ -470,11 +471,38 @@ def _loose(out: list[str], name: str, value: object, shape: Shape) -> None:
         )
     if isinstance(value, dict):
         out.append(f"<{name}>")
-        for key, item in value.items():
-            _free(out, _name(key), item)
+        _union_children(out, value)
         out.append(f"</{name}>")
     else:
         _element(out, name, value, shape)
+
+
+def _union_children(out: list[str], value: dict[Any, Any]) -> None:
+    """A mapping in a union of shapes: it is read back without a shape.
+
+    So a list of one item (read back as the item) or of lists is refused.
+    """
+    for key, item in value.items():
+        name = _name(key)
+        try:
+            if isinstance(item, _LISTS):
+                if len(item) == 1:
+                    raise _Refused(
+                        "in a union of shapes XML reads a list of 1 back as its value: "
+                        "give the field one type"
+                    )
+                if any(isinstance(inner, _LISTS) for inner in item):
+                    raise _Refused("in a union of shapes XML cannot read back a list of lists")
+            for one in item if isinstance(item, _LISTS) else (item,):
+                if isinstance(one, dict):
+                    out.append(f"<{name}>")
+                    _union_children(out, one)
+                    out.append(f"</{name}>")
+                else:
+                    _free(out, name, one)
+        except _Refused as exc:
+            exc.path.append("." + name)
+            raise
 
 
 def _free(out: list[str], name: str, value: object) -> None:

@@ -488,3 +488,52 @@ def test_a_tuple_payload_reads_each_item_by_its_type() -> None:
     codec: XmlCodec[tuple[Inner, int]] = XmlCodec(tuple[Inner, int], root="pair")
     value = (Inner(tags=["a"]), 1)
     assert codec.decode(codec.encode(value)) == value
+
+
+class InnerOrInt(BaseModel):
+    u: Inner | int
+
+
+class Outer(BaseModel):
+    inners: list[Inner]
+
+
+class OuterOrInt(BaseModel):
+    u: Outer | int
+
+
+@pytest.mark.parametrize(
+    ("value", "cause"),
+    [
+        (InnerOrInt(u=Inner(tags=["a"])), r"u\.tags: in a union of shapes XML reads a list of 1"),
+        (
+            InnerOrInt(u=Inner(tags=["a"], n=2)),
+            r"u\.tags: in a union of shapes XML reads a list of 1 back as its value",
+        ),
+        (
+            OuterOrInt(u=Outer(inners=[Inner(tags=["a", "b"]), Inner(tags=["c"])])),
+            r"u\.inners\.tags: in a union of shapes XML reads a list of 1",
+        ),
+    ],
+    ids=repr,
+)
+def test_a_union_of_shapes_refuses_what_it_would_read_back_different(
+    value: BaseModel, cause: str
+) -> None:
+    with pytest.raises(EncodeError, match=cause):
+        XmlCodec(type(value)).encode(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        InnerOrInt(u=Inner(tags=["a", "b"], n=1)),
+        InnerOrInt(u=Inner()),
+        InnerOrInt(u=5),
+        OuterOrInt(u=Outer(inners=[Inner(tags=["a", "b"]), Inner(n=2)])),
+    ],
+    ids=repr,
+)
+def test_a_union_of_shapes_round_trips_what_it_can_tell_apart(value: BaseModel) -> None:
+    codec: XmlCodec[Any] = XmlCodec(type(value))
+    assert codec.decode(codec.encode(value)) == value
