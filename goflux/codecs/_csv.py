@@ -33,9 +33,14 @@ _NEEDS_QUOTES = re.compile(f'[",\r\n]|^[{_GO_SPACE}]|^\\\\\\.$')
 # (and the row has no more commas than separators).
 _ROW_NEEDS_QUOTES = re.compile(f'["\r\n]|(?:^|,)(?:[{_GO_SPACE}]|\\\\\\.(?:,|$))')
 # Where the csv module's writer (quoting a comma, quote or LF) may differ from Go's (a
-# field starting with LF is quoted by both).
+# field starting with LF is quoted by both), but for a CR (found by ``in``): a field
+# starting with a space or that is \., after a separator; the text's first field apart.
+# It starts with a character class, so the search skips ahead quickly.
 _INLINE_SPACE = _GO_SPACE.replace("\n", "")
-_GO_QUOTES_MORE = re.compile(f"\r|(?:^|[,\n])(?:[{_INLINE_SPACE}]|\\\\\\.(?:[,\n]|$))")
+_GO_QUOTES_MORE = re.compile(f"[,\n](?:[{_INLINE_SPACE}]|\\\\\\.(?:[,\n]|$))")
+_GO_QUOTES_FIRST = re.compile(f"[{_INLINE_SPACE}]|\\\\\\.(?:[,\n]|$)")
+# What the csv module writes as Go does: text, int (its repr), None (an empty field).
+_AS_IS = frozenset({str, int, type(None)})
 
 
 def _quoted(field: str) -> str:
@@ -86,6 +91,57 @@ _CELL: dict[type, Callable[[Any], str]] = {
 }
 
 
+def _floats(values: list[float]) -> list[str]:
+    """A column of floats as Go writes them: repr, in C, where it is Go's text."""
+    texts = list(map(float.__repr__, values))
+    joined = ",".join(texts)
+    # repr has no exponent from 1e-4 to 1e16, Go's text none below 1e6; nan, inf
+    if "n" in joined or "e" in joined or max(values) >= 1e6 or min(values) <= -1e6:
+        return list(map(go_float, values))  # one by one
+    if ".0," in joined + ",":
+        return [text[:-2] if text.endswith(".0") else text for text in texts]
+    return texts
+
+
+def _plain(texts: list[str]) -> bool:
+    r"""Whether the csv module quotes each of ``texts`` as Go's writer does.
+
+    None starts with a space, holds a CR or ``\.`` (checked a column at a time, in C).
+    """
+    joined = "".join(texts)
+    return (
+        joined.isascii()  # Go's other spaces are not ASCII
+        and "\r" not in joined
+        and "\\." not in joined
+        and min(filter(None, texts), default="!") >= "!"  # ASCII spaces sort first
+    )
+
+
+def _column(values: list[Any]) -> tuple[list[Any], bool]:
+    """A column's values as the csv module should write them, and if it writes all as Go.
+
+    Text, or int and None, which it writes as Go does. The types are looked at once
+    per column, so that a column of one type is turned into text in one ``map``
+    rather than a lookup per field.
+    """
+    kinds = set(map(type, values))
+    if kinds <= _AS_IS:
+        if str not in kinds:
+            return values, True
+        return values, _plain(values if len(kinds) == 1 else [v for v in values if type(v) is str])
+    if len(kinds) == 1:
+        (kind,) = kinds
+        if kind is float:
+            return _floats(values), True
+        if kind is bool:
+            return ["true" if value else "false" for value in values], True
+        text = _CELL.get(kind)
+        if text is not None:  # dates: never a space first, a CR or \\.
+            return list(map(text, values)), True
+    cells = [cell if type(cell) in _AS_IS else _cell(cell) for cell in values]
+    return cells, _plain([cell for cell in cells if type(cell) is str])
+
+
 def _cell(value: object) -> str:
     """A field as text, as Go's strconv writes it."""
     text = _CELL.get(type(value))
@@ -118,7 +174,10 @@ class CsvCodec(Generic[T]):
     are written as Go's ``strconv`` writes them (``true``, ``1e+06``, ``NaN``),
     datetimes as RFC 3339, an enum or ``Literal`` as its value, ``None`` as an empty
     field. An empty list is the header alone. A field that accepts ``None`` cannot
-    hold ``""`` (both would be an empty field): encoding refuses it.
+    hold ``""`` (both would be an empty field): encoding refuses it. Nor can a field
+    typed as a union of single values hold one whose text reads back as another
+    member (``1`` in ``int | str`` reads back as ``"1"``): encoding refuses it,
+    naming the row and field.
 
     Decoding reads the header and maps columns by name (any order; unknown columns
     are ignored, a missing one takes the field's default), skips empty lines as Go's
@@ -136,7 +195,16 @@ class CsvCodec(Generic[T]):
             row type.
     """
 
-    __slots__ = ("_by_wire", "_header", "_nullable", "_row_check", "_row_name", "_typed")
+    __slots__ = (
+        "_by_wire",
+        "_header",
+        "_header_plain",
+        "_nullable",
+        "_row_check",
+        "_row_name",
+        "_typed",
+        "_unions",
+    )
 
     content_type: ClassVar[str] = "text/csv; charset=utf-8"
     """The MIME type of what it writes (RFC 4180, header present)."""
@@ -165,9 +233,14 @@ class CsvCodec(Generic[T]):
         if row.check_instance is not None:
             self._typed.prevalidate = False
         self._header = list(shape.fields)
+        self._header_plain = _plain(self._header)
         self._by_wire: dict[str, Field] = dict(shape.fields)
         # An empty field reads as None where the field accepts None: "" cannot go there.
         self._nullable = [wire for wire, f in shape.fields.items() if f.nullable]
+        # Unions of leaves (int | str): each value's text is read back before it is sent.
+        self._unions = [
+            (wire, f.shape.union) for wire, f in shape.fields.items() if f.shape.union is not None
+        ]
 
     @property
     def type(self) -> TypeForm[T]:
@@ -210,23 +283,43 @@ class CsvCodec(Generic[T]):
                         f"{index}.{wire}: CSV writes '' and None alike (an empty field), "
                         "and reads it as None where the field accepts None",
                     )
+        if self._unions:
+            self._check_unions(value, rows)
         try:
-            lines = [
-                [cell if type(cell) is str else _cell(cell) for cell in map(row.get, header)]
-                for row in rows
-            ]
+            columns: list[list[Any]] = []
+            plain = self._header_plain
+            for wire in header:
+                column, column_plain = _column([row.get(wire) for row in rows])
+                columns.append(column)
+                plain = plain and column_plain
             # The csv module writes what Go's writer writes, unless a field starts with
             # a space, holds a CR or is \\.: then each line is written here, as Go does.
             out = io.StringIO()
             writer = csv.writer(out, lineterminator="\n")
             writer.writerow(header)
-            writer.writerows(lines)
+            writer.writerows(zip(*columns, strict=True))
             text = out.getvalue()
-            if _GO_QUOTES_MORE.search(text):
+            if not plain and (
+                "\r" in text or _GO_QUOTES_MORE.search(text) or _GO_QUOTES_FIRST.match(text)
+            ):
+                lines = [
+                    [cell if type(cell) is str else _cell(cell) for cell in line]
+                    for line in zip(*columns, strict=True)
+                ]
                 text = "\n".join([_line(header), *map(_line, lines), ""])
             return text.encode()
         except (ValueError, TypeError) as exc:  # a surrogate, an int too long for text
             typed.encode_error(value, one_line(exc))
+
+    def _check_unions(self, value: object, rows: list[dict[str, Any]]) -> None:
+        """Refuse a value of a union of leaves whose text would read back as another."""
+        for wire, union in self._unions:
+            for index, row in enumerate(rows):
+                cell = row.get(wire)
+                if cell is not None:
+                    reason = union.check(cell, cell if type(cell) is str else _cell(cell))
+                    if reason is not None:
+                        self._typed.encode_error(value, f"{index}.{wire}: {reason}")
 
     def decode(self, data: bytes, /) -> list[T]:
         """Parse CSV ``data`` (header first) and validate each row as a ``T``.

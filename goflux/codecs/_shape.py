@@ -6,15 +6,19 @@ structure pydantic validates: which elements repeat as a list, which hold fields
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
+from pydantic_core import SchemaValidator, ValidationError
+
 from goflux.codecs._typed import go_float
 
-__all__ = ("Field", "Shape", "shape_of")
+__all__ = ("Field", "Shape", "Union", "shape_of")
 
-Kind = Literal["leaf", "fields", "list", "map", "any"]
+# "tuple" only in a reading plan: a list field whose items each have their own shape.
+Kind = Literal["leaf", "fields", "list", "map", "any", "tuple"]
 
 # Schemas that wrap one other schema under "schema", and change nothing of its shape.
 _WRAPPERS = frozenset(
@@ -51,6 +55,8 @@ class Shape:
     kind: Kind = "any"
     fields: dict[str, Field] = field(default_factory=dict)  # by wire name
     item: Shape | None = None  # of a list, or the values of a map
+    # Of a tuple's first items, by position (the rest are ``item``), when they differ.
+    items: tuple[Shape, ...] | None = None
     nullable: bool = False
     # "any" that is Any itself (or object): nothing in the type says what text stands for.
     untyped: bool = False
@@ -59,6 +65,9 @@ class Shape:
     # A leaf of a closed set of values (enum, Literal): each value by the text written
     # for it, so that text is read back as the value (1, not "1").
     texts: dict[str, Any] | None = None
+    # A union of leaves (int | str): text may read back as another member, so what
+    # is written is read back and compared before it is sent.
+    union: Union | None = None
     # For readers, made on first use: wire name -> (key, kind, shape), and the keys of
     # the required list fields (an absent list is an empty one).
     plan: dict[str, tuple[str, Kind, Shape]] | None = None
@@ -77,15 +86,93 @@ class Shape:
                 for f in self.fields.values()
                 if not f.droppable and (f.nullable or f.shape.kind == "list")
             )
-            self.plan = {
-                wire: (
-                    f.key,
-                    f.shape.kind,
-                    f.shape.item or _ANY if f.shape.kind == "list" else f.shape,
-                )
-                for wire, f in self.fields.items()
-            }
+            plan: dict[str, tuple[str, Kind, Shape]] = {}
+            for wire, f in self.fields.items():
+                if f.shape.items is not None:  # a tuple: each item by its position
+                    plan[wire] = (f.key, "tuple", f.shape)
+                elif f.shape.kind == "list":
+                    plan[wire] = (f.key, "list", f.shape.item or _ANY)
+                else:
+                    plan[wire] = (f.key, f.shape.kind, f.shape)
+            self.plan = plan
         return self.plan
+
+    def item_at(self, index: int) -> Shape:
+        """The shape of a list's (or tuple's) item at ``index``."""
+        items = self.items
+        if items is not None and index < len(items):
+            return items[index]
+        return self.item or _UNTYPED
+
+
+class Union:
+    """A union of leaf types, whose text must read back as the value it was written for.
+
+    ``1`` in an ``int | str`` field is written ``1``, which pydantic reads back as
+    ``"1"``: :meth:`check` validates the text as the union (as decoding does) and
+    tells why it would not read back as the same value of the same type.
+    """
+
+    __slots__ = ("_definitions", "_schema", "_validator", "label")
+
+    def __init__(
+        self, schema: dict[str, Any], choices: list[dict[str, Any]], definitions: dict[str, Any]
+    ) -> None:
+        self._schema = schema
+        self._definitions = definitions  # filled as the whole type is read
+        self._validator: SchemaValidator | None = None
+        self.label = " | ".join(_label(choice, definitions) for choice in choices)
+
+    def _validate(self, text: str) -> Any:
+        validator = self._validator
+        if validator is None:
+            try:
+                validator = SchemaValidator(self._schema)
+            except Exception:  # noqa: BLE001 - refers to definitions of the whole type
+                validator = SchemaValidator(
+                    {
+                        "type": "definitions",
+                        "schema": self._schema,
+                        "definitions": list(self._definitions.values()),
+                    }
+                )
+            self._validator = validator
+        return validator.validate_python(text)
+
+    def check(self, value: object, text: str) -> str | None:
+        """Why ``text``, written for ``value``, would not read back as it; None if it would."""
+        try:
+            back = self._validate(text)
+        except ValidationError:
+            return f"text {text!r} does not read back as {self.label}"
+        if type(back) is type(value) and (
+            back == value or (isinstance(back, float) and math.isnan(back) and math.isnan(value))  # type: ignore[arg-type]
+        ):
+            return None
+        if type(back) is not type(value):
+            return (
+                f"text cannot tell {type(value).__name__} from {type(back).__name__} in "
+                f"{self.label}; {text!r} reads back as {back!r}: give the field one type"
+            )
+        return f"text {text!r} reads back as {back!r} in {self.label}, not as {value!r}"
+
+
+def _label(schema: dict[str, Any], definitions: dict[str, Any]) -> str:
+    """A union member's type as Python spells it (int, Literal['1'], Color)."""
+    kind = schema.get("type")
+    if kind == "literal":
+        return f"Literal[{', '.join(map(repr, schema['expected']))}]"
+    cls = schema.get("cls")
+    if isinstance(cls, type):
+        return cls.__name__
+    if kind in _WRAPPERS and isinstance(schema.get("schema"), dict):
+        return _label(schema["schema"], definitions)
+    if kind == "definition-ref":
+        target = definitions.get(schema["schema_ref"])
+        if target is not None:
+            return _label(target, definitions)
+        return str(schema["schema_ref"]).partition(":")[0]
+    return str(kind)
 
 
 _ANY = Shape()  # a union of different shapes: read generically, validated as the union
@@ -157,6 +244,8 @@ class _Reader:
                 untyped=inner.untyped,
                 trim=inner.trim,
                 texts=inner.texts,
+                items=inner.items,
+                union=inner.union,
             )
         if kind in _WRAPPERS and isinstance(schema.get("schema"), dict):
             if kind == "model" and isinstance(ref, str):
@@ -175,7 +264,17 @@ class _Reader:
             return Shape("list", item=self.read(items) if items else _UNTYPED)
         if kind == "tuple":
             items = schema.get("items_schema") or []
-            return Shape("list", item=self.read(items[0]) if len(items) == 1 else _ANY)
+            if len(items) == 1:
+                return Shape("list", item=self.read(items[0]))
+            # Each item by its position; the variadic one repeats when it is the last.
+            positional = tuple(self.read(item) for item in items)
+            variadic = schema.get("variadic_item_index")
+            if variadic is None:
+                return Shape("list", item=_ANY, items=positional)
+            last = variadic == len(positional) - 1
+            return Shape(
+                "list", item=positional[variadic] if last else _ANY, items=positional[:variadic]
+            )
         if kind == "dict":
             values = schema.get("values_schema")
             return Shape("map", item=self.read(values) if values else _UNTYPED)
@@ -186,7 +285,9 @@ class _Reader:
                 return _UNTYPED
             structured = [s for s in shapes if s.kind != "leaf"]
             if not structured:
-                return Shape("leaf")
+                if len(choices) == 1:
+                    return shapes[0]
+                return Shape("leaf", union=Union(schema, choices, self.definitions))
             # One structured choice and nothing else reads as it; a mix reads generically.
             return structured[0] if len(shapes) == 1 else _ANY
         if kind == "any":

@@ -14,7 +14,7 @@ import pydantic_core
 from typing_extensions import TypeForm
 
 from goflux._extras import require
-from goflux.codecs._shape import Field, Shape, shape_of
+from goflux.codecs._shape import Field, Shape, Union, shape_of
 from goflux.codecs._typed import Typed, as_bytes, go_float, one_line
 
 __all__ = ("XmlCodec",)
@@ -175,9 +175,13 @@ class XmlCodec(Generic[T]):
     ``dict`` value, an empty list as a ``dict`` value, and ``[]`` in a field that
     also accepts ``None`` (each would be written as nothing); a list in a field typed
     as a union of lists and single values (a list of one reads back as the single
-    value); and in an ``Any`` field anything but text and non-empty mappings of text
-    (``1`` would read back as ``"1"``, a list of one as its value). Values nested
-    deeper than Python can recurse are refused too.
+    value), or inside a model of a union of shapes (``Inner | int``) a list of one
+    or of lists; a value of a union of single-value types whose text reads back as
+    another member (``1`` in ``int | str`` reads back as ``"1"``, ``1`` in
+    ``bool | int`` as ``True``); and in an ``Any`` field anything but text and
+    non-empty mappings of text (``1`` would read back as ``"1"``, a list of one as
+    its value). Values nested deeper than Python can recurse are refused too. A
+    tuple's items are read back each by its own type.
 
     Decoding parses with ``defusedxml`` (entity declarations, the "billion laughs",
     and external entities are refused), rebuilds lists and nested models from the
@@ -303,7 +307,7 @@ def _root(out: list[str], name: str, obj: object, shape: Shape) -> None:
         raise _Refused("XML writes None as nothing: a payload cannot be None")
     if shape.kind == "list" and isinstance(obj, _LISTS):
         out.append(f"<{name}>")
-        _items(out, obj, shape.item or _UNTYPED)
+        _items(out, obj, shape)
         out.append(f"</{name}>")
     elif shape.kind == "any":
         _loose(out, name, obj, shape)
@@ -314,6 +318,8 @@ def _root(out: list[str], name: str, obj: object, shape: Shape) -> None:
 def _element(out: list[str], name: str, value: object, shape: Shape) -> None:
     """One element holding ``value`` (which is not None)."""
     if type(value) is str:
+        if shape.union is not None:
+            _reread(value, value, shape.union)
         out.append(f"<{name}>{_escape(value)}</{name}>")
     elif isinstance(value, dict):
         out.append(f"<{name}>")
@@ -321,12 +327,22 @@ def _element(out: list[str], name: str, value: object, shape: Shape) -> None:
         out.append(f"</{name}>")
     elif isinstance(value, _LISTS):
         out.append(f"<{name}>")
-        _items(out, value, shape.item or _UNTYPED if shape.kind == "list" else _UNTYPED)
+        _items(out, value, shape if shape.kind == "list" else _UNTYPED)
         out.append(f"</{name}>")
     elif value is None:
         raise _Refused("XML writes None as nothing: it cannot stand in a list or for a key")
     else:
-        out.append(f"<{name}>{_escape(_text(value))}</{name}>")
+        text = _text(value)
+        if shape.union is not None:
+            _reread(value, text, shape.union)
+        out.append(f"<{name}>{_escape(text)}</{name}>")
+
+
+def _reread(value: object, text: str, union: Union) -> None:
+    """Refuse ``value`` if its text would read back as another value of the union."""
+    reason = union.check(value, text)
+    if reason is not None:
+        raise _Refused(reason)
 
 
 def _children(out: list[str], fields: dict[Any, Any], shape: Shape) -> None:
@@ -355,10 +371,10 @@ def _children(out: list[str], fields: dict[Any, Any], shape: Shape) -> None:
 
 
 def _field(out: list[str], name: str, value: object, field: Field) -> None:
-    if type(value) is str:
+    shape = field.shape
+    if type(value) is str and shape.union is None:
         out.append(f"<{name}>{_escape(value)}</{name}>")
         return
-    shape = field.shape
     if value is None:
         if field.droppable:
             raise _Refused("XML writes None as nothing, which reads back as a missing key")
@@ -372,28 +388,32 @@ def _field(out: list[str], name: str, value: object, field: Field) -> None:
                     "a field that may be None or missing cannot hold []"
                 )
             return  # read back as [], as Go reads a nil slice
-        _repeated(out, name, value, shape.item or _UNTYPED)
+        _repeated(out, name, value, shape)
     elif kind == "any":
         _loose(out, name, value, shape)
     else:
         _element(out, name, value, shape)
 
 
-def _repeated(out: list[str], name: str, values: Any, item: Shape) -> None:
-    """A list as the field's (or key's) element, once per value."""
+def _repeated(out: list[str], name: str, values: Any, shape: Shape) -> None:
+    """A list (of ``shape``) as the field's (or key's) element, once per value."""
+    items = shape.items
+    item = shape.item or _UNTYPED
     for index, value in enumerate(values):
         try:
-            _item(out, name, value, item)
+            _item(out, name, value, item if items is None else shape.item_at(index))
         except _Refused as exc:
             exc.path.append(f"[{index}]")
             raise
 
 
-def _items(out: list[str], values: Any, item: Shape) -> None:
-    """A list that is not a field: an <item> per value."""
+def _items(out: list[str], values: Any, shape: Shape) -> None:
+    """A list (of ``shape``) that is not a field: an <item> per value."""
+    items = shape.items
+    item = shape.item or _UNTYPED
     for index, value in enumerate(values):
         try:
-            _item(out, _ITEM, value, item)
+            _item(out, _ITEM, value, item if items is None else shape.item_at(index))
         except _Refused as exc:
             exc.path.append(f"[{index}]")
             raise
@@ -415,7 +435,7 @@ def _entry(out: list[str], name: str, value: object, shape: Shape) -> None:
     if shape.kind == "list" and isinstance(value, _LISTS):
         if not value:
             raise _Refused("XML writes an empty list as nothing: the key would be lost")
-        _repeated(out, name, value, shape.item or _UNTYPED)
+        _repeated(out, name, value, shape)
     elif shape.kind == "any":
         _loose(out, name, value, shape)
     else:
@@ -451,11 +471,38 @@ def _loose(out: list[str], name: str, value: object, shape: Shape) -> None:
         )
     if isinstance(value, dict):
         out.append(f"<{name}>")
-        for key, item in value.items():
-            _free(out, _name(key), item)
+        _union_children(out, value)
         out.append(f"</{name}>")
     else:
         _element(out, name, value, shape)
+
+
+def _union_children(out: list[str], value: dict[Any, Any]) -> None:
+    """A mapping in a union of shapes: it is read back without a shape.
+
+    So a list of one item (read back as the item) or of lists is refused.
+    """
+    for key, item in value.items():
+        name = _name(key)
+        try:
+            if isinstance(item, _LISTS):
+                if len(item) == 1:
+                    raise _Refused(
+                        "in a union of shapes XML reads a list of 1 back as its value: "
+                        "give the field one type"
+                    )
+                if any(isinstance(inner, _LISTS) for inner in item):
+                    raise _Refused("in a union of shapes XML cannot read back a list of lists")
+            for one in item if isinstance(item, _LISTS) else (item,):
+                if isinstance(one, dict):
+                    out.append(f"<{name}>")
+                    _union_children(out, one)
+                    out.append(f"</{name}>")
+                else:
+                    _free(out, name, one)
+        except _Refused as exc:
+            exc.path.append("." + name)
+            raise
 
 
 def _free(out: list[str], name: str, value: object) -> None:
@@ -504,8 +551,7 @@ def _read(element: ET.Element, shape: Shape) -> Any:
         text = element.text or ""
         return _leaf(text, shape) if shape.trim or shape.texts is not None else text
     if kind == "list":
-        item = shape.item or _UNTYPED
-        return [_read(child, item) for child in element]
+        return _read_list(element, shape)
     if kind == "map":
         return _read_map(element, shape.item or _UNTYPED)
     if kind == "fields":
@@ -513,7 +559,15 @@ def _read(element: ET.Element, shape: Shape) -> Any:
     return _generic(element)
 
 
-def _read_fields(element: ET.Element, shape: Shape) -> dict[str, Any]:
+def _read_list(element: ET.Element, shape: Shape) -> list[Any]:
+    """A list that is not a field: its <item>s (a tuple's, each by its position)."""
+    if shape.items is not None:
+        return [_read(child, shape.item_at(index)) for index, child in enumerate(element)]
+    item = shape.item or _UNTYPED
+    return [_read(child, item) for child in element]
+
+
+def _read_fields(element: ET.Element, shape: Shape) -> dict[str, Any]:  # noqa: PLR0912
     """A model's elements: a list field's element repeats, the others appear once."""
     plan = shape.plan or shape.reading_plan()
     out: dict[str, Any] = {}
@@ -532,6 +586,11 @@ def _read_fields(element: ET.Element, shape: Shape) -> dict[str, Any]:
                 out[key].append(_read(child, sub))
             else:
                 out[key] = [_read(child, sub)]
+        elif sub_kind == "tuple":  # each item by its position
+            items = out.get(key)
+            if items is None:
+                items = out[key] = []
+            items.append(_read(child, sub.item_at(len(items))))
         elif sub_kind == "any" and key in out:
             # repeated where the type does not say list: keep them all (validation
             # decides), never only the last
@@ -552,15 +611,13 @@ def _read_fields(element: ET.Element, shape: Shape) -> dict[str, Any]:
 def _read_map(element: ET.Element, item: Shape) -> dict[str, Any]:
     if item.kind != "list":
         return _grouped(element, lambda child: _read(child, item))
-    values = item.item or _UNTYPED
-    out: dict[str, Any] = {}
+    out: dict[str, list[Any]] = {}
     for child in element:  # a key's list: its element repeated, as a list field's
         name = _local(child.tag)
-        value = _read(child, values)
-        if name in out:
-            out[name].append(value)
-        else:
-            out[name] = [value]
+        values = out.get(name)
+        if values is None:
+            values = out[name] = []
+        values.append(_read(child, item.item_at(len(values))))
     return out
 
 

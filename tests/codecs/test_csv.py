@@ -273,3 +273,77 @@ def test_empty_text_where_none_is_allowed_is_refused() -> None:
     assert codec.decode(codec.encode(rows)) == rows
     with pytest.raises(EncodeError, match=r"1\.note: CSV writes '' and None alike"):
         codec.encode([Optional(id=1, note="a"), Optional(id=2, note="")])
+
+
+class Unions(BaseModel):
+    a: int | str = ""
+    b: bool | int = False
+    c: float | int = 0.5
+    d: int | float = 0
+    e: str | int = ""
+    f: Literal["1"] | int = "1"
+    g: int | str | None = None
+
+
+@pytest.mark.parametrize(
+    ("row", "cause"),
+    [
+        (Unions(a=1), r"1\.a: text cannot tell int from str in int \| str"),
+        (Unions(b=1), r"1\.b: text cannot tell int from bool in bool \| int"),
+        (Unions(b=0), r"1\.b: text cannot tell int from bool in bool \| int"),
+        (Unions(c=1), r"1\.c: text cannot tell int from float in float \| int"),
+        (Unions(d=1.0), r"1\.d: text cannot tell float from int in int \| float"),
+        (Unions(e=1), r"1\.e: text cannot tell int from str in str \| int"),
+        (Unions(f=1), r"1\.f: text cannot tell int from str in Literal\['1'\] \| int"),
+        (Unions(a="x", g=1), r"1\.g: text cannot tell int from str"),
+    ],
+    ids=repr,
+)
+def test_a_union_of_leaves_text_cannot_tell_apart_is_refused(row: Unions, cause: str) -> None:
+    with pytest.raises(EncodeError, match=cause):
+        CsvCodec(Unions).encode([Unions(), row])
+
+
+def test_a_union_of_leaves_text_tells_apart_round_trips() -> None:
+    rows = [
+        Unions(a="1", b=True, c=1.5, d=2, e="1", f="1", g="x"),
+        Unions(a="x", b=2, c=2.5, d=3, e="", f=2, g=None),
+    ]
+    codec = CsvCodec(Unions)
+    back = codec.decode(codec.encode(rows))
+    assert back == rows
+    assert repr(back) == repr(rows)
+
+
+class Measure(BaseModel):
+    value: float
+    note: str
+
+
+def test_floats_are_written_as_go_writes_them_whatever_else_is_in_the_column() -> None:
+    # strconv.FormatFloat(v, 'g', -1, 64)
+    texts = [
+        (0.0, "0"),
+        (-0.0, "-0"),
+        (1.0, "1"),
+        (-2.5, "-2.5"),
+        (19.99, "19.99"),
+        (1e-4, "0.0001"),
+        (5e-5, "5e-05"),
+        (123456.5, "123456.5"),
+        (1e6, "1e+06"),
+        (1234567.5, "1.2345675e+06"),
+        (1e16, "1e+16"),
+        (1e22, "1e+22"),
+        (math.inf, "+Inf"),
+    ]
+    codec = CsvCodec(Measure)
+    for value, text in texts:
+        # alone (with a column of plain floats), and with all the others
+        rows = [Measure(value=value, note="x"), Measure(value=1.5, note="y")]
+        assert codec.encode(rows) == f"value,note\n{text},x\n1.5,y\n".encode()
+    rows = [Measure(value=value, note=" x" if value else "\\.") for value, _ in texts]
+    quoted = {True: '" x"', False: '"\\."'}
+    lines = [f"{text},{quoted[bool(value)]}" for value, text in texts]
+    assert codec.encode(rows) == "\n".join(["value,note", *lines, ""]).encode()
+    assert codec.decode(codec.encode(rows)) == rows

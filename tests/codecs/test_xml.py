@@ -383,3 +383,157 @@ def test_text_is_escaped_as_go_escapes_it() -> None:
     data = XmlCodec(Data).encode(Data(name="a\"b'c\td\ne\rf<&>]]>"))
     assert data == (b"<Data><name>a&#34;b&#39;c&#x9;d&#xA;e&#xD;f&lt;&amp;&gt;]]&gt;</name></Data>")
     assert XmlCodec(Data).decode(data) == Data(name="a\"b'c\td\ne\rf<&>]]>")
+
+
+class IntOrStr(BaseModel):
+    u: int | str = 0
+
+
+class BoolOrInt(BaseModel):
+    u: bool | int = False
+
+
+class FloatOrInt(BaseModel):
+    u: float | int = 0
+
+
+class IntOrFloat(BaseModel):
+    u: int | float = 0
+
+
+class StrOrInt(BaseModel):
+    u: str | int = ""
+
+
+class OneOrInt(BaseModel):
+    u: Literal["1"] | int = 0
+
+
+class ListOfUnions(BaseModel):
+    u: list[bool | int] = []
+
+
+@pytest.mark.parametrize(
+    ("value", "cause"),
+    [
+        (IntOrStr(u=1), r"u: text cannot tell int from str in int \| str"),
+        (BoolOrInt(u=1), r"u: text cannot tell int from bool in bool \| int"),
+        (BoolOrInt(u=0), r"u: text cannot tell int from bool in bool \| int"),
+        (FloatOrInt(u=1), r"u: text cannot tell int from float in float \| int"),
+        (IntOrFloat(u=1.0), r"u: text cannot tell float from int in int \| float"),
+        (StrOrInt(u=1), r"u: text cannot tell int from str in str \| int"),
+        (OneOrInt(u=1), r"u: text cannot tell int from str in Literal\['1'\] \| int"),
+        (ListOfUnions(u=[True, 1]), r"u\[1\]: text cannot tell int from bool"),
+    ],
+    ids=repr,
+)
+def test_a_union_of_leaves_text_cannot_tell_apart_is_refused(value: BaseModel, cause: str) -> None:
+    with pytest.raises(EncodeError, match=cause):
+        XmlCodec(type(value)).encode(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        IntOrStr(u="1"),
+        IntOrStr(u="x"),
+        BoolOrInt(u=True),
+        BoolOrInt(u=2),
+        FloatOrInt(u=1.5),
+        IntOrFloat(u=2),
+        StrOrInt(u="1"),
+        OneOrInt(u="1"),
+        OneOrInt(u=2),
+        ListOfUnions(u=[True, 2]),
+    ],
+    ids=repr,
+)
+def test_a_union_of_leaves_text_tells_apart_round_trips(value: BaseModel) -> None:
+    codec: XmlCodec[Any] = XmlCodec(type(value))
+    back = codec.decode(codec.encode(value))
+    assert back == value
+    assert repr(back) == repr(value)
+
+
+class Inner(BaseModel):
+    tags: list[str] = []
+    n: int = 0
+
+
+class Pair(BaseModel):
+    t: tuple[Inner, int]
+
+
+class Pairs(BaseModel):
+    ts: list[tuple[Inner, list[int]]]
+    by: dict[str, tuple[int, Inner]] = {}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Pair(t=(Inner(tags=["a"]), 1)),
+        Pair(t=(Inner(tags=["a", "b"], n=2), 1)),
+        Pair(t=(Inner(), 1)),
+        Pairs(ts=[(Inner(tags=["x"]), [1]), (Inner(), [])], by={"k": (3, Inner(tags=["y"]))}),
+    ],
+    ids=repr,
+)
+def test_tuples_read_each_item_by_its_type(value: BaseModel) -> None:
+    codec: XmlCodec[Any] = XmlCodec(type(value))
+    assert codec.decode(codec.encode(value)) == value
+
+
+def test_a_tuple_payload_reads_each_item_by_its_type() -> None:
+    codec: XmlCodec[tuple[Inner, int]] = XmlCodec(tuple[Inner, int], root="pair")
+    value = (Inner(tags=["a"]), 1)
+    assert codec.decode(codec.encode(value)) == value
+
+
+class InnerOrInt(BaseModel):
+    u: Inner | int
+
+
+class Outer(BaseModel):
+    inners: list[Inner]
+
+
+class OuterOrInt(BaseModel):
+    u: Outer | int
+
+
+@pytest.mark.parametrize(
+    ("value", "cause"),
+    [
+        (InnerOrInt(u=Inner(tags=["a"])), r"u\.tags: in a union of shapes XML reads a list of 1"),
+        (
+            InnerOrInt(u=Inner(tags=["a"], n=2)),
+            r"u\.tags: in a union of shapes XML reads a list of 1 back as its value",
+        ),
+        (
+            OuterOrInt(u=Outer(inners=[Inner(tags=["a", "b"]), Inner(tags=["c"])])),
+            r"u\.inners\.tags: in a union of shapes XML reads a list of 1",
+        ),
+    ],
+    ids=repr,
+)
+def test_a_union_of_shapes_refuses_what_it_would_read_back_different(
+    value: BaseModel, cause: str
+) -> None:
+    with pytest.raises(EncodeError, match=cause):
+        XmlCodec(type(value)).encode(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        InnerOrInt(u=Inner(tags=["a", "b"], n=1)),
+        InnerOrInt(u=Inner()),
+        InnerOrInt(u=5),
+        OuterOrInt(u=Outer(inners=[Inner(tags=["a", "b"]), Inner(n=2)])),
+    ],
+    ids=repr,
+)
+def test_a_union_of_shapes_round_trips_what_it_can_tell_apart(value: BaseModel) -> None:
+    codec: XmlCodec[Any] = XmlCodec(type(value))
+    assert codec.decode(codec.encode(value)) == value
