@@ -6,7 +6,7 @@ import functools
 import io
 import re
 import threading
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any, ClassVar, Generic, TypeVar
 
 import pydantic_core
@@ -46,6 +46,29 @@ Python's default recursion limit :meth:`YamlCodec.encode` refuses some 300 level
 # like line breaks: YAML 1.2 readers (yaml.v3, js-yaml) then read other text. A string
 # holding one is written double-quoted, where they are escaped as \N, \L and \P.
 _BREAKS = re.compile("[\x85\u2028\u2029]")
+_MINUTE = timedelta(minutes=1)
+
+
+class _OddOffset(Exception):
+    """A datetime whose UTC offset is not whole minutes (RFC 3339 cannot write it)."""
+
+    def __init__(self, at: datetime) -> None:
+        super().__init__("UTC offsets must be whole minutes")
+        self.at = at
+
+
+def _path_to(obj: Any, target: object) -> str:
+    """Where ``target`` (by identity) sits in the dumped ``obj``, as ``a.0.b``."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(obj, ())]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return ".".join(path) or "<root>"
+        if isinstance(node, dict):
+            stack.extend((value, (*path, str(key))) for key, value in node.items())
+        elif isinstance(node, list | tuple | set | frozenset):
+            stack.extend((value, (*path, str(index))) for index, value in enumerate(node))
+    return "<unknown>"
 
 
 @functools.cache
@@ -95,6 +118,9 @@ def _classes() -> tuple[type, type, type, type | None]:
             return self.represent_scalar(_NULL, "null")
 
         def represent_datetime(self, data: Any) -> Any:
+            offset = data.utcoffset()
+            if offset is not None and offset % _MINUTE:
+                raise _OddOffset(data)
             text = data.isoformat() if data.tzinfo is not None else data.isoformat(" ")
             return self.represent_scalar(_TIMESTAMP, text)
 
@@ -254,7 +280,9 @@ class YamlCodec(Generic[T]):
     aliases would expand past ten times its size is refused (a "billion laughs"), as
     is a mapping with a duplicate key or collections nested more than 500 deep (the
     process's C stack is never at stake); an anchor defined again names the later
-    node, as in yaml.v3 and js-yaml.
+    node, as in yaml.v3 and js-yaml. A ``datetime`` whose UTC offset is not whole
+    minutes (zones before 1900 ran on local mean time: Amsterdam was +00:19:32) is an
+    :class:`~goflux.EncodeError`: RFC 3339 cannot write it.
 
     Decoding validates with pydantic's lax mode (YAML text carries dates as text).
 
@@ -329,17 +357,29 @@ class YamlCodec(Generic[T]):
         """Return the YAML document of ``value``, UTF-8.
 
         Raises:
-            EncodeError: ``value`` is not a valid ``T``, or is nested too deep.
+            EncodeError: ``value`` is not a valid ``T``, is nested too deep, or holds a
+                ``datetime`` whose UTC offset is not whole minutes.
         """
         typed = self._typed
         obj = typed.to_python(value)
         out = io.BytesIO()
         try:
             self._dumper.dump(obj, out)
-        except RecursionError:
-            typed.encode_error(value, "nested too deep")
-        except (self._error, ValueError, TypeError) as exc:
-            typed.encode_error(value, one_line(exc))
+        except BaseException as exc:
+            # The dumper's emitter is left mid-document: every later dump would write
+            # nothing or fail. Make a new one for this thread.
+            self._local.__dict__.pop("dumper", None)
+            if isinstance(exc, RecursionError):
+                typed.encode_error(value, "nested too deep")
+            if isinstance(exc, _OddOffset):
+                typed.encode_error(
+                    value,
+                    f"UTC offset {exc.at.utcoffset()} is not whole minutes, which RFC 3339"
+                    f" requires (at {_path_to(obj, exc.at)})",
+                )
+            if isinstance(exc, self._error | ValueError | TypeError):
+                typed.encode_error(value, one_line(exc))
+            raise
         return out.getvalue()
 
     def decode(self, data: bytes, /) -> T:
@@ -358,7 +398,9 @@ class YamlCodec(Generic[T]):
             obj, bomb = self._load(text, limit)
         except UnicodeDecodeError as exc:
             typed.decode_error(size, f"invalid UTF-8 at byte {exc.start}")
-        except (self._error, ValueError, TypeError, RecursionError) as exc:
+        except Exception as exc:  # noqa: BLE001
+            # ruamel.yaml's constructors let KeyError (!!bool x), IndexError (!!int '')
+            # and AssertionError (!!omap with a duplicate key) out, besides its own.
             typed.decode_error(size, f"not YAML: {one_line(exc)}")
         if bomb:
             typed.decode_error(size, f"aliases expand past {limit} nodes (a billion laughs)")

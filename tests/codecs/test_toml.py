@@ -1,18 +1,21 @@
 from __future__ import annotations
 
 import math
+import time as clock
 import tomllib
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from enum import Enum
 from typing import Any
 from uuid import UUID
+from zoneinfo import ZoneInfo
 
 import pytest
 from pydantic import BaseModel
 
 from goflux import Codec, DecodeError, EncodeError
 from goflux.codecs import TomlCodec
+from goflux.codecs._toml import MAX_KEY_DEPTH
 from tests.codecs.models import EMPTY, NESTED, SAMPLES, UNICODE, Order, large
 
 
@@ -250,3 +253,93 @@ def test_ints_at_the_64_bit_limits_travel() -> None:
     codec = TomlCodec(dict[str, int])
     value = {"max": 2**63 - 1, "min": -(2**63)}
     assert codec.decode(codec.encode(value)) == value
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        pytest.param(".".join(["k"] * 100_000) + " = 1\n", id="dotted"),
+        pytest.param("a = {" + ".".join(["k"] * 100_000) + " = 1}\n", id="inline"),
+        pytest.param("[" + ".".join(["k"] * 100_000) + "]\n", id="header"),
+        pytest.param("[[" + ".".join(["k"] * 100_000) + "]]\n", id="array-header"),
+        pytest.param(".".join(['"k"'] * 50_000) + " = 1\n", id="quoted"),
+        pytest.param('a = """x""""\n' + ".".join(["k"] * 50_000) + " = 1\n", id="after-string"),
+    ],
+)
+def test_a_key_nested_past_the_limit_is_refused_fast(document: str) -> None:
+    # tomllib takes quadratic time and memory on dotted keys: 200 KB of "k.k.k" took
+    # minutes and gigabytes (the process was killed); refused before tomllib reads it.
+    started = clock.perf_counter()
+    with pytest.raises(
+        DecodeError,
+        match=rf"^cannot decode \d+ bytes as dict\[str, Any\]: a key nested deeper than"
+        rf" {MAX_KEY_DEPTH} levels$",
+    ):
+        TomlCodec(dict[str, Any]).decode(document.encode())
+    assert clock.perf_counter() - started < 5
+
+
+def test_keys_up_to_the_limit_and_dots_in_values_decode() -> None:
+    codec = TomlCodec(dict[str, Any])
+    key = ".".join(["k"] * MAX_KEY_DEPTH)
+    assert codec.decode(f"{key} = 1\n[{key}x]\n".encode()) is not None
+    with pytest.raises(DecodeError, match="nested deeper"):
+        codec.decode(f"{key}.k = 1\n".encode())
+    dots = "." * 2000
+    document = (
+        f'a = "{dots}"\nb = \'{dots}\'\nc = """\n{dots} = x\n"""\n# {dots}\n'
+        f"d = [{', '.join(['1.5'] * 1000)}]\n"
+        f"e = [\n{chr(10).join(['1.5,'] * 1000)}\n]\n"
+    )
+    value = codec.decode(document.encode())
+    assert value["a"] == value["b"] == dots
+    assert value["d"] == [1.5] * 1000
+    assert value["e"] == [1.5] * 1000
+
+
+def test_strict_a_value_too_deep_for_the_json_fallback_is_a_decode_error() -> None:
+    class Deep(BaseModel):
+        a: int
+
+    header = ("[" + ".".join(["k"] * 300) + "]\n").encode()
+    with pytest.raises(DecodeError, match=r"^cannot decode 602 bytes as Deep: nested too deep"):
+        TomlCodec(Deep, strict=True).decode(header)
+    with pytest.raises(DecodeError, match=r"^cannot decode 6002 bytes as Deep: a key nested"):
+        TomlCodec(Deep, strict=True).decode(("[" + ".".join(["k"] * 3000) + "]\n").encode())
+
+
+class Defaulted(BaseModel):
+    a: int | None = 5
+    b: int | None = None
+
+
+class Holder(BaseModel):
+    inner: list[Defaulted]
+
+
+def test_a_none_that_would_read_back_as_its_default_is_an_encode_error() -> None:
+    # TOML has no null: a None field is left out, and a field left out reads back as
+    # its default, here 5: the value would change silently.
+    with pytest.raises(EncodeError, match=r"TOML has no null: a is None but would read back"):
+        TomlCodec(Defaulted).encode(Defaulted(a=None))
+    with pytest.raises(EncodeError, match=r"inner\.0\.a is None"):
+        TomlCodec(Holder).encode(Holder(inner=[Defaulted(a=None)]))
+    codec = TomlCodec(Defaulted)
+    assert codec.decode(codec.encode(Defaulted(b=None))) == Defaulted(b=None)
+    assert codec.decode(codec.encode(Defaulted(a=7, b=8))) == Defaulted(a=7, b=8)
+
+
+class Stamp(BaseModel):
+    at: datetime
+
+
+def test_an_offset_with_seconds_is_an_encode_error() -> None:
+    # Before 1900 zones ran on local mean time: Amsterdam was +00:19:32. TOML's offsets
+    # are whole minutes: tomli-w wrote an invalid document.
+    at = datetime(1890, 1, 1, tzinfo=ZoneInfo("Europe/Amsterdam"))
+    with pytest.raises(
+        EncodeError, match=r"UTC offset 0:19:32: TOML offsets are whole minutes \(at at\)"
+    ):
+        TomlCodec(Stamp).encode(Stamp(at=at))
+    later = Stamp(at=datetime(1990, 1, 1, tzinfo=ZoneInfo("Europe/Amsterdam")))
+    assert TomlCodec(Stamp).decode(TomlCodec(Stamp).encode(later)) == later

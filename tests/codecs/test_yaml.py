@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml as pyyaml
@@ -292,3 +293,56 @@ def test_an_anchor_defined_again_names_the_later_node() -> None:
     # YAML 1.2 allows it; yaml.v3 and js-yaml read the alias as the later node.
     text = b"a: &x 1\nb: &x 2\nc: *x\n"
     assert YamlCodec(dict[str, int]).decode(text) == {"a": 1, "b": 2, "c": 2}
+
+
+def _deep_list() -> Any:
+    value: Any = 1
+    for _ in range(1000):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(_deep_list(), id="deep"),
+        pytest.param("\ud800", id="surrogate"),
+        pytest.param({"\udc00": 1}, id="surrogate-key"),
+        pytest.param({"a": "x", "b": "\ud800"}, id="surrogate-late"),
+        pytest.param({"a": object()}, id="unknown-type"),
+    ],
+)
+def test_a_failed_encode_leaves_the_codec_working(bad: Any) -> None:
+    # The per-thread dumper was left mid-document: every later encode wrote b"".
+    codec = YamlCodec(Any)
+    with pytest.raises(EncodeError):
+        codec.encode(bad)
+    for _ in range(2):
+        data = codec.encode({"ok": 1})
+        assert data == b"ok: 1\n"
+        assert codec.decode(data) == {"ok": 1}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"!!bool x\n", b"!!int ''\n", b"!!float ''\n", b"!!omap [a: 1, a: 2]\n", b"!!int x\n"],
+)
+def test_a_failure_constructing_a_value_is_a_decode_error(data: bytes) -> None:
+    with pytest.raises(DecodeError, match="not YAML") as caught:
+        YamlCodec(Any).decode(data)
+    assert caught.value.__context__ is not None  # the constructor's error, chained
+
+
+class Stamp(BaseModel):
+    at: datetime
+
+
+def test_an_offset_with_seconds_is_an_encode_error() -> None:
+    # Before 1900 zones ran on local mean time: Amsterdam was +00:19:32. RFC 3339 (and
+    # pydantic reading it back) takes whole minutes only.
+    at = datetime(1890, 1, 1, tzinfo=ZoneInfo("Europe/Amsterdam"))
+    with pytest.raises(EncodeError, match=r"whole minutes.*at"):
+        YamlCodec(Stamp).encode(Stamp(at=at))
+    codec = YamlCodec(Stamp)
+    later = Stamp(at=datetime(1990, 1, 1, tzinfo=ZoneInfo("Europe/Amsterdam")))
+    assert codec.decode(codec.encode(later)) == later
