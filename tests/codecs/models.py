@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class Status(Enum):
+    """An enum of ints: text formats write 1 and must read it back as the member."""
+
+    ACTIVE = 1
+    CLOSED = 2
+
+
+class Ratio(float, Enum):
+    """A float-valued enum, for the same reason."""
+
+    HALF = 0.5
 
 
 class Line(BaseModel):

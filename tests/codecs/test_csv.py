@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 
 from goflux import Codec, DecodeError, EncodeError
 from goflux.codecs import CsvCodec
+from tests.codecs.models import Ratio, Status
 
 
 class Person(BaseModel):
@@ -191,15 +192,6 @@ def test_what_csv_cannot_carry_is_an_encode_error(rows: list[Row], cause: str) -
 )
 def test_empty_lines_are_skipped_as_go_skips_them(data: bytes) -> None:
     assert CsvCodec(Row).decode(data) == [Row(id=1, name="a"), Row(id=2, name="b")]
-
-
-class Status(Enum):
-    ACTIVE = 1
-    CLOSED = 2
-
-
-class Ratio(float, Enum):
-    HALF = 0.5
 
 
 class Account(BaseModel):

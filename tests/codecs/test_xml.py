@@ -4,7 +4,6 @@ import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import Enum
 from typing import Any, Literal
 
 import pytest
@@ -12,7 +11,7 @@ from pydantic import BaseModel
 
 from goflux import Codec, DecodeError, EncodeError
 from goflux.codecs import XmlCodec
-from tests.codecs.models import EMPTY, NESTED, SAMPLES, UNICODE, Order, large
+from tests.codecs.models import EMPTY, NESTED, SAMPLES, UNICODE, Order, Ratio, Status, large
 
 
 class Data(BaseModel):
@@ -310,15 +309,6 @@ def test_none_and_empty_lists_round_trip_as_go_zero_values(value: BaseModel) -> 
 def test_an_empty_list_where_none_is_allowed_is_refused() -> None:
     with pytest.raises(EncodeError, match="tags: XML writes an empty list as nothing"):
         XmlCodec(Note).encode(Note(id=1, note=None, tags=[]))
-
-
-class Status(Enum):
-    ACTIVE = 1
-    CLOSED = 2
-
-
-class Ratio(float, Enum):
-    HALF = 0.5
 
 
 class Account(BaseModel):
