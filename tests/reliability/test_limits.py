@@ -24,6 +24,7 @@ from goflux import BytesCodec, MaxPayloadLowered, PayloadTooLarge, PermissionDen
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from goflux.transports import nats as gnats
+from tests.reliability.cutting_proxy import CuttingProxy
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -59,13 +60,13 @@ class Server:
         self.errors: list[Exception] = []
         self.error_seen = asyncio.Event()
 
-    async def connect(self, user: str = "admin", **options: Any) -> Client:
+    async def connect(self, user: str = "admin", url: str | None = None, **options: Any) -> Client:
         async def on_error(exc: Exception) -> None:  # the user's own callback
             self.errors.append(exc)
             self.error_seen.set()
 
         nc = await nats.connect(
-            self.server.url, user=user, password=PASSWORD, error_cb=on_error, **options
+            url or self.server.url, user=user, password=PASSWORD, error_cb=on_error, **options
         )
         self.clients.append(nc)
         return nc
@@ -221,6 +222,83 @@ async def test_without_reconnect_a_jetstream_publish_over_the_limit_fails_at_onc
     assert isinstance(error, PublishError)
     assert error.permanent
     assert "maximum payload violation" in str(error)
+
+
+# ------------------------------- the connection dropped before a confirmation came
+#
+# A client that writes to a connection the server has closed gets a reset, which can
+# discard the server's last words (its -ERR): the proxy stands for that, cutting the
+# connection on the publish without a word. The client reconnects through it.
+
+
+@contextlib.asynccontextmanager
+async def proxied(server: Server) -> AsyncIterator[tuple[CuttingProxy, Client, asyncio.Event]]:
+    """A proxy, a client connected through it, and an event set on each reconnection."""
+    back = asyncio.Event()
+
+    async def reconnected() -> None:
+        back.set()
+
+    async with CuttingProxy(port_of(server.server.url)) as proxy:
+        nc = await server.connect(
+            url=proxy.url, reconnect_time_wait=0.05, reconnected_cb=reconnected
+        )
+        try:
+            yield proxy, nc, back
+        finally:
+            await nc.close()  # before the proxy goes
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+async def test_a_confirmed_core_publish_lost_with_its_connection_is_not_reported_as_confirmed(
+    server: Server,
+) -> None:
+    received = await collector(await server.connect(), "core.z")
+    async with proxied(server) as (proxy, nc, _):
+        pub = gnats.Publisher(nc, BytesCodec())
+        proxy.arm(b"PUB core.z ")
+        error, took = await timed(lambda: pub.publish("core.z", b"lost", confirm=True))
+        assert proxy.cut.is_set()
+        assert type(error) is PublishError, error
+        assert error.may_be_stored, "it may have been read before the connection dropped"
+        assert "dropped before the server confirmed" in str(error)
+        assert took < RECOVERY
+        await pub.publish("core.z", b"after", confirm=True)  # the new connection works
+        async with asyncio.timeout(RECOVERY):
+            assert await received.get() == b"after", "the lost one never arrived"
+
+
+async def test_a_confirmed_core_publish_over_a_lowered_max_payload_whose_error_was_lost(
+    server: Server,
+) -> None:
+    async with proxied(server) as (proxy, nc, _):
+        pub = gnats.Publisher(nc, BytesCodec())
+        await server.lower_max_payload()
+        proxy.arm(b"PUB core.y ")
+        error, _ = await timed(lambda: pub.publish("core.y", BIG, confirm=True))
+        assert isinstance(error, PayloadTooLarge), error
+        assert (error.size, error.limit) == (len(BIG), LOWERED)
+        assert not error.may_be_stored
+
+
+async def test_an_unconfirmed_core_publish_over_a_lowered_max_payload_whose_error_was_lost(
+    server: Server,
+) -> None:
+    async with proxied(server) as (proxy, nc, back):
+        pub = gnats.Publisher(nc, BytesCodec())
+        await server.lower_max_payload()
+        proxy.arm(b"PUB core.x ")
+        await pub.publish("core.x", BIG)  # returns: nothing tells the client yet
+        async with asyncio.timeout(RECOVERY):
+            await back.wait()
+        assert nc.max_payload == LOWERED
+        error, _ = await timed(lambda: pub.publish("core.x", b"next"))
+        assert isinstance(error, MaxPayloadLowered), error
+        assert (error.limit, error.announced) == (LOWERED, ANNOUNCED)
+        await pub.publish("core.x", b"small", confirm=True)  # reported once
 
 
 # ------------------------------------------------ core publishes, denied subject
