@@ -10,6 +10,7 @@ from typing import Any
 
 from goflux._compose.endpoints import Endpoint, endpoint_name
 from goflux._facts import Facts, facts_of
+from goflux._subject_template import template_of
 from goflux._wire import MESSAGE_ID_HEADER, NATS_MSG_ID_HEADER, USER_HEADER_PREFIX
 from goflux.asyncapi._http import (
     HTTP_ERROR_MESSAGE,
@@ -17,6 +18,7 @@ from goflux.asyncapi._http import (
     message_binding,
     operation_binding,
 )
+from goflux.asyncapi._parameters import template_address
 from goflux.asyncapi._payloads import Mode, Payload, PayloadSchemas, component_key, payload_of
 from goflux.asyncapi._servers import Servers, security_schemes
 
@@ -143,7 +145,14 @@ class _Channel:
 
 
 def _address(subject: str) -> tuple[str, dict[str, Any]]:
-    """A NATS subject as an AsyncAPI address: wildcards become parameters."""
+    """A NATS subject as an AsyncAPI address: wildcards become parameters.
+
+    A :class:`goflux.SubjectTemplate`'s pattern is the template's text, its
+    placeholders the parameters, typed.
+    """
+    template = template_of(subject)
+    if template is not None:
+        return template_address(template)
     tokens: list[str] = []
     parameters: dict[str, Any] = {}
     for position, token in enumerate(subject.split("."), start=1):
@@ -188,6 +197,7 @@ class _Builder:
         self.skipped: list[Skipped] = []
         self.uses_errors = False
         self.uses_http_errors = False
+        self.templated: dict[str, str] = {}  # pattern -> a SubjectTemplate's pattern
 
     def _unique(self, taken: Mapping[str, object], key: str) -> str:
         if key not in taken:
@@ -206,6 +216,8 @@ class _Builder:
         found = (None, subject) if http is None else (*http, subject)
         key = self._channel_of_subject.get(found)
         if key is None:
+            # a pattern some endpoint uses with its template: the template's channel
+            subject = self.templated.get(subject, subject)
             address, _ = _address(subject)
             name = address.replace("{", "").replace("}", "")
             if http is not None:
@@ -448,6 +460,11 @@ def build_document(
 ) -> tuple[dict[str, Any], tuple[Skipped, ...]]:
     """The AsyncAPI 3.0 document of ``endpoints``, and the endpoints it leaves out."""
     builder = _Builder()
+    builder.templated = {
+        str.__str__(endpoint.subject): endpoint.subject
+        for endpoint in endpoints
+        if template_of(endpoint.subject) is not None
+    }
     for endpoint in endpoints:
         builder.add(endpoint)
     info: dict[str, Any] = {"title": title, "version": version}

@@ -318,7 +318,7 @@ def test_construction_refuses_what_cannot_round_trip(
 
 def test_a_template_is_immutable_comparable_and_pickles() -> None:
     with pytest.raises(AttributeError, match="immutable"):
-        ORDERS._template = "x"  # type: ignore[misc]
+        ORDERS._template = "x"
     with pytest.raises(AttributeError, match="immutable"):
         ORDERS.pattern.subject_template = None  # type: ignore[attr-defined]
     again = pickle.loads(pickle.dumps(ORDERS))
@@ -357,7 +357,7 @@ async def test_the_handler_hands_over_validated_parameters() -> None:
         seen.append((message.subject, key))
 
     handle = ORDERS.handler(on_created)
-    assert handle.__doc__ == "Record an order's creation."  # type: ignore[attr-defined]
+    assert handle.__doc__ == "Record an order's creation."
     await handle(Message("orders.eu.o-1.created", b""))
     assert seen == [("orders.eu.o-1.created", OrderKey(region="eu", order_id="o-1"))]
 
