@@ -35,7 +35,7 @@ import typing_extensions
 from goflux._errors import NonRetryable, SubjectError, SubjectMismatch
 from goflux._interfaces import Handler
 from goflux._message import Message
-from goflux._subjects import TOKEN, check_length, check_token, too_long
+from goflux._subjects import MAX_SUBJECT_BYTES, TOKEN, check_length, check_token, too_long
 
 __all__ = ("SubjectTemplate", "destination_template", "template_of")
 
@@ -230,8 +230,12 @@ class SubjectTemplate(Generic[P]):
     """
 
     __slots__ = (
+        "_fields",
         "_ints",
         "_model",
+        "_parts",
+        "_pieces",
+        "_validate",
         "_names",
         "_params",
         "_pattern",
@@ -248,6 +252,10 @@ class SubjectTemplate(Generic[P]):
     _ints: tuple[str, ...]
     _regex: re.Pattern[str]
     _pattern: _Pattern
+    _fields: frozenset[str]
+    _parts: tuple[tuple[str, str], ...]
+    _pieces: tuple[str | None, ...]
+    _validate: Callable[[object], pydantic.BaseModel]
 
     def __init__(self, template: str, params: type[P]) -> None:
         """Check ``template`` against ``params`` and prepare parsing."""
@@ -305,6 +313,11 @@ class SubjectTemplate(Generic[P]):
         sets(self, "_ints", tuple(name for name in names if kinds[name] == "int"))
         sets(self, "_regex", re.compile(r"\.".join(expression)))
         sets(self, "_pattern", _Pattern(pattern, self))
+        sets(self, "_fields", frozenset(names))
+        sets(self, "_parts", tuple((name, f"parameter {name!r}") for name in names))
+        pieces = template.split(".")
+        sets(self, "_pieces", tuple(None if "{" in piece else piece for piece in pieces))
+        sets(self, "_validate", model.__pydantic_validator__.validate_python)
 
     @staticmethod
     def _refuse(template: str, part: str, segment: object, rule: str) -> SubjectError:
@@ -389,12 +402,12 @@ class SubjectTemplate(Generic[P]):
                     f"not {type(params).__name__}"
                 )
             values = dict(params)
-        unknown = [name for name in values if name not in self._model.model_fields]
+        unknown = [name for name in values if name not in self._fields]
         if unknown:
             part = f"parameter {unknown[0]!r}"
             raise self._refuse(self._template, part, unknown[0], "is not a placeholder")
         try:
-            model = self._model.model_validate(values)
+            model = self._validate(values)
         except pydantic.ValidationError as exc:
             name = _first_field(exc)
             part = "parameters" if name is None else f"parameter {name!r}"
@@ -410,14 +423,17 @@ class SubjectTemplate(Generic[P]):
 
     def _render(self, model: pydantic.BaseModel) -> str:
         fields = model.__dict__
-        tokens = {
-            name: check_token(
-                _render(fields[name]), part=f"parameter {name!r}", subject=self._template
-            )
-            for name in self._names
-        }
-        subject = _PLACEHOLDER.sub(lambda found: tokens[found.group(1)], self._template)
-        return check_length(subject, part="parameters", segment=tokens)
+        template = self._template
+        tokens = iter(
+            [
+                check_token(_render(fields[name]), part=part, subject=template)
+                for name, part in self._parts
+            ]
+        )
+        subject = ".".join([next(tokens) if piece is None else piece for piece in self._pieces])
+        if len(subject) * 4 > MAX_SUBJECT_BYTES:
+            check_length(subject, part="parameters", segment=model)
+        return subject
 
     def matches(self, subject: str) -> bool:
         """Report whether ``subject``'s tokens fit the template (the types unchecked)."""
@@ -437,7 +453,8 @@ class SubjectTemplate(Generic[P]):
         """
         found = (
             self._regex.fullmatch(subject)
-            if isinstance(subject, str) and not too_long(subject)
+            if isinstance(subject, str)
+            and (len(subject) * 4 <= MAX_SUBJECT_BYTES or not too_long(subject))
             else None
         )
         if found is None:
@@ -453,7 +470,7 @@ class SubjectTemplate(Generic[P]):
             if _INT.fullmatch(token) is not None:
                 values[name] = int(token)
         try:
-            model = self._model.model_validate(values)
+            model = self._validate(values)
         except pydantic.ValidationError as exc:
             failed = _first_field(exc)
             part = "parameters" if failed is None else f"parameter {failed!r}"
