@@ -233,15 +233,15 @@ class SubjectTemplate(Generic[P]):
         "_fields",
         "_ints",
         "_model",
-        "_parts",
-        "_pieces",
-        "_validate",
         "_names",
         "_params",
+        "_parts",
         "_pattern",
+        "_pieces",
         "_regex",
         "_template",
         "_typed_dict",
+        "_validate",
     )
 
     _template: str
