@@ -273,8 +273,8 @@ def check(
         "pipelined publish vs raw publish_async",
         cpu_target=0.85,
     )
-    ratio_goal("kv_put", kv.GOFLUX_PUT, 0.90, "typed Key-Value put vs raw kv.put")
     goals.extend(_template_goals(tables))
+    ratio_goal("kv_put", kv.GOFLUX_PUT, 0.90, "typed Key-Value put vs raw kv.put")
     ratio_goal("kv_get", kv.GOFLUX_GET, 0.90, "typed Key-Value get vs raw kv.get + decode")
     ratio_goal("kv_watch", kv.GOFLUX_WATCH, 0.80, "Key-Value watch vs raw kv.watch + decode")
     if latencies is not None:
