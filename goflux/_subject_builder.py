@@ -66,9 +66,6 @@ class Subjects(_Stage):
     empty prefix, so that the next :meth:`domain` is the first token. The empty
     prefix is no subject: ``publish`` and ``start`` refuse it as any empty subject.
 
-    Args:
-        *prefix: The leading segments (environment, tenant, region, ...).
-
     Raises:
         SubjectError: A segment is not a str, is empty, or holds ``.``, ``*``, ``>``,
             whitespace or a control character; or the prefix is longer than
@@ -78,7 +75,11 @@ class Subjects(_Stage):
     __slots__ = ()
 
     def __new__(cls, *prefix: str) -> Self:
-        """Build the prefix from ``prefix``, checking each segment."""
+        """Build the prefix from ``prefix``, checking each segment.
+
+        Args:
+            *prefix: The leading segments (environment, tenant, region, ...).
+        """
         built = ""
         for index, segment in enumerate(prefix, start=1):
             built = _extend(_Stage, built, segment, f"prefix segment {index}")
@@ -109,9 +110,6 @@ class SubjectDomain(_Stage):
     same as ``Subjects().domain("order")``; with a prefix, build it with
     :meth:`Subjects.domain`.
 
-    Args:
-        name: The domain segment.
-
     Raises:
         SubjectError: ``name`` is not a valid token (the error says which rule).
     """
@@ -121,7 +119,11 @@ class SubjectDomain(_Stage):
     _least = 1
 
     def __new__(cls, name: str) -> Self:
-        """The domain ``name`` without a prefix (Go's ``NewDomain``)."""
+        """The domain ``name`` without a prefix (Go's ``NewDomain``).
+
+        Args:
+            name: The domain segment.
+        """
         return _extend(cls, "", name, "domain")
 
     def entity(self, name: str) -> SubjectEntity:
@@ -148,10 +150,6 @@ class SubjectEntity(_Stage):
     Built with :meth:`SubjectDomain.entity`; ``SubjectEntity(domain, name)`` is the
     same.
 
-    Args:
-        domain: The domain it extends.
-        name: The entity segment.
-
     Raises:
         SubjectError: ``name`` is not a valid token (the error says which rule).
         TypeError: ``domain`` is not a :class:`SubjectDomain`.
@@ -162,7 +160,12 @@ class SubjectEntity(_Stage):
     _least = 2
 
     def __new__(cls, domain: SubjectDomain, name: str) -> Self:
-        """The entity ``name`` under ``domain``."""
+        """The entity ``name`` under ``domain``.
+
+        Args:
+            domain: The domain it extends.
+            name: The entity segment.
+        """
         if not isinstance(domain, SubjectDomain):
             raise TypeError(f"an entity extends a SubjectDomain, not {type(domain).__name__}")
         return _extend(cls, domain, name, "entity")
@@ -190,10 +193,6 @@ class SubjectEvent(_Stage):
 
     Built with :meth:`SubjectEntity.event`; ``SubjectEvent(entity, name)`` is the same.
 
-    Args:
-        entity: The entity it extends.
-        name: The event segment.
-
     Raises:
         SubjectError: ``name`` is not a valid token (the error says which rule).
         TypeError: ``entity`` is not a :class:`SubjectEntity`.
@@ -204,7 +203,12 @@ class SubjectEvent(_Stage):
     _least = 3
 
     def __new__(cls, entity: SubjectEntity, name: str) -> Self:
-        """The event ``name`` under ``entity``."""
+        """The event ``name`` under ``entity``.
+
+        Args:
+            entity: The entity it extends.
+            name: The event segment.
+        """
         if not isinstance(entity, SubjectEntity):
             raise TypeError(f"an event extends a SubjectEntity, not {type(entity).__name__}")
         return _extend(cls, entity, name, "event")
