@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import enum
 import functools
+import inspect
+import json
 import re
 import typing
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, NamedTuple, TypeVar, cast
 
 import pydantic
 import typing_extensions
 
-from goflux._errors import NonRetryable, SubjectError, SubjectMismatch
+from goflux._errors import InvalidSubject, NonRetryable, SubjectError, SubjectMismatch
 from goflux._interfaces import Handler
 from goflux._message import Message
 from goflux._subjects import MAX_SUBJECT_BYTES, TOKEN, check_length, check_token, too_long
@@ -43,13 +45,14 @@ P = TypeVar("P")
 T = TypeVar("T")
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_INT = re.compile(r"-?[0-9]+")
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]*")  # how int.__repr__ writes an int
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TOKEN_TYPES = (
     "str, int, uuid.UUID, or a Literal or Enum of str or of int values "
     "(a float, bool, None or union would not read back as the value written)"
 )
 
-_Kind = Literal["str", "int"]
+_Kind = Literal["str", "int", "uuid"]
 
 
 class _Pattern(str):
@@ -114,6 +117,8 @@ def _values_kind(values: list[object]) -> _Kind | None:
 
 def _render(value: object) -> str:
     """A validated parameter value as its token's characters."""
+    if type(value) is str:  # the common case first
+        return value
     if isinstance(value, enum.Enum):
         value = value.value
     if isinstance(value, str):
@@ -121,6 +126,23 @@ def _render(value: object) -> str:
     if isinstance(value, int):
         return int.__repr__(value)
     return str(value)  # uuid.UUID
+
+
+def _json_format(names: list[str], kinds: list[_Kind]) -> str:
+    """The %-format that makes the JSON object of a subject's tokens.
+
+    ``parse`` reads the tokens as ``{"region": "eu", "n": 7}``: JSON's rules are the ones
+    under which a strict model takes an Enum's value, a UUID or an int from a token.
+    """
+    members = [
+        f'"{name}":%s' if kind == "int" else f'"{name}":"%s"'
+        for name, kind in zip(names, kinds, strict=True)
+    ]
+    return "{" + ",".join(members) + "}"
+
+
+def _positions(kinds: list[_Kind], *wanted: _Kind) -> tuple[int, ...]:
+    return tuple(index for index, kind in enumerate(kinds) if kind in wanted)
 
 
 def _kind_of(name: str, annotation: object, template: str) -> _Kind:
@@ -142,8 +164,10 @@ def _kind_of(name: str, annotation: object, template: str) -> _Kind:
         kind = None
     elif isinstance(plain, type) and issubclass(plain, int):
         kind = "int"
-    elif isinstance(plain, type) and issubclass(plain, str | uuid.UUID):
+    elif isinstance(plain, type) and issubclass(plain, str):
         kind = "str"
+    elif isinstance(plain, type) and issubclass(plain, uuid.UUID):
+        kind = "uuid"
     part = f"parameter {name!r}"
     if kind is None:
         rule = f"its type {annotation!r} is not one subject token; use {_TOKEN_TYPES}"
@@ -155,16 +179,61 @@ def _kind_of(name: str, annotation: object, template: str) -> _Kind:
             rule=rule,
         )
     for value in values:  # a Literal's or Enum's values must each be a token
-        check_token(_render(value), part=f"{part} value {value!r}", subject=template)
+        try:
+            token = _render(value)
+        except ValueError as exc:  # an int of more digits than Python writes out
+            rule = f"its value is not one subject token: {exc}"
+            raise SubjectError(
+                f"invalid template {template!r}: {part}: {rule}",
+                subject=template,
+                segment=annotation,
+                part=part,
+                rule=rule,
+            ) from exc
+        check_token(token, part=f"{part} value {value!r}", subject=template)
     return kind
 
 
-def _fields(params: type[Any], template: str) -> tuple[type[pydantic.BaseModel], bool]:
-    """The pydantic model that validates ``params``, and whether ``params`` is a TypedDict.
+class _Fields(NamedTuple):
+    """How a template validates its parameter type, whichever kind it is."""
+
+    annotations: dict[str, object]  # each field's type, by name
+    model: type[pydantic.BaseModel] | None  # a pydantic model, else None (a TypedDict)
+    validate_python: Callable[[object], Any]  # Python values -> the model or the dict
+    validate_json: Callable[[str], Any]  # a JSON object of the tokens
+    json_schema: Callable[[], dict[str, Any]]
+
+
+def _typed_dict_adapter(params: type[Any]) -> pydantic.TypeAdapter[Any]:
+    """A TypeAdapter of TypedDict ``params``, even a ``typing.TypedDict`` on Python 3.11.
+
+    pydantic refuses ``typing.TypedDict`` before Python 3.12; the keys and types are the
+    same in a ``typing_extensions.TypedDict`` made of them, which keeps the name, the
+    module and the pydantic config (``@with_config``).
+    """
+    try:
+        return pydantic.TypeAdapter(params)
+    except pydantic.PydanticUserError as exc:
+        if exc.code != "typed-dict-version":
+            raise
+    hints = typing.get_type_hints(params, include_extras=True)
+    make: Any = typing_extensions.TypedDict  # called with a name that is not a literal
+    twin: Any = make(params.__name__, hints)
+    twin.__module__ = params.__module__
+    twin.__qualname__ = params.__qualname__
+    config = getattr(params, "__pydantic_config__", None)
+    if config is not None:
+        twin.__pydantic_config__ = config
+    return pydantic.TypeAdapter(twin)
+
+
+def _fields(params: type[Any], template: str) -> _Fields:
+    """How to validate ``params``, a pydantic model or a TypedDict.
 
     Raises:
         SubjectError: ``params`` is neither a pydantic model nor a TypedDict, a field
-            has an alias, or a TypedDict key is not required.
+            has an alias, a TypedDict key is not required, or pydantic cannot make a
+            validator of it (the pydantic error chained).
     """
 
     def refuse(part: str, segment: object, rule: str) -> SubjectError:
@@ -184,16 +253,35 @@ def _fields(params: type[Any], template: str) -> tuple[type[pydantic.BaseModel],
                     name,
                     "has an alias; a placeholder names the field itself",
                 )
-        return params, False
+        validator = params.__pydantic_validator__
+        return _Fields(
+            {name: info.annotation for name, info in params.model_fields.items()},
+            params,
+            validator.validate_python,
+            validator.validate_json,
+            params.model_json_schema,
+        )
     if typing.is_typeddict(params) or typing_extensions.is_typeddict(params):
-        hints = typing.get_type_hints(params, include_extras=True)
-        optional = set(hints) - set(params.__required_keys__)
-        if optional:
-            name = sorted(optional)[0]
-            raise refuse(f"parameter {name!r}", name, "must be a required key of the TypedDict")
-        fields: dict[str, Any] = {name: (hint, ...) for name, hint in hints.items()}
-        model = pydantic.create_model(params.__name__, __module__=params.__module__, **fields)
-        return model, True
+        try:
+            hints: dict[str, object] = typing.get_type_hints(params, include_extras=True)
+            optional = set(hints) - set(params.__required_keys__)
+            if optional:
+                name = sorted(optional)[0]
+                raise refuse(f"parameter {name!r}", name, "must be a required key of the TypedDict")
+            adapter = _typed_dict_adapter(params)
+        except SubjectError:
+            raise
+        except Exception as exc:  # pydantic's, or a type hint that does not resolve
+            raise refuse(
+                "parameters", params, f"pydantic cannot validate {params!r}: {exc}"
+            ) from exc
+        return _Fields(
+            hints,
+            None,
+            adapter.validator.validate_python,
+            adapter.validator.validate_json,
+            adapter.json_schema,
+        )
     raise refuse(
         "parameters",
         params,
@@ -230,8 +318,11 @@ class SubjectTemplate(Generic[P]):
     """
 
     __slots__ = (
+        "_checked",
         "_fields",
-        "_ints",
+        "_int_positions",
+        "_json",
+        "_json_schema",
         "_model",
         "_names",
         "_params",
@@ -240,22 +331,27 @@ class SubjectTemplate(Generic[P]):
         "_pieces",
         "_regex",
         "_template",
-        "_typed_dict",
+        "_uuid_positions",
         "_validate",
+        "_validate_json",
     )
 
     _template: str
     _params: type[P]
-    _model: type[pydantic.BaseModel]
-    _typed_dict: bool
+    _model: type[pydantic.BaseModel] | None
     _names: tuple[str, ...]
-    _ints: tuple[str, ...]
     _regex: re.Pattern[str]
     _pattern: _Pattern
     _fields: frozenset[str]
     _parts: tuple[tuple[str, str], ...]
     _pieces: tuple[str | None, ...]
-    _validate: Callable[[object], pydantic.BaseModel]
+    _validate: Callable[[object], Any]
+    _validate_json: Callable[[str], Any]
+    _json: str
+    _int_positions: tuple[int, ...]
+    _uuid_positions: tuple[int, ...]
+    _checked: tuple[tuple[int, str], ...]
+    _json_schema: Callable[[], dict[str, Any]]
 
     def __init__(self, template: str, params: type[P]) -> None:
         """Check ``template`` against ``params`` and prepare parsing."""
@@ -267,7 +363,7 @@ class SubjectTemplate(Generic[P]):
                 part="template",
                 rule="must be a str",
             )
-        model, typed_dict = _fields(cast(type[Any], params), template)
+        spec = _fields(cast(type[Any], params), template)
         names: list[str] = []
         wild: list[str] = []
         expression: list[str] = []
@@ -291,7 +387,36 @@ class SubjectTemplate(Generic[P]):
             check_token(token, part=f"token {index}", subject=template)
             wild.append(token)
             expression.append(re.escape(token))
-        fields = model.model_fields
+        fields = spec.annotations
+        self._check_placeholders(template, names, fields)
+        kinds = [_kind_of(name, fields[name], template) for name in names]
+        pattern = ".".join(wild)
+        check_length(pattern, part="template", segment=template)
+        sets = object.__setattr__
+        sets(self, "_template", template)
+        sets(self, "_params", params)
+        sets(self, "_model", spec.model)
+        sets(self, "_names", tuple(names))
+        sets(self, "_regex", re.compile(r"\.".join(expression)))
+        sets(self, "_pattern", _Pattern(pattern, self))
+        sets(self, "_fields", frozenset(names))
+        sets(self, "_parts", tuple((name, f"parameter {name!r}") for name in names))
+        pieces = template.split(".")
+        sets(self, "_pieces", tuple(None if "{" in piece else piece for piece in pieces))
+        sets(self, "_validate", spec.validate_python)
+        sets(self, "_validate_json", spec.validate_json)
+        sets(self, "_json_schema", spec.json_schema)
+        sets(self, "_json", _json_format(names, kinds))
+        sets(self, "_int_positions", _positions(kinds, "int"))
+        sets(self, "_uuid_positions", _positions(kinds, "uuid"))
+        # the values parse checks are written as their tokens (a UUID's token is checked
+        # instead: written canonically, it reads back so)
+        sets(self, "_checked", tuple((i, names[i]) for i in _positions(kinds, "str", "int")))
+
+    @classmethod
+    def _check_placeholders(
+        cls, template: str, names: list[str], fields: Mapping[str, object]
+    ) -> None:
         if set(names) != set(fields):
             missing = [name for name in fields if name not in names]
             extra = [name for name in names if name not in fields]
@@ -300,24 +425,7 @@ class SubjectTemplate(Generic[P]):
                 rule += f"; no placeholder for {', '.join(map(repr, missing))}"
             if extra:
                 rule += f"; no field for {', '.join(map(repr, extra))}"
-            raise self._refuse(template, "placeholders", names, rule)
-        kinds = {name: _kind_of(name, fields[name].annotation, template) for name in names}
-        pattern = ".".join(wild)
-        check_length(pattern, part="template", segment=template)
-        sets = object.__setattr__
-        sets(self, "_template", template)
-        sets(self, "_params", params)
-        sets(self, "_model", model)
-        sets(self, "_typed_dict", typed_dict)
-        sets(self, "_names", tuple(names))
-        sets(self, "_ints", tuple(name for name in names if kinds[name] == "int"))
-        sets(self, "_regex", re.compile(r"\.".join(expression)))
-        sets(self, "_pattern", _Pattern(pattern, self))
-        sets(self, "_fields", frozenset(names))
-        sets(self, "_parts", tuple((name, f"parameter {name!r}") for name in names))
-        pieces = template.split(".")
-        sets(self, "_pieces", tuple(None if "{" in piece else piece for piece in pieces))
-        sets(self, "_validate", model.__pydantic_validator__.validate_python)
+            raise cls._refuse(template, "placeholders", names, rule)
 
     @staticmethod
     def _refuse(template: str, part: str, segment: object, rule: str) -> SubjectError:
@@ -375,7 +483,7 @@ class SubjectTemplate(Generic[P]):
 
     def json_schema(self) -> dict[str, Any]:
         """The JSON Schema of the parameters (an object with one property per placeholder)."""
-        return self._model.model_json_schema()
+        return self._json_schema()
 
     def format(self, params: P | Mapping[str, object] | None = None, /, **values: object) -> str:
         """The subject of the given parameters: ``format(region="eu", order_id="o-1")``.
@@ -394,8 +502,8 @@ class SubjectTemplate(Generic[P]):
         if params is not None:
             if values:
                 raise TypeError("pass the parameters as one value or as keywords, not both")
-            if isinstance(params, self._model):
-                return self._render(params)
+            if self._model is not None and isinstance(params, self._model):
+                return self._render(params.__dict__, params)
             if not isinstance(params, Mapping):
                 raise TypeError(
                     f"parameters must be a {self._params.__qualname__} or a mapping, "
@@ -407,7 +515,7 @@ class SubjectTemplate(Generic[P]):
             part = f"parameter {unknown[0]!r}"
             raise self._refuse(self._template, part, unknown[0], "is not a placeholder")
         try:
-            model = self._validate(values)
+            valid = self._validate(values)
         except pydantic.ValidationError as exc:
             name = _first_field(exc)
             part = "parameters" if name is None else f"parameter {name!r}"
@@ -419,21 +527,49 @@ class SubjectTemplate(Generic[P]):
                 part=part,
                 rule="does not validate as the parameter type",
             ) from exc
-        return self._render(model)
+        return self._render(valid if self._model is None else valid.__dict__, valid)
 
-    def _render(self, model: pydantic.BaseModel) -> str:
-        fields = model.__dict__
+    def _render(self, fields: Mapping[str, object], params: object) -> str:
         template = self._template
-        tokens = iter(
-            [
-                check_token(_render(fields[name]), part=part, subject=template)
-                for name, part in self._parts
-            ]
-        )
+        try:
+            tokens = iter(
+                [
+                    check_token(_render(fields[name]), part=part, subject=template)
+                    for name, part in self._parts
+                ]
+            )
+        except InvalidSubject:
+            raise
+        except (KeyError, ValueError) as exc:  # a model_construct()ed model, a huge int
+            raise self._unwritable(fields) from exc
         subject = ".".join([next(tokens) if piece is None else piece for piece in self._pieces])
         if len(subject) * 4 > MAX_SUBJECT_BYTES:
-            check_length(subject, part="parameters", segment=model)
+            check_length(subject, part="parameters", segment=params)
         return subject
+
+    def _unwritable(self, fields: Mapping[str, object]) -> SubjectError:
+        """The error for the first parameter that has no value or none Python can write."""
+        for name in self._names:
+            part = f"parameter {name!r}"
+            if name not in fields:
+                segment: object = None
+                rule = "is missing (a model made without validation?)"
+                break
+            try:
+                _render(fields[name])
+            except ValueError as exc:
+                segment = fields[name]
+                rule = f"cannot be written as a token: {exc}"
+                break
+        else:  # pragma: no cover - _render failed for some parameter above
+            part, segment, rule = "parameters", fields, "cannot be written as tokens"
+        return SubjectError(
+            f"invalid {part} for template {self._template!r}: {rule}",
+            subject=self._template,
+            segment=segment,
+            part=part,
+            rule=rule,
+        )
 
     def matches(self, subject: str) -> bool:
         """Report whether ``subject``'s tokens fit the template (the types unchecked)."""
@@ -464,13 +600,14 @@ class SubjectTemplate(Generic[P]):
                 template=self._template,
                 rule="does not fit the template",
             )
-        values: dict[str, object] = dict(zip(self._names, found.groups(), strict=True))
-        for name in self._ints:
-            token = cast(str, values[name])
-            if _INT.fullmatch(token) is not None:
-                values[name] = int(token)
+        tokens: tuple[str, ...] = found.groups()
+        plain = '"' not in subject and "\\" not in subject  # no JSON escape needed
+        for index in self._int_positions:
+            if _CANONICAL_INT.fullmatch(tokens[index]) is None:  # 007, +7, -0, 7_0, x
+                plain = False  # read as a JSON string: pydantic says why it is no int
+        text = self._json % tokens if plain else self._json_of(tokens)
         try:
-            model = self._validate(values)
+            valid = self._validate_json(text)
         except pydantic.ValidationError as exc:
             failed = _first_field(exc)
             part = "parameters" if failed is None else f"parameter {failed!r}"
@@ -479,16 +616,66 @@ class SubjectTemplate(Generic[P]):
                 f"{part}: {exc.errors()[0]['msg']}",
                 subject=subject,
                 template=self._template,
-                segment=values.get(failed) if failed is not None else None,
+                segment=dict(zip(self._names, tokens, strict=True)).get(failed or ""),
                 part=part,
                 rule="does not validate as the parameter type",
             ) from exc
-        if self._typed_dict:
-            return cast(P, dict(model.__dict__))
-        return cast(P, model)
+        for index in self._uuid_positions:  # valid, but written otherwise: UPPER, urn:uuid:
+            if _CANONICAL_UUID.fullmatch(tokens[index]) is None:
+                raise self._not_canonical(subject, index, tokens[index])
+        fields = valid if self._model is None else valid.__dict__
+        for index, name in self._checked:  # 007 in lax mode, a value a validator changed
+            value = fields[name]
+            if (value if type(value) is str else _render(value)) != tokens[index]:
+                raise self._written_otherwise(subject, name, tokens[index], value)
+        return cast(P, valid)
 
-    def handler(self, fn: Callable[[Message[T], P], Awaitable[None]]) -> Handler[T]:
+    def _not_canonical(self, subject: str, index: int, token: str) -> SubjectMismatch:
+        """The error for a UUID token not written as format writes a UUID."""
+        part = f"parameter {self._names[index]!r}"
+        rule = "is not a UUID as format writes one (lower-case hex, 8-4-4-4-12, hyphens)"
+        return SubjectMismatch(
+            f"subject {subject!r} does not fit the template {self._template!r}: "
+            f"{part}: {token!r} {rule}",
+            subject=subject,
+            template=self._template,
+            segment=token,
+            part=part,
+            rule=rule,
+        )
+
+    def _json_of(self, tokens: tuple[str, ...]) -> str:
+        """The tokens as a JSON object, an int token that is not written as one a str."""
+        values: dict[str, object] = dict(zip(self._names, tokens, strict=True))
+        for index in self._int_positions:
+            if _CANONICAL_INT.fullmatch(tokens[index]):
+                values[self._names[index]] = int(tokens[index])
+        return json.dumps(values)
+
+    def _written_otherwise(
+        self, subject: str, name: str, token: str, value: object
+    ) -> SubjectMismatch:
+        """The error for a token that is not written as format writes its value."""
+        part = f"parameter {name!r}"
+        rule = (
+            f"reads as {value!r}, which is written {_render(value)!r}: a parameter "
+            "reads back only from the token format writes"
+        )
+        return SubjectMismatch(
+            f"subject {subject!r} does not fit the template {self._template!r}: "
+            f"{part}: {token!r} {rule}",
+            subject=subject,
+            template=self._template,
+            segment=token,
+            part=part,
+            rule=rule,
+        )
+
+    def handler(self, fn: Callable[[Message[T], P], Awaitable[None] | None]) -> Handler[T]:
         """A handler that calls ``fn(message, params)`` with the message's parameters.
+
+        ``fn`` is an async function, or a plain one (as a pipe's function may be):
+        what it returns is awaited if it is awaitable.
 
         Subscribe it on :attr:`pattern`. A message whose subject does not fit the
         template (a wider subscription, a parameter that does not validate) is never
@@ -498,7 +685,12 @@ class SubjectTemplate(Generic[P]):
         one is configured; HTTP answers 422; ``retry_ack`` does not retry it) instead of
         dropping it in silence or redelivering it in a loop. The returned handler
         carries ``fn``'s name and docstring.
+
+        Raises:
+            TypeError: ``fn`` is not callable.
         """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
         parse = self.parse
         template = self._template
 
@@ -511,6 +703,8 @@ class SubjectTemplate(Generic[P]):
                     f"message on {message.subject!r} is not for the template {template!r}: "
                     f"{exc.rule}"
                 ) from exc
-            await fn(message, params)
+            result = fn(message, params)
+            if inspect.isawaitable(result):
+                await result
 
         return handle

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import functools
 import pickle
 import typing
 import uuid
@@ -383,3 +384,229 @@ async def test_the_handler_lets_the_functions_own_errors_through() -> None:
 
     with pytest.raises(RuntimeError, match="boom"):
         await ORDERS.handler(on_created)(Message("orders.eu.o-1.created", b""))
+
+
+class StrictLine(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(strict=True, frozen=True)
+    region: Region
+    priority: Priority
+    n: int
+    kind: Literal["a", "b"]
+    size: Literal[1, 2, 3]
+    id: uuid.UUID
+    code: Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Z]{3}$")]
+
+
+class FieldStrictLine(pydantic.BaseModel):
+    region: Region = pydantic.Field(strict=True)
+    priority: Priority = pydantic.Field(strict=True)
+    n: int = pydantic.Field(strict=True)
+    kind: Literal["a", "b"]
+    size: Literal[1, 2, 3]
+    id: uuid.UUID = pydantic.Field(strict=True)
+    code: Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Z]{3}$")]
+
+
+@pydantic.with_config(pydantic.ConfigDict(strict=True))
+class StrictLineDict(typing_extensions.TypedDict):
+    region: Region
+    priority: Priority
+    n: int
+    kind: Literal["a", "b"]
+    size: Literal[1, 2, 3]
+    id: uuid.UUID
+    code: Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Z]{3}$")]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [StrictLine, FieldStrictLine, StrictLineDict],
+    ids=["strict model", "strict fields", "strict TypedDict"],
+)
+def test_a_strict_parameter_type_round_trips(params: type[Any]) -> None:
+    # strict validation of Python objects wants an Enum member, a UUID, an int: the
+    # tokens of a subject are read as strings are in JSON, which strict mode accepts
+    template = SubjectTemplate(LINE_TEMPLATE, params)
+    subject = template.format(**LINE_VALUES)
+    assert subject == "lines.eu.2.-42.b.3.12345678-1234-5678-1234-567812345678.ABC"
+    parsed = template.parse(subject)
+    assert parsed == (LINE_VALUES if params is StrictLineDict else params(**LINE_VALUES))
+    assert template.format(parsed) == subject
+    with pytest.raises(SubjectMismatch, match="parameter 'region'"):
+        template.parse(subject.replace(".eu.", ".mars.", 1))
+
+
+UUID = "1234abcd-12ef-5678-9abc-567812345678"  # hex letters: upper case differs
+
+
+class NumberedKey(pydantic.BaseModel):
+    n: int
+    id: uuid.UUID
+    priority: Priority
+    size: Literal[1, 2, 30]
+
+
+class NumberedDict(typing_extensions.TypedDict):
+    n: int
+    id: uuid.UUID
+    priority: Priority
+    size: Literal[1, 2, 30]
+
+
+NUMBERED = "orders.{n}.{id}.{priority}.{size}"
+# (n, id, priority, size) tokens: some read back as written, the others must be refused
+NUMBERED_TOKENS = [
+    *[(n, UUID, "1", "30") for n in ("0", "7", "-7", "10", "-100", str(2**70), str(-(2**70)))],
+    *[(n, UUID, "1", "30") for n in ("007", "00", "-0", "+7", "7_0", "-07", "٣", "1e3")],
+    *[(n, UUID, "1", "30") for n in ("0x1f", "7e0", "-", "--7")],
+    *[
+        ("7", u, "1", "30")
+        for u in (
+            UUID.upper(),
+            UUID.replace("-", ""),
+            "{" + UUID + "}",
+            "urn:uuid:" + UUID,
+            UUID[:8] + UUID[9:],
+            "12345678-1234-5678-1234-56781234567",
+        )
+    ],
+    *[("7", UUID, p, "30") for p in ("2", "01", "+1", "-0", "1_0")],
+    *[("7", UUID, "1", s) for s in ("2", "030", "+30", "3_0", "3e1")],
+]
+
+
+@pytest.mark.parametrize("tokens", NUMBERED_TOKENS, ids=".".join)
+@pytest.mark.parametrize("params", [NumberedKey, NumberedDict], ids=["pydantic", "TypedDict"])
+def test_what_parses_formats_back_to_the_same_subject(
+    tokens: tuple[str, str, str, str], params: type[Any]
+) -> None:
+    template = SubjectTemplate(NUMBERED, params)
+    subject = "orders." + ".".join(tokens)
+    refused: SubjectMismatch | None = None
+    try:
+        parsed = template.parse(subject)
+    except SubjectMismatch as error:
+        refused = error
+    else:
+        assert template.format(parsed) == subject
+        return
+    assert refused.subject == subject
+    assert refused.part is not None
+    assert refused.part.startswith("parameter '"), refused.part
+    name = refused.part.removeprefix("parameter '").removesuffix("'")
+    assert refused.segment == tokens[template.names.index(name)]
+
+
+def test_the_canonical_spellings_parse_and_the_others_name_their_parameter() -> None:
+    template = SubjectTemplate(NUMBERED, NumberedKey)
+    good = f"orders.-7.{UUID}.1.30"
+    assert template.parse(good) == NumberedKey(n=-7, id=uuid.UUID(UUID), priority=1, size=30)
+    for bad, name in [
+        (f"orders.007.{UUID}.1.30", "n"),
+        (f"orders.-0.{UUID}.1.30", "n"),
+        (f"orders.+7.{UUID}.1.30", "n"),
+        (f"orders.7_0.{UUID}.1.30", "n"),
+        (f"orders.7.{UUID.upper()}.1.30", "id"),
+        (f"orders.7.{UUID.replace('-', '')}.1.30", "id"),
+        (f"orders.7.urn:uuid:{UUID}.1.30", "id"),
+        (f"orders.7.{UUID}.01.30", "priority"),
+        (f"orders.7.{UUID}.1.+30", "size"),
+    ]:
+        with pytest.raises(SubjectMismatch) as caught:
+            template.parse(bad)
+        assert caught.value.part == f"parameter {name!r}", bad
+        assert f"parameter {name!r}" in str(caught.value)
+
+
+@pydantic.with_config(pydantic.ConfigDict(str_to_lower=True))
+class Lowered(typing_extensions.TypedDict):
+    a: str
+
+
+def test_a_value_the_type_changes_on_reading_is_refused_not_read_otherwise() -> None:
+    template = SubjectTemplate("a.{a}", Lowered)
+    assert template.format(a="AB") == "a.ab"  # the TypedDict's pydantic config applies
+    assert template.parse("a.ab") == {"a": "ab"}
+    with pytest.raises(SubjectMismatch, match="parameter 'a'") as caught:
+        template.parse("a.AB")
+    assert caught.value.segment == "AB"
+
+
+class Shadowing(typing_extensions.TypedDict):
+    json: str
+    copy: str
+    model_config: str
+    model_fields: str
+    _x: str
+
+
+class PlainShadowing(typing.TypedDict):
+    json: str
+    model_config: str
+    _x: str
+
+
+@pydantic.with_config(pydantic.ConfigDict(str_to_lower=True))
+class PlainLowered(typing.TypedDict):  # typing's: pydantic refuses it on 3.11
+    a: str
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("params", [Shadowing, PlainShadowing], ids=["typing_extensions", "typing"])
+def test_a_typed_dict_key_may_be_any_identifier(params: type[Any]) -> None:
+    names = list(typing.get_type_hints(params))
+    template = SubjectTemplate(".".join("{" + name + "}" for name in names), params)
+    values = {name: f"v{i}" for i, name in enumerate(names)}
+    subject = template.format(**values)
+    assert subject == ".".join(values.values())
+    assert template.parse(subject) == values
+    assert sorted(template.json_schema()["properties"]) == sorted(names)
+
+
+def test_a_typing_typed_dict_keeps_its_pydantic_config() -> None:
+    template = SubjectTemplate("a.{a}", PlainLowered)
+    assert template.format(a="AB") == "a.ab"
+    assert template.parse("a.ab") == {"a": "ab"}
+
+
+class Pair(pydantic.BaseModel):
+    a: str
+    b: str
+
+
+class Count(pydantic.BaseModel):
+    n: int
+
+
+def test_format_raises_only_subject_errors() -> None:
+    pair = SubjectTemplate("x.{a}.{b}", Pair)
+    with pytest.raises(SubjectError, match="parameter 'b'") as caught:
+        pair.format(Pair.model_construct(a="1"))  # type: ignore[call-arg]
+    assert caught.value.part == "parameter 'b'"
+    count = SubjectTemplate("x.{n}", Count)
+    for n in (10**5000, -(10**5000)):  # more digits than Python turns into a str
+        with pytest.raises(SubjectError, match="parameter 'n'") as caught:
+            count.format(n=n)
+        assert caught.value.part == "parameter 'n'"
+        with pytest.raises(SubjectError, match="parameter 'n'"):
+            count.format(Count.model_construct(n=n))
+    with pytest.raises(SubjectError, match="makes the subject"):
+        count.format(n=10**MAX_SUBJECT_BYTES)
+    assert count.format(n=10**3000) == "x.1" + "0" * 3000  # long, and still a subject
+
+
+async def test_the_handler_takes_a_plain_function_as_pipes_do() -> None:
+    seen: list[OrderKey] = []
+
+    def on_created(message: Message[bytes], key: OrderKey) -> None:
+        seen.append(key)
+
+    class Callback:
+        async def __call__(self, message: Message[bytes], key: OrderKey) -> None:
+            seen.append(key)
+
+    for fn in (on_created, Callback(), functools.partial(on_created)):
+        await ORDERS.handler(fn)(Message("orders.eu.o-1.created", b""))
+    assert seen == [OrderKey(region="eu", order_id="o-1")] * 3
+    with pytest.raises(TypeError, match="callable"):
+        ORDERS.handler("on_created")  # type: ignore[arg-type]

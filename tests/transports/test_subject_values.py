@@ -9,6 +9,8 @@ template's pattern with ``template.handler``, and reports the template as
 from __future__ import annotations
 
 import asyncio
+import enum
+import uuid
 
 import pydantic
 import pytest
@@ -150,6 +152,51 @@ async def test_jetstream_and_a_subject_off_the_template_is_terminated_not_redeli
     assert (spans[0].attributes or {})["messaging.destination.template"] == (
         "orders.{region}.{event}"
     )
+
+
+class Region(enum.Enum):
+    EU = "eu"
+    US = "us"
+
+
+class StrictKey(pydantic.BaseModel):
+    """Strict: an Enum member, a UUID and an int only from what JSON would hold."""
+
+    model_config = pydantic.ConfigDict(strict=True, frozen=True)
+    region: Region
+    order_id: uuid.UUID
+    line: int
+
+
+STRICT = SubjectTemplate("orders.{region}.{order_id}.{line}", StrictKey)
+
+
+async def test_jetstream_a_strict_model_and_a_plain_function_each_message_handled_once(
+    js: JetStreamContext,
+) -> None:
+    # A strict model once made parse fail on every message (terminated, never handled);
+    # a plain function once ran, then failed the handler (redelivered, run again).
+    seen: list[StrictKey] = []
+    arrived = asyncio.Event()
+
+    def on_line(message: Message[str], key: StrictKey) -> None:
+        seen.append(key)
+        arrived.set()
+
+    key = StrictKey(region=Region.US, order_id=uuid.uuid4(), line=-3)
+    sub = jetstream.Subscriber(js, StrCodec(), stream=STREAM)
+    async with jetstream.Publisher(js, StrCodec()) as pub:
+        subscription = await sub.start(STRICT.pattern, STRICT.handler(on_line))
+        await pub.publish(STRICT.format(key), "line")
+        async with asyncio.timeout(10):
+            await arrived.wait()
+        async with asyncio.timeout(10):  # redelivered in a loop, it would never drain
+            info = await drained(js, STREAM, subscription.consumer)
+        await subscription.stop()
+    assert seen == [key]
+    assert info.num_redelivered == 0
+    assert info.ack_floor is not None
+    assert info.ack_floor.consumer_seq == 1  # acked, not terminated
 
 
 async def test_http(otel: Otel) -> None:
