@@ -191,13 +191,17 @@ class _Builder:
         self.http_servers = HttpServers()
         self.schemas = PayloadSchemas()
         self.channels: dict[str, _Channel] = {}
-        self._channel_of_subject: dict[tuple[str | None, ...], str] = {}
+        # (server, path, subject, template) -> channel key: two templates with one
+        # pattern (orders.{region}.created, orders.{customer}.created) are two channels
+        self._channel_of_subject: dict[tuple[object, ...], str] = {}
         self.variants: list[_Message] = []
         self.operations: dict[str, dict[str, Any]] = {}
         self.skipped: list[Skipped] = []
         self.uses_errors = False
         self.uses_http_errors = False
-        self.templated: dict[str, str] = {}  # pattern -> a SubjectTemplate's pattern
+        # a plain pattern -> the pattern of the one SubjectTemplate that has it (none when
+        # two templates share the pattern: which one a plain subscription means is unknown)
+        self.templated: dict[str, str] = {}
 
     def _unique(self, taken: Mapping[str, object], key: str) -> str:
         if key not in taken:
@@ -213,11 +217,13 @@ class _Builder:
         On HTTP (``http`` is the server's key and the path), the channel of the path
         ``{path}/{subject}`` on that server.
         """
-        found = (None, subject) if http is None else (*http, subject)
-        key = self._channel_of_subject.get(found)
-        if key is None:
+        if template_of(subject) is None:
             # a pattern some endpoint uses with its template: the template's channel
             subject = self.templated.get(subject, subject)
+        where = (None, None) if http is None else http
+        found = (*where, str.__str__(subject), template_of(subject))
+        key = self._channel_of_subject.get(found)
+        if key is None:
             address, _ = _address(subject)
             name = address.replace("{", "").replace("}", "")
             if http is not None:
@@ -460,10 +466,15 @@ def build_document(
 ) -> tuple[dict[str, Any], tuple[Skipped, ...]]:
     """The AsyncAPI 3.0 document of ``endpoints``, and the endpoints it leaves out."""
     builder = _Builder()
+    templates: dict[str, dict[object, str]] = {}  # pattern -> its templates' patterns
+    for endpoint in endpoints:
+        template = template_of(endpoint.subject)
+        if template is not None:
+            templates.setdefault(str.__str__(endpoint.subject), {})[template] = endpoint.subject
     builder.templated = {
-        str.__str__(endpoint.subject): endpoint.subject
-        for endpoint in endpoints
-        if template_of(endpoint.subject) is not None
+        pattern: next(iter(patterns.values()))
+        for pattern, patterns in templates.items()
+        if len(patterns) == 1
     }
     for endpoint in endpoints:
         builder.add(endpoint)

@@ -260,3 +260,26 @@ async def templated(group: Group) -> None:
     shipments = group.own(gnats.Subscriber(nc, JsonCodec(Shipment)))
     group.subscribe(shipments, SHIPPED.pattern, SHIPPED.handler(on_shipped))
     group.sends(group.own(gnats.Publisher(nc, JsonCodec(Shipment))), SHIPPED.pattern)
+
+
+class CustomerKey(BaseModel):
+    customer: int
+    order_id: str
+
+
+# A second template with SHIPPED's pattern (shipments.*.*.shipped): its own channel.
+BY_CUSTOMER = SubjectTemplate("shipments.{customer}.{order_id}.shipped", CustomerKey)
+
+
+async def on_shipped_to(message: Message[Shipment], key: CustomerKey) -> None:
+    """Note that a customer's order was shipped."""
+
+
+async def twin_templates(group: Group) -> None:
+    """Two templates with the same pattern, and a plain subscription on it."""
+    nc = group.own(await nats.connect(os.environ["NATS_URL"]))
+    shipments = group.own(gnats.Subscriber(nc, JsonCodec(Shipment)))
+    group.subscribe(shipments, SHIPPED.pattern, SHIPPED.handler(on_shipped))
+    group.subscribe(shipments, BY_CUSTOMER.pattern, BY_CUSTOMER.handler(on_shipped_to))
+    raw = group.own(gnats.Subscriber(nc, BytesCodec()))
+    group.subscribe(raw, "shipments.*.*.shipped", audit)  # which template? neither

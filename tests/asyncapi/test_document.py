@@ -375,3 +375,24 @@ async def test_a_template_channel_documents_its_typed_parameters(nats_url: str) 
     assert {op["channel"]["$ref"] for op in document["operations"].values()} == {
         f"#/channels/{key}"
     }
+
+
+async def test_two_templates_with_one_pattern_are_two_channels(nats_url: str) -> None:
+    document = (await describe_service(services.twin_templates)).document
+    (verdict,) = parse(json.dumps(document))
+    assert verdict.valid, verdict.diagnostics
+    assert verdict.problems == []
+    channels = document["channels"]
+    addresses = {key: channel["address"] for key, channel in channels.items()}
+    assert addresses == {
+        "shipments.region.order_id.shipped": "shipments.{region}.{order_id}.shipped",
+        "shipments.customer.order_id.shipped": "shipments.{customer}.{order_id}.shipped",
+        # the plain pattern could mean either template: a channel of its own
+        "shipments.token2.token3.shipped": "shipments.{token2}.{token3}.shipped",
+    }
+    customer = channels["shipments.customer.order_id.shipped"]["parameters"]["customer"]
+    assert customer["x-schema"] == {"type": "integer"}
+    region = channels["shipments.region.order_id.shipped"]["parameters"]["region"]
+    assert region["enum"] == ["eu", "us"]
+    used = sorted(op["channel"]["$ref"] for op in document["operations"].values())
+    assert used == sorted(f"#/channels/{key}" for key in channels)  # one operation each
