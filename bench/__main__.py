@@ -28,6 +28,7 @@ from bench import (
     memory,
     serial_codecs,
     service,
+    subjects,
 )
 from bench.harness import Table
 from bench.sizes import FULL, SMOKE
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 *codecs.run(rounds, sizes),
                 *serial_codecs.run(rounds, sizes),
                 *codec_consume.run(rounds, sizes),
+                *subjects.run(rounds, sizes),
             ]
         )
     if "channel" in selected:

@@ -28,6 +28,7 @@ from bench import (
     latency,
     memory,
     serial_codecs,
+    subjects,
     telemetry,
 )
 from bench.harness import Table
@@ -126,6 +127,27 @@ def _within_goal(table: Table, row: str, most: float, what: str) -> Goal:
         show(cpu),
         ALL_THREE,
     )
+
+
+def _template_goals(tables: dict[str, Table]) -> list[Goal]:
+    """A subject template's parse and format: CPU time per message, absolute."""
+    found: list[Goal] = []
+    for key, row, most, what in (
+        ("template_parse", subjects.TEMPLATE_PARSE, 10.0, "SubjectTemplate.parse per message"),
+        ("template_format", subjects.TEMPLATE_FORMAT, 15.0, "SubjectTemplate.format per message"),
+    ):
+        if key in tables:
+            cpu_us = tables[key].results[row].cpu
+            found.append(
+                Goal(
+                    f"{what} (a model of two str fields)",
+                    f"<= {most:.0f} µs",
+                    f"{cpu_us:.2f} µs",
+                    cpu_us <= most,
+                    judged_on="CPU µs per operation (median round)",
+                )
+            )
+    return found
 
 
 def check(
@@ -251,6 +273,7 @@ def check(
         "pipelined publish vs raw publish_async",
         cpu_target=0.85,
     )
+    goals.extend(_template_goals(tables))
     ratio_goal("kv_put", kv.GOFLUX_PUT, 0.90, "typed Key-Value put vs raw kv.put")
     ratio_goal("kv_get", kv.GOFLUX_GET, 0.90, "typed Key-Value get vs raw kv.get + decode")
     ratio_goal("kv_watch", kv.GOFLUX_WATCH, 0.80, "Key-Value watch vs raw kv.watch + decode")

@@ -53,6 +53,8 @@ from goflux._errors import (
     RequestTimeout,
     ServiceError,
     SettlementError,
+    SubjectError,
+    SubjectMismatch,
     SubscribeError,
     TransportError,
     is_non_retryable,
@@ -76,6 +78,8 @@ from goflux._interfaces import (
 from goflux._message import Acker, Delivery, Message
 from goflux._otel.telemetry import Telemetry
 from goflux._receipt import PublishReceipt
+from goflux._subject_builder import SubjectDomain, SubjectEntity, SubjectEvent, Subjects
+from goflux._subject_template import SubjectTemplate
 from goflux._subjects import MAX_SUBJECT_BYTES
 from goflux._version import __version__
 
@@ -174,7 +178,14 @@ __all__ = (
     "StrCodec",
     "StreamFeatureDisabled",
     "StreamNotFound",
+    "SubjectDomain",
+    "SubjectEntity",
+    "SubjectError",
+    "SubjectEvent",
+    "SubjectMismatch",
     "SubjectOverlap",
+    "SubjectTemplate",
+    "Subjects",
     "SubscribeError",
     "Subscriber",
     "Subscription",

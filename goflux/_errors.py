@@ -10,6 +10,9 @@ it raises, under these, in its own package (marked below with its name)::
      │    ├── EncodeError           a value could not be encoded (wrong type, NaN, ...)
      │    └── DecodeError           bytes could not be decoded into the payload type
      ├── InvalidSubject (also ValueError)    a subject or pattern breaks NATS rules
+     │    └── SubjectError                   a subject segment, template or template
+     │         │                             value breaks a rule (the segment, the rule)
+     │         └── SubjectMismatch           a subject does not fit a template
      ├── InvalidHeader (also ValueError)     a header name or value cannot travel on the wire
      ├── InvalidKey (also ValueError)        a Key-Value key or object name is bad [jetstream]
      ├── SettlementError                     a message could not be settled
@@ -95,6 +98,8 @@ __all__ = (
     "RequestTimeout",
     "ServiceError",
     "SettlementError",
+    "SubjectError",
+    "SubjectMismatch",
     "SubscribeError",
     "TransportError",
     "find_in_chain",
@@ -144,6 +149,56 @@ class InvalidSubject(GofluxError, ValueError):
     def __init__(self, message: str, *, subject: object) -> None:
         super().__init__(message)
         self.subject = subject
+
+
+class SubjectError(InvalidSubject):
+    """A subject built from parts breaks a rule: which part, and which rule.
+
+    Raised by the subject builder (:class:`goflux.Subjects`) for a bad segment and by
+    :class:`goflux.SubjectTemplate` for a bad template or a value that cannot be one
+    token. An :class:`InvalidSubject`, so ``except InvalidSubject`` catches it too.
+
+    Attributes:
+        subject: The subject (or template) being built, as far as it is known.
+        segment: The offending segment or value, as given (None when the whole subject
+            is at fault).
+        part: What the segment is (``"domain"``, ``"prefix segment 2"``, ``"parameter
+            'region'"``).
+        rule: The rule broken, in a few words (``"must not be empty"``).
+    """
+
+    def __init__(
+        self, message: str, *, subject: object, segment: object, part: str, rule: str
+    ) -> None:
+        super().__init__(message, subject=subject)
+        self.segment = segment
+        self.part = part
+        self.rule = rule
+
+
+class SubjectMismatch(SubjectError):
+    """A subject does not fit a :class:`goflux.SubjectTemplate`.
+
+    Either its tokens do not match the template's pattern, or its parameter values do
+    not validate as the template's parameter type (the pydantic ``ValidationError`` is
+    chained as ``__cause__``).
+
+    Attributes:
+        template: The template's text (``"orders.{region}.{order_id}.created"``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: object,
+        template: str,
+        segment: object = None,
+        part: str = "subject",
+        rule: str,
+    ) -> None:
+        super().__init__(message, subject=subject, segment=segment, part=part, rule=rule)
+        self.template = template
 
 
 class InvalidHeader(GofluxError, ValueError):

@@ -15,14 +15,18 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from goflux._errors import InvalidSubject
+from goflux._errors import InvalidSubject, SubjectError
 
 __all__ = (
     "MAX_SUBJECT_BYTES",
+    "TOKEN",
+    "check_length",
+    "check_token",
     "covers",
     "is_wildcard",
     "matches",
     "tokens_match",
+    "too_long",
     "validate_pattern",
     "validate_subject",
 )
@@ -31,6 +35,11 @@ _LITERAL = r"[^.*>\s\x00-\x1f\x7f]+"
 _SUBJECT = re.compile(rf"{_LITERAL}(?:\.{_LITERAL})*")
 _PATTERN = re.compile(rf"(?:{_LITERAL}|\*)(?:\.(?:{_LITERAL}|\*))*(?:\.>)?|>")
 _BAD_CHAR = re.compile(r"[\s\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SPACE = re.compile(r"\s")
+
+TOKEN = _LITERAL
+"""A regular expression of one literal token: no dot, wildcard, whitespace or control."""
 
 MAX_SUBJECT_BYTES = 3_072
 """The longest subject or pattern accepted, in UTF-8 bytes.
@@ -38,6 +47,11 @@ MAX_SUBJECT_BYTES = 3_072
 It leaves room within nats-server's default 4 KiB protocol line for the reply inbox
 and the sizes that share the line with the subject.
 """
+
+
+def too_long(subject: str) -> bool:
+    """Report whether ``subject`` is longer than :data:`MAX_SUBJECT_BYTES` in UTF-8."""
+    return _too_long(subject)
 
 
 def _too_long(subject: str) -> bool:
@@ -95,6 +109,74 @@ def _diagnose(subject: object, *, pattern: bool) -> InvalidSubject:  # noqa: PLR
     return InvalidSubject(f"invalid {what} {subject!r}", subject=subject)  # pragma: no cover
 
 
+def check_token(segment: object, *, part: str, subject: str) -> str:
+    """Return ``segment`` if it can be one token of a subject, else raise.
+
+    The rules of Go goflux's subject builder (not empty; no ``.``, ``*``, ``>`` or
+    whitespace) and goflux's own: no control character, any Unicode whitespace, a str.
+
+    Args:
+        segment: The candidate token.
+        part: What it is, for the error (``"domain"``, ``"parameter 'region'"``).
+        subject: The subject built so far (or the template), for the error.
+
+    Raises:
+        SubjectError: ``segment`` breaks a rule; the error names ``part`` and the rule.
+    """
+    if isinstance(segment, str) and _SEGMENT.fullmatch(segment) is not None:
+        # a str subclass (a StrEnum member) as its characters, not its str()
+        return segment if type(segment) is str else str.__str__(segment)
+    rule = _broken_rule(segment) or "is not a token"
+    where = f" of {subject!r}" if subject else ""
+    raise SubjectError(
+        f"invalid {part} {segment!r}{where}: {rule}",
+        subject=subject,
+        segment=segment,
+        part=part,
+        rule=rule,
+    )
+
+
+_SEGMENT = re.compile(_LITERAL)
+
+
+def _broken_rule(segment: object) -> str | None:  # noqa: PLR0911
+    if not isinstance(segment, str):
+        return f"must be a str, not {type(segment).__name__}"
+    if not segment:
+        return "must not be empty"
+    if "." in segment:
+        return "must not contain '.' (a segment is one token)"
+    if "*" in segment or ">" in segment:
+        return "must not contain a wildcard ('*' or '>')"
+    space = _SPACE.search(segment)
+    if space is not None:
+        return f"must not contain whitespace ({space.group()!r})"
+    control = _CONTROL.search(segment)
+    if control is not None:
+        return f"must not contain a control character ({control.group()!r})"
+    return None
+
+
+def check_length(subject: str, *, part: str, segment: object) -> str:
+    """Return ``subject`` if it is at most :data:`MAX_SUBJECT_BYTES` long, else raise.
+
+    Raises:
+        SubjectError: ``subject`` is longer (naming ``part``, which made it so).
+    """
+    if _too_long(subject):
+        size = len(subject.encode())
+        rule = f"makes the subject longer than {MAX_SUBJECT_BYTES} bytes ({size})"
+        raise SubjectError(
+            f"invalid {part} {segment!r}: it {rule}: {subject[:40]!r}...",
+            subject=subject,
+            segment=segment,
+            part=part,
+            rule=rule,
+        )
+    return subject
+
+
 @lru_cache(maxsize=4096)
 def _valid_subject(subject: str) -> str:
     if _too_long(subject) or _SUBJECT.fullmatch(subject) is None:
@@ -118,7 +200,8 @@ def validate_subject(subject: str) -> str:
     """
     if not isinstance(subject, str):
         raise _diagnose(subject, pattern=False)
-    return _valid_subject(subject)
+    _valid_subject(subject)
+    return subject  # as given: a str subclass (a template's pattern) stays itself
 
 
 def validate_pattern(pattern: str) -> str:
@@ -131,7 +214,8 @@ def validate_pattern(pattern: str) -> str:
     """
     if not isinstance(pattern, str):
         raise _diagnose(pattern, pattern=True)
-    return _valid_pattern(pattern)
+    _valid_pattern(pattern)
+    return pattern  # as given: a str subclass (a template's pattern) stays itself
 
 
 def is_wildcard(pattern: str) -> bool:

@@ -50,6 +50,7 @@ from goflux._otel.semconv import (
 )
 from goflux._otel.tally import Count
 from goflux._otel.telemetry import Telemetry
+from goflux._subject_template import destination_template
 
 __all__ = (
     "NULL_SCOPE",
@@ -362,6 +363,8 @@ class ProcessScopes:
         parented: bool = False,
         operation: Literal["process", "receive"] = "process",
     ) -> None:
+        if template is not None:  # a SubjectTemplate's pattern: the template's text
+            template = destination_template(template)
         self.telemetry = telemetry
         self.template = template
         self.consumer_group = consumer_group

@@ -10,6 +10,7 @@ from typing import Any
 
 from goflux._compose.endpoints import Endpoint, endpoint_name
 from goflux._facts import Facts, facts_of
+from goflux._subject_template import template_of
 from goflux._wire import MESSAGE_ID_HEADER, NATS_MSG_ID_HEADER, USER_HEADER_PREFIX
 from goflux.asyncapi._http import (
     HTTP_ERROR_MESSAGE,
@@ -17,6 +18,7 @@ from goflux.asyncapi._http import (
     message_binding,
     operation_binding,
 )
+from goflux.asyncapi._parameters import template_address
 from goflux.asyncapi._payloads import Mode, Payload, PayloadSchemas, component_key, payload_of
 from goflux.asyncapi._servers import Servers, security_schemes
 
@@ -143,7 +145,14 @@ class _Channel:
 
 
 def _address(subject: str) -> tuple[str, dict[str, Any]]:
-    """A NATS subject as an AsyncAPI address: wildcards become parameters."""
+    """A NATS subject as an AsyncAPI address: wildcards become parameters.
+
+    A :class:`goflux.SubjectTemplate`'s pattern is the template's text, its
+    placeholders the parameters, typed.
+    """
+    template = template_of(subject)
+    if template is not None:
+        return template_address(template)
     tokens: list[str] = []
     parameters: dict[str, Any] = {}
     for position, token in enumerate(subject.split("."), start=1):
@@ -182,12 +191,17 @@ class _Builder:
         self.http_servers = HttpServers()
         self.schemas = PayloadSchemas()
         self.channels: dict[str, _Channel] = {}
-        self._channel_of_subject: dict[tuple[str | None, ...], str] = {}
+        # (server, path, subject, template) -> channel key: two templates with one
+        # pattern (orders.{region}.created, orders.{customer}.created) are two channels
+        self._channel_of_subject: dict[tuple[object, ...], str] = {}
         self.variants: list[_Message] = []
         self.operations: dict[str, dict[str, Any]] = {}
         self.skipped: list[Skipped] = []
         self.uses_errors = False
         self.uses_http_errors = False
+        # a plain pattern -> the pattern of the one SubjectTemplate that has it (none when
+        # two templates share the pattern: which one a plain subscription means is unknown)
+        self.templated: dict[str, str] = {}
 
     def _unique(self, taken: Mapping[str, object], key: str) -> str:
         if key not in taken:
@@ -203,7 +217,11 @@ class _Builder:
         On HTTP (``http`` is the server's key and the path), the channel of the path
         ``{path}/{subject}`` on that server.
         """
-        found = (None, subject) if http is None else (*http, subject)
+        if template_of(subject) is None:
+            # a pattern some endpoint uses with its template: the template's channel
+            subject = self.templated.get(subject, subject)
+        where = (None, None) if http is None else http
+        found = (*where, str.__str__(subject), template_of(subject))
         key = self._channel_of_subject.get(found)
         if key is None:
             address, _ = _address(subject)
@@ -448,6 +466,16 @@ def build_document(
 ) -> tuple[dict[str, Any], tuple[Skipped, ...]]:
     """The AsyncAPI 3.0 document of ``endpoints``, and the endpoints it leaves out."""
     builder = _Builder()
+    templates: dict[str, dict[object, str]] = {}  # pattern -> its templates' patterns
+    for endpoint in endpoints:
+        template = template_of(endpoint.subject)
+        if template is not None:
+            templates.setdefault(str.__str__(endpoint.subject), {})[template] = endpoint.subject
+    builder.templated = {
+        pattern: next(iter(patterns.values()))
+        for pattern, patterns in templates.items()
+        if len(patterns) == 1
+    }
     for endpoint in endpoints:
         builder.add(endpoint)
     info: dict[str, Any] = {"title": title, "version": version}

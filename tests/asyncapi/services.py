@@ -11,7 +11,16 @@ import nats
 from pydantic import AfterValidator, BaseModel, Field
 from pydantic_core import CoreSchema, core_schema
 
-from goflux import BytesCodec, Group, JsonCodec, Message, StrCodec, bind_publisher, bind_topic
+from goflux import (
+    BytesCodec,
+    Group,
+    JsonCodec,
+    Message,
+    StrCodec,
+    SubjectTemplate,
+    bind_publisher,
+    bind_topic,
+)
 from goflux.codecs import CsvCodec, Gzip, MsgpackCodec, YamlCodec, Zstd, pipe
 from goflux.transports import channel, jetstream
 from goflux.transports import http as ghttp
@@ -228,3 +237,49 @@ async def in_other_formats(group: Group) -> None:
     partner = group.own(ghttp.Publisher("http://partner.internal", YamlCodec(Shipment)))
     group.sends(partner, "shipments.sent")
     group.sends(group.own(ghttp.Publisher("http://archive.internal", compressed)), "orders.kept")
+
+
+class Key(BaseModel):
+    region: Literal["eu", "us"] = Field(description="Where the order was placed.")
+    order_id: str = Field(examples=["o-1"], min_length=2)
+
+
+SHIPPED = SubjectTemplate("shipments.{region}.{order_id}.shipped", Key)
+
+
+async def on_shipped(message: Message[Shipment], key: Key) -> None:
+    """Note that an order was shipped."""
+
+
+async def templated(group: Group) -> None:
+    """A service that receives and sends on a subject template."""
+    nc = group.own(await nats.connect(os.environ["NATS_URL"]))
+    # the same pattern without the template first: the channel takes the template's
+    raw = group.own(gnats.Subscriber(nc, BytesCodec()))
+    group.subscribe(raw, "shipments.*.*.shipped", audit)
+    shipments = group.own(gnats.Subscriber(nc, JsonCodec(Shipment)))
+    group.subscribe(shipments, SHIPPED.pattern, SHIPPED.handler(on_shipped))
+    group.sends(group.own(gnats.Publisher(nc, JsonCodec(Shipment))), SHIPPED.pattern)
+
+
+class CustomerKey(BaseModel):
+    customer: int
+    order_id: str
+
+
+# A second template with SHIPPED's pattern (shipments.*.*.shipped): its own channel.
+BY_CUSTOMER = SubjectTemplate("shipments.{customer}.{order_id}.shipped", CustomerKey)
+
+
+async def on_shipped_to(message: Message[Shipment], key: CustomerKey) -> None:
+    """Note that a customer's order was shipped."""
+
+
+async def twin_templates(group: Group) -> None:
+    """Two templates with the same pattern, and a plain subscription on it."""
+    nc = group.own(await nats.connect(os.environ["NATS_URL"]))
+    shipments = group.own(gnats.Subscriber(nc, JsonCodec(Shipment)))
+    group.subscribe(shipments, SHIPPED.pattern, SHIPPED.handler(on_shipped))
+    group.subscribe(shipments, BY_CUSTOMER.pattern, BY_CUSTOMER.handler(on_shipped_to))
+    raw = group.own(gnats.Subscriber(nc, BytesCodec()))
+    group.subscribe(raw, "shipments.*.*.shipped", audit)  # which template? neither

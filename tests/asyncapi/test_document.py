@@ -344,3 +344,55 @@ def test_the_page_survives_a_comment_opener_in_the_document() -> None:
     page = asyncapi_html(document)
     script = page.split("AsyncApiStandalone.render(", 1)[1]
     assert "<" not in script.split("</script>", 1)[0]
+
+
+async def test_a_template_channel_documents_its_typed_parameters(nats_url: str) -> None:
+    document = (await describe_service(services.templated)).document
+    (verdict,) = parse(json.dumps(document))
+    assert verdict.valid, verdict.diagnostics
+    assert verdict.problems == []
+    [(key, channel)] = document["channels"].items()  # one channel, with or without template
+    assert key == "shipments.region.order_id.shipped"
+    assert channel["address"] == "shipments.{region}.{order_id}.shipped"
+    assert channel["parameters"] == {
+        "region": {
+            "description": "Where the order was placed.",
+            "enum": ["eu", "us"],
+            "x-schema": {
+                "description": "Where the order was placed.",
+                "enum": ["eu", "us"],
+                "type": "string",
+            },
+        },
+        "order_id": {
+            "description": "Token 3 of the subject: order_id of Key.",
+            "examples": ["o-1"],
+            "x-schema": {"examples": ["o-1"], "minLength": 2, "type": "string"},
+        },
+    }
+    actions = sorted(op["action"] for op in document["operations"].values())
+    assert actions == ["receive", "receive", "send"]
+    assert {op["channel"]["$ref"] for op in document["operations"].values()} == {
+        f"#/channels/{key}"
+    }
+
+
+async def test_two_templates_with_one_pattern_are_two_channels(nats_url: str) -> None:
+    document = (await describe_service(services.twin_templates)).document
+    (verdict,) = parse(json.dumps(document))
+    assert verdict.valid, verdict.diagnostics
+    assert verdict.problems == []
+    channels = document["channels"]
+    addresses = {key: channel["address"] for key, channel in channels.items()}
+    assert addresses == {
+        "shipments.region.order_id.shipped": "shipments.{region}.{order_id}.shipped",
+        "shipments.customer.order_id.shipped": "shipments.{customer}.{order_id}.shipped",
+        # the plain pattern could mean either template: a channel of its own
+        "shipments.token2.token3.shipped": "shipments.{token2}.{token3}.shipped",
+    }
+    customer = channels["shipments.customer.order_id.shipped"]["parameters"]["customer"]
+    assert customer["x-schema"] == {"type": "integer"}
+    region = channels["shipments.region.order_id.shipped"]["parameters"]["region"]
+    assert region["enum"] == ["eu", "us"]
+    used = sorted(op["channel"]["$ref"] for op in document["operations"].values())
+    assert used == sorted(f"#/channels/{key}" for key in channels)  # one operation each

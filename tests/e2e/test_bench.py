@@ -28,6 +28,7 @@ from bench import (
     memory,
     serial_codecs,
     service,
+    subjects,
 )
 from bench import http as http_bench
 from bench import jetstream as js_bench
@@ -50,6 +51,8 @@ TITLES = (
     "MsgpackCodec.decode: the same",
     "CsvCodec.encode: 100 rows of the 10-field model",
     "JetStream consume with ack, typed handler, by codec",
+    "Parse a received subject into typed parameters (two str fields)",
+    "Format a subject from parameters (two str fields)",
     "In-process publish -> handler",
     "JetStream publish, waiting for each PubAck",
     "JetStream pipelined publish",
@@ -87,6 +90,10 @@ CASES = (
     "CsvCodec.encode",
     codec_consume.JSON,
     codec_consume.MSGPACK,
+    subjects.HAND_PARSE,
+    subjects.TEMPLATE_PARSE,
+    subjects.HAND_FORMAT,
+    subjects.TEMPLATE_FORMAT,
     "raw fetch(100) + ack",
     "goflux Subscriber.fetch(100) + ack",
     "goflux, no-op telemetry providers",
@@ -127,6 +134,8 @@ COUNTS = {
     "Decode the same": SMOKE.codec_ops,
     "MsgpackCodec.encode: the 10-field model": SMOKE.codec_ops,
     "MsgpackCodec.decode: the same": SMOKE.codec_ops,
+    "Parse a received subject into typed parameters (two str fields)": SMOKE.codec_ops,
+    "Format a subject from parameters (two str fields)": SMOKE.codec_ops,
     "JetStream consume with ack, typed handler, by codec": SMOKE.consumed,
     "In-process publish -> handler": SMOKE.channel_msgs,
     "JetStream publish, waiting for each PubAck": SMOKE.sequential,
@@ -154,6 +163,8 @@ GOALS = (
         for step, library in zip(("encode", "decode"), libraries, strict=True)
     ),
     "typed JetStream consume with MsgpackCodec vs with JsonCodec",
+    "SubjectTemplate.parse per message (a model of two str fields)",
+    "SubjectTemplate.format per message (a model of two str fields)",
     "consume with ack (typed) vs raw callback pull",
     "consume vs FastStream, its default setup",
     "consume vs FastStream, its fastest setup",
@@ -558,3 +569,20 @@ def test_the_codec_consume_goal_is_msgpack_at_least_as_fast_as_json() -> None:
     assert goal([101.0, 131.0, 71.0], 9.0).met
     assert not goal([99.0, 131.0, 71.0], 9.0).met  # the median of medians: 99 < 100
     assert not goal([101.0, 131.0, 71.0], 10.1).met  # more CPU per message
+
+
+def test_the_template_goals_fail_when_parse_or_format_is_slow() -> None:
+    def goal(key: str, row: str, cpu_us: float) -> goals.Goal:
+        results = {
+            name: Result(name, rates=[1.0] * 3, cpu_us=[cpu_us] * 3, counts=[1] * 3)
+            for name in (row, "by hand")
+        }
+        [found] = goals.check({key: Table(key, "t", results, "by hand")}, None, None)
+        return found
+
+    assert goal("template_parse", subjects.TEMPLATE_PARSE, 3.8).met
+    assert goal("template_parse", subjects.TEMPLATE_PARSE, 10.0).met
+    assert not goal("template_parse", subjects.TEMPLATE_PARSE, 10.01).met
+    assert goal("template_format", subjects.TEMPLATE_FORMAT, 15.0).met
+    assert not goal("template_format", subjects.TEMPLATE_FORMAT, 15.01).met
+    assert goal("template_parse", subjects.TEMPLATE_PARSE, 3.8).measured == "3.80 µs"
