@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, Metric, NumberDataPoint, Sum
 
-from goflux import Message, StrCodec
+from goflux import Message, SettlementError, StrCodec
 from goflux.transports import channel, jetstream
 from goflux.transports import nats as gnats
 from tests.conftest import STREAM, Otel
@@ -256,3 +256,38 @@ async def test_recorded_names_units_and_attributes_match_the_doc(
         a.get("messaging.destination.name") == "math.upper"
     ]  # fmt: skip
     assert answer["goflux.reply.body.size"] == 3
+
+
+async def test_a_settlement_that_cannot_be_sent_counts_with_ack_error_true(
+    nc: Client, js: JetStreamContext, otel: Otel
+) -> None:
+    await jetstream.Publisher(js, StrCodec()).publish("orders.created", "o-1")
+    held: list[Message[str]] = []
+    got = asyncio.Event()
+
+    async def keep(msg: Message[str]) -> None:
+        held.append(msg)  # settled later, outside the handler
+        got.set()
+
+    subscriber = jetstream.Subscriber(
+        js, StrCodec(), stream=STREAM, manual_ack=True, telemetry=otel.telemetry
+    )
+    subscription = await subscriber.start("orders.created", keep)
+    async with asyncio.timeout(10):
+        await got.wait()
+    await nc.close()
+    with pytest.raises(SettlementError, match="could not nak message"):
+        await held[0].nak(5.0)
+    data = otel.metrics()["goflux.processor.ack.outcome"].data
+    assert isinstance(data, Sum)
+    assert [(dict(p.attributes or {}), number(p)) for p in data.data_points] == [
+        (
+            {
+                "goflux.ack.action": "nak_with_delay",
+                "goflux.ack.error": True,
+                "messaging.destination.name": "orders.created",
+            },
+            1,
+        )
+    ]
+    await subscription.stop()
