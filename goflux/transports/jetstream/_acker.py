@@ -7,9 +7,9 @@ delivery count, both sequences, the store time and the pending count
 Every acknowledgement goes through :meth:`JetStreamAcker._send`: it publishes the
 payload (``+ACK``, ``-NAK``, ``+TERM``, ``+WPI``) on the message's ``$JS.ACK`` reply
 subject, records it in the subscription's :class:`Ledger` (by Go goflux's ack action),
-and gives the message's in-flight room back once it is settled. A confirmed ack goes through the
-subscription's :class:`~._confirm.Confirmations` instead, which count it and give the
-room back once the server confirmed it (or it was given up).
+and gives the message's in-flight room back once it is settled. A confirmed ack goes
+through the subscription's :class:`~._confirm.Confirmations` instead, which count it
+and give the room back once the server confirmed it (or it was given up).
 """
 
 from __future__ import annotations
