@@ -11,6 +11,7 @@ hot path pays nothing: a level is read only when a reader collects.
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
 from collections.abc import Callable, Iterable, Mapping
 
@@ -18,6 +19,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.util.types import AttributeValue
 
 __all__ = ("Levels",)
+
+logger = logging.getLogger("goflux.telemetry")
 
 _Key = frozenset[tuple[str, AttributeValue]]
 
@@ -29,7 +32,8 @@ class Levels:
     subscriptions on one subject report the messages waiting in both), or with
     ``combine`` (``max`` for levels that both sources see whole, such as the backlog
     of one consumer two subscriptions share). A source whose reader returns None is
-    left out of that collection (it has nothing to report yet).
+    left out of that collection (it has nothing to report yet), as is one whose reader
+    raises (logged at debug level): the others are reported all the same.
 
     Args:
         combine: Combines the levels of two sources with equal attribute sets.
@@ -67,7 +71,11 @@ class Levels:
         """Every live source's level, combined by attribute set: the gauge's callback."""
         levels: dict[_Key, tuple[Mapping[str, AttributeValue], int]] = {}
         for attributes, read in list(self._sources.values()):  # one C-level copy
-            value = read()
+            try:
+                value = read()
+            except Exception:  # one source must not hide the others
+                logger.debug("a level source failed", exc_info=True)
+                continue
             if value is None:
                 continue
             key: _Key = frozenset(attributes.items())
