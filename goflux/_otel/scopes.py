@@ -172,7 +172,8 @@ class PublishScopes:
 
     Args:
         telemetry: Where spans and metrics go.
-        system: The ``messaging.system`` value (``channel``, ``nats``, ``nats-jetstream``).
+        system: The ``messaging.system`` value (``go_channel``, ``nats``,
+            ``nats-jetstream``, ``http``).
         server_address: Broker host, when known.
         server_port: Broker port, when known.
         kind: PRODUCER for a publish; CLIENT for a request, whose caller waits for the
@@ -392,7 +393,10 @@ class ProcessScopes:
             attrs = dict(self.attributes)
             if self.template is None:
                 attrs[MESSAGING_DESTINATION_NAME] = subject
-            found = _Metrics(attrs, self.telemetry.counters.consumed.count(attrs))
+            # As Go goflux: consumed messages are counted as received, the handler's
+            # duration is the processing's.
+            received = {**attrs, MESSAGING_OPERATION_NAME: "receive"}
+            found = _Metrics(attrs, self.telemetry.counters.consumed.count(received))
             if self.template is not None:
                 self._templated = found
             elif len(self._by_subject) < _SUBJECTS_KEPT:

@@ -2,8 +2,9 @@
 
 Each constant is named after its value, so a key never shares a name with a value:
 ``MESSAGING_SYSTEM`` is the key ``messaging.system``; what a transport reports under it
-is that transport's ``SYSTEM`` (``nats-jetstream``, ``nats``, ``channel``). Keys follow
-the OpenTelemetry messaging semantic conventions; goflux's own start with ``goflux.``.
+is that transport's ``SYSTEM`` (``nats-jetstream``, ``nats``, ``http``, ``go_channel``:
+Go goflux's values). Keys follow the OpenTelemetry messaging semantic conventions;
+goflux's own start with ``goflux.``, and those Go goflux records too have Go's names.
 """
 
 from __future__ import annotations
@@ -11,14 +12,21 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = (
+    "ACK_ACTIONS",
     "DURATION_BUCKETS",
     "ERROR_TYPE",
+    "GOFLUX_ACK_ACTION",
+    "GOFLUX_ACK_ERROR",
     "GOFLUX_CONSUMER_DEAD_LETTERS",
     "GOFLUX_CONSUMER_DROPPED",
+    "GOFLUX_CONSUMER_LAG",
+    "GOFLUX_CONSUMER_PENDING",
     "GOFLUX_CONSUMER_REDELIVERIES",
     "GOFLUX_CONSUMER_SETTLEMENTS",
     "GOFLUX_DEAD_LETTER_REASON",
+    "GOFLUX_PROCESSOR_ACK_OUTCOME",
     "GOFLUX_REPLY_BODY_SIZE",
+    "GOFLUX_REPLY_SUBJECT",
     "GOFLUX_SETTLEMENT_OUTCOME",
     "HTTP_REQUEST_METHOD",
     "HTTP_RESPONSE_STATUS_CODE",
@@ -63,6 +71,9 @@ SERVER_PORT: Final = "server.port"
 GOFLUX_SETTLEMENT_OUTCOME: Final = "goflux.settlement.outcome"
 GOFLUX_DEAD_LETTER_REASON: Final = "goflux.dead_letter.reason"
 GOFLUX_REPLY_BODY_SIZE: Final = "goflux.reply.body.size"  # Go goflux's, on request spans
+GOFLUX_REPLY_SUBJECT: Final = "goflux.reply.subject"  # Go goflux's: where a reply arrived
+GOFLUX_ACK_ACTION: Final = "goflux.ack.action"  # Go goflux's: ack, nak, nak_with_delay, term
+GOFLUX_ACK_ERROR: Final = "goflux.ack.error"  # Go goflux's: the settlement itself failed
 HTTP_REQUEST_METHOD: Final = "http.request.method"
 HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
 URL_FULL: Final = "url.full"
@@ -74,10 +85,16 @@ MESSAGING_CLIENT_SENT_MESSAGES: Final = "messaging.client.sent.messages"
 MESSAGING_CLIENT_CONSUMED_MESSAGES: Final = "messaging.client.consumed.messages"
 MESSAGING_CLIENT_OPERATION_DURATION: Final = "messaging.client.operation.duration"
 MESSAGING_PROCESS_DURATION: Final = "messaging.process.duration"
-GOFLUX_CONSUMER_SETTLEMENTS: Final = "goflux.consumer.settlements"
+GOFLUX_PROCESSOR_ACK_OUTCOME: Final = "goflux.processor.ack.outcome"  # Go goflux's
+GOFLUX_CONSUMER_LAG: Final = "goflux.consumer.lag"  # Go goflux's (an observable gauge)
+GOFLUX_CONSUMER_PENDING: Final = "goflux.consumer.pending"  # JetStream's num_pending
+GOFLUX_CONSUMER_SETTLEMENTS: Final = "goflux.consumer.settlements"  # deprecated: ack.outcome
 GOFLUX_CONSUMER_REDELIVERIES: Final = "goflux.consumer.redeliveries"
 GOFLUX_CONSUMER_DROPPED: Final = "goflux.consumer.dropped"
 GOFLUX_CONSUMER_DEAD_LETTERS: Final = "goflux.consumer.dead_letters"
+
+ACK_ACTIONS: Final = ("ack", "nak", "nak_with_delay", "term")
+"""The values of ``goflux.ack.action``, as Go goflux records them."""
 
 DURATION_BUCKETS: Final[tuple[float, ...]] = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,

@@ -10,18 +10,20 @@ spans and their metrics are made by the scopes in :mod:`goflux._otel.scopes`.
 Metrics follow the conventions: ``messaging.client.sent.messages``,
 ``messaging.client.consumed.messages``, ``messaging.client.operation.duration`` and
 ``messaging.process.duration`` (seconds, with the conventions' bucket advice), plus
-goflux's settlement, redelivery, drop and dead-letter counters. ``error.type`` is set
-only when an operation fails. The counters are observable counters over running totals
-kept in Python (:mod:`goflux._otel.tally`), shared by every :class:`Telemetry` on the same
-meter provider: a message costs an integer increment per counter, and a reader still
-sees exact totals. The durations are histograms, recorded per operation.
+Go goflux's ``goflux.processor.ack.outcome`` and ``goflux.consumer.lag`` under Go's
+names, and goflux's own pending, settlement, redelivery, drop and dead-letter signals.
+``error.type`` is set only when an operation fails. The gauges read their levels when a
+reader collects (:mod:`goflux._otel.levels`). The counters are observable counters
+over running totals kept in Python (:mod:`goflux._otel.tally`), shared by every
+:class:`Telemetry` on the same meter provider: a message costs an integer increment per
+counter, and a reader still sees exact totals. The durations are histograms, recorded per operation.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from opentelemetry import metrics, propagate, trace
@@ -33,12 +35,16 @@ from opentelemetry.trace import TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
+from goflux._otel.levels import Levels
 from goflux._otel.semconv import (
     DURATION_BUCKETS,
     GOFLUX_CONSUMER_DEAD_LETTERS,
     GOFLUX_CONSUMER_DROPPED,
+    GOFLUX_CONSUMER_LAG,
+    GOFLUX_CONSUMER_PENDING,
     GOFLUX_CONSUMER_REDELIVERIES,
     GOFLUX_CONSUMER_SETTLEMENTS,
+    GOFLUX_PROCESSOR_ACK_OUTCOME,
     MESSAGING_CLIENT_CONSUMED_MESSAGES,
     MESSAGING_CLIENT_OPERATION_DURATION,
     MESSAGING_CLIENT_SENT_MESSAGES,
@@ -86,28 +92,35 @@ def _reads_w3c_only(propagator: TextMapPropagator) -> bool:
 
 
 class Counters:
-    """goflux's counters on one meter: observable counters over running totals.
+    """goflux's counters and gauges on one meter: observable instruments over running totals.
 
     One set exists per meter (:meth:`of`), so that every :class:`Telemetry` on a
-    provider adds to the same totals: the SDK keeps the first observable counter of a
-    name on a meter and ignores the callbacks of a second one.
+    provider adds to the same totals and reports through the same gauges: the SDK
+    keeps the first observable instrument of a name on a meter and ignores the
+    callbacks of a second one (and no callback can be removed).
 
     Attributes:
         sent: Totals of ``messaging.client.sent.messages``.
         consumed: Totals of ``messaging.client.consumed.messages``.
-        settlements: Totals of ``goflux.consumer.settlements``.
+        ack_outcomes: Totals of ``goflux.processor.ack.outcome`` (Go goflux's).
+        settlements: Totals of ``goflux.consumer.settlements`` (deprecated).
         redeliveries: Totals of ``goflux.consumer.redeliveries``.
         dropped: Totals of ``goflux.consumer.dropped``.
         dead_letters: Totals of ``goflux.consumer.dead_letters``.
-        instruments: The observable counters, by metric name.
+        lag: The sources of ``goflux.consumer.lag`` (Go goflux's).
+        pending: The sources of ``goflux.consumer.pending``.
+        instruments: The observable instruments, by metric name.
     """
 
     __slots__ = (
         "__weakref__",
+        "ack_outcomes",
         "consumed",
         "dead_letters",
         "dropped",
         "instruments",
+        "lag",
+        "pending",
         "redeliveries",
         "sent",
         "settlements",
@@ -116,49 +129,83 @@ class Counters:
     def __init__(self, meter: metrics.Meter) -> None:
         self.sent = Tally()
         self.consumed = Tally()
+        self.ack_outcomes = Tally()
         self.settlements = Tally()
         self.redeliveries = Tally()
         self.dropped = Tally()
         self.dead_letters = Tally()
-        specs = (
+        self.lag = Levels()
+        self.pending = Levels(max)  # two subscriptions of one consumer see one backlog
+        counters = (
             (
                 self.sent,
                 MESSAGING_CLIENT_SENT_MESSAGES,
+                "{message}",
                 "Number of messages producers attempted to send to the broker.",
             ),
             (
                 self.consumed,
                 MESSAGING_CLIENT_CONSUMED_MESSAGES,
+                "{message}",
                 "Number of messages that were delivered to the application.",
+            ),
+            (  # Go goflux's name, description and unit (none)
+                self.ack_outcomes,
+                GOFLUX_PROCESSOR_ACK_OUTCOME,
+                "",
+                "Number of message acknowledgment outcomes by action",
             ),
             (
                 self.settlements,
                 GOFLUX_CONSUMER_SETTLEMENTS,
+                "{message}",
                 "Settlements sent by consumers, by outcome (ack, nak, term, in_progress, "
-                "ack_unconfirmed).",
+                "ack_unconfirmed). Deprecated: use goflux.processor.ack.outcome.",
             ),
             (
                 self.dead_letters,
                 GOFLUX_CONSUMER_DEAD_LETTERS,
+                "{message}",
                 "Messages sent to a dead-letter destination, by reason.",
             ),
             (
                 self.dropped,
                 GOFLUX_CONSUMER_DROPPED,
+                "{message}",
                 "Messages dropped because a slow consumer's pending limits overflowed.",
             ),
             (
                 self.redeliveries,
                 GOFLUX_CONSUMER_REDELIVERIES,
+                "{message}",
                 "Deliveries of messages that had been delivered before.",
             ),
         )
-        self.instruments = {
+        self.instruments: dict[str, object] = {
             name: meter.create_observable_counter(
-                name, callbacks=[tally.observe], unit="{message}", description=description
+                name, callbacks=[tally.observe], unit=unit, description=description
             )
-            for tally, name, description in specs
+            for tally, name, unit, description in counters
         }
+        gauges = (
+            (  # Go goflux's name, description and unit (none)
+                self.lag,
+                GOFLUX_CONSUMER_LAG,
+                "",
+                "Number of messages waiting in the subscriber buffer",
+            ),
+            (
+                self.pending,
+                GOFLUX_CONSUMER_PENDING,
+                "{message}",
+                "Messages a JetStream consumer has yet to deliver (its num_pending, as of "
+                "the last delivery).",
+            ),
+        )
+        for levels, name, unit, description in gauges:
+            self.instruments[name] = meter.create_observable_gauge(
+                name, callbacks=[levels.observe], unit=unit, description=description
+            )
 
     @classmethod
     def of(cls, provider: MeterProvider, meter: metrics.Meter) -> Counters:
@@ -299,6 +346,30 @@ class Telemetry:
     def redelivery_count(self, attributes: Mapping[str, AttributeValue]) -> Count:
         """The running total of redeliveries with ``attributes`` (add to it while metering)."""
         return self.counters.redeliveries.count(attributes)
+
+    def ack_outcome_count(self, attributes: Mapping[str, AttributeValue]) -> Count:
+        """The running total of ack outcomes with ``attributes`` (add to it while metering)."""
+        return self.counters.ack_outcomes.count(attributes)
+
+    def watch_lag(
+        self, attributes: Mapping[str, AttributeValue], read: Callable[[], int | None]
+    ) -> Callable[[], None]:
+        """Report ``read()`` as ``goflux.consumer.lag`` at each collection; returns the undo.
+
+        ``read`` returns the messages received and waiting for a worker; it runs on
+        the reader's thread (a length read is safe there). Call the function returned
+        when the subscription closes.
+        """
+        return self.counters.lag.watch(attributes, read)
+
+    def watch_pending(
+        self, attributes: Mapping[str, AttributeValue], read: Callable[[], int | None]
+    ) -> Callable[[], None]:
+        """Report ``read()`` as ``goflux.consumer.pending`` at each collection; returns the undo.
+
+        ``read`` returns None while there is nothing to report yet.
+        """
+        return self.counters.pending.watch(attributes, read)
 
     def record_settlement(self, attributes: Mapping[str, AttributeValue]) -> None:
         """Count one settlement; ``attributes`` carry ``goflux.settlement.outcome``."""

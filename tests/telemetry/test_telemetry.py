@@ -51,7 +51,7 @@ def test_setter_writes_lowercase_and_getter_reads_any_casing() -> None:
 
 def test_publish_injects_lowercase_trace_context(otel: Otel) -> None:
     carrier: dict[str, str] = {}
-    with PublishScopes(otel.telemetry, "channel").open("a.b", carrier):
+    with PublishScopes(otel.telemetry, "go_channel").open("a.b", carrier):
         pass
     span = otel.span("send a.b")
     assert span.context is not None
@@ -83,7 +83,7 @@ def test_producer_span_is_a_child_of_the_current_span(otel: Otel) -> None:
     tracer = otel.tracer_provider.get_tracer("test")
     with (
         tracer.start_as_current_span("request") as request,
-        PublishScopes(otel.telemetry, "channel").open("a.b", {}),
+        PublishScopes(otel.telemetry, "go_channel").open("a.b", {}),
     ):
         pass
     producer = otel.span("send a.b")
@@ -95,13 +95,13 @@ def test_consumer_span_is_current_during_processing_and_keeps_baggage(otel: Otel
     carrier: dict[str, str] = {}
     token = otel_context.attach(baggage.set_baggage("tenant", "acme"))
     try:
-        with PublishScopes(otel.telemetry, "channel").open("a.b", carrier):
+        with PublishScopes(otel.telemetry, "go_channel").open("a.b", carrier):
             pass
     finally:
         otel_context.detach(token)
     assert "baggage" in carrier
     tracer = otel.tracer_provider.get_tracer("test")
-    with ProcessScopes(otel.telemetry, "channel").open("a.b", carrier) as scope:
+    with ProcessScopes(otel.telemetry, "go_channel").open("a.b", carrier) as scope:
         assert trace.get_current_span() is scope.span
         assert baggage.get_baggage("tenant") == "acme"
         with tracer.start_as_current_span("work"):
@@ -113,7 +113,7 @@ def test_consumer_span_is_current_during_processing_and_keeps_baggage(otel: Otel
 
 
 def test_wildcard_template_names_the_span(otel: Otel) -> None:
-    with ProcessScopes(otel.telemetry, "channel", template="orders.>").open("orders.eu.123", {}):
+    with ProcessScopes(otel.telemetry, "go_channel", template="orders.>").open("orders.eu.123", {}):
         pass
     span = otel.span("process orders.>")
     attrs = dict(span.attributes or {})
@@ -124,12 +124,14 @@ def test_wildcard_template_names_the_span(otel: Otel) -> None:
 def test_failures_set_error_type_on_spans_and_metrics(otel: Otel) -> None:
     with (
         pytest.raises(KeyError),
-        ProcessScopes(otel.telemetry, "channel", consumer_group="g").open("a.b", {}, body_size=3),
+        ProcessScopes(otel.telemetry, "go_channel", consumer_group="g").open(
+            "a.b", {}, body_size=3
+        ),
     ):
         raise KeyError("x")
     with (
         pytest.raises(ValueError, match="bad"),
-        PublishScopes(otel.telemetry, "channel").open("a.b", {}),
+        PublishScopes(otel.telemetry, "go_channel").open("a.b", {}),
     ):
         raise ValueError("bad")
     consumer = otel.span("process a.b")
@@ -185,7 +187,7 @@ async def test_the_four_metrics_with_semconv_buckets(otel: Otel) -> None:
         assert point.count == 3
     [sent] = points(metrics["messaging.client.sent.messages"])
     assert sent == {
-        "messaging.system": "channel",
+        "messaging.system": "go_channel",
         "messaging.operation.name": "send",
         "messaging.destination.name": "orders.created",
     }
@@ -194,8 +196,8 @@ async def test_the_four_metrics_with_semconv_buckets(otel: Otel) -> None:
     # cardinality (spans keep it).
     [consumed] = points(metrics["messaging.client.consumed.messages"])
     assert consumed == {
-        "messaging.system": "channel",
-        "messaging.operation.name": "process",
+        "messaging.system": "go_channel",
+        "messaging.operation.name": "receive",  # as Go goflux: the duration's is process
         "messaging.destination.template": "orders.*",
         "messaging.consumer.group.name": "billing",
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
 from goflux._codecs import as_decode_error
@@ -19,6 +20,7 @@ from goflux._lifecycle import (
 )
 from goflux._message import Message
 from goflux._otel.scopes import ProcessScopes
+from goflux._otel.semconv import MESSAGING_DESTINATION_NAME, MESSAGING_SYSTEM
 from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
 from goflux.transports.channel._bus import Bus, Envelope, Route
@@ -70,6 +72,8 @@ class ChannelSubscription(StopOnExit, Generic[T]):
             consumer_group=queue,
         )
         self._route = Route(pattern, queue, buffer)
+        self._telemetry = telemetry
+        self._unwatch: Callable[[], None] | None = None
         self._draining = False
         self._expired = False  # the drain deadline passed: handle nothing more
         self._task: asyncio.Task[None] | None = None
@@ -81,6 +85,11 @@ class ChannelSubscription(StopOnExit, Generic[T]):
 
     def _start(self) -> asyncio.Task[None]:
         self._bus.add(self._route)
+        route = self._route
+        self._unwatch = self._telemetry.watch_lag(  # goflux.consumer.lag, until it ends
+            {MESSAGING_SYSTEM: SYSTEM, MESSAGING_DESTINATION_NAME: self._pattern},
+            lambda: route.pending,
+        )
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"goflux-channel-{self._pattern}"
         )
@@ -117,6 +126,8 @@ class ChannelSubscription(StopOnExit, Generic[T]):
                     return  # a handler swallowed the deadline's cancel: stop anyway
         finally:
             # However the loop ends, leave the bus and release waiting publishers.
+            if self._unwatch is not None:
+                self._unwatch()
             self._bus.remove(route)
             left = route.close()
             if left:

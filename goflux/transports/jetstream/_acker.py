@@ -6,10 +6,10 @@ delivery count, both sequences, the store time and the pending count
 
 Every acknowledgement goes through :meth:`JetStreamAcker._send`: it publishes the
 payload (``+ACK``, ``-NAK``, ``+TERM``, ``+WPI``) on the message's ``$JS.ACK`` reply
-subject, records the outcome in the subscription's :class:`Ledger`, and gives the
-message's in-flight room back once it is settled. A confirmed ack goes through the
-subscription's :class:`~._confirm.Confirmations` instead, which count it and give the
-room back once the server confirmed it (or it was given up).
+subject, records it in the subscription's :class:`Ledger` (by Go goflux's ack action),
+and gives the message's in-flight room back once it is settled. A confirmed ack goes
+through the subscription's :class:`~._confirm.Confirmations` instead, which count it
+and give the room back once the server confirmed it (or it was given up).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import nats.errors
 from nats.aio.client import Client
@@ -25,7 +25,13 @@ from opentelemetry.util.types import AttributeValue
 
 from goflux._errors import SettlementError
 from goflux._message import Delivery, Outcome
-from goflux._otel.semconv import GOFLUX_SETTLEMENT_OUTCOME
+from goflux._otel.semconv import (
+    ACK_ACTIONS,
+    GOFLUX_ACK_ACTION,
+    GOFLUX_ACK_ERROR,
+    GOFLUX_SETTLEMENT_OUTCOME,
+    MESSAGING_DESTINATION_NAME,
+)
 from goflux._otel.tally import Count
 from goflux._otel.telemetry import Telemetry
 from goflux.transports.jetstream._confirm import Confirmations
@@ -44,7 +50,12 @@ _ACK = b"+ACK"
 _NAK = b"-NAK"
 _TERM = b"+TERM"
 _PROGRESS = b"+WPI"
-_OUTCOMES: tuple[Outcome, ...] = ("ack", "nak", "term")
+_OUTCOME_OF: Final[Mapping[str, Outcome]] = {
+    "ack": "ack",
+    "nak": "nak",
+    "nak_with_delay": "nak",
+    "term": "term",
+}  # Go goflux's ack action -> the message's outcome
 
 
 def ack_tokens(reply: str) -> tuple[list[str], int]:
@@ -123,21 +134,34 @@ class LazyDelivery:
 
 
 class Ledger:
-    """Where a subscription's ackers report: settlements by outcome, and room given back.
+    """Where a subscription's ackers report: settlements by action, and room given back.
+
+    Each settlement is counted twice, with running totals looked up once here: as Go
+    goflux's ``goflux.processor.ack.outcome`` (by ``goflux.ack.action`` = ack, nak,
+    nak_with_delay or term, ``goflux.ack.error`` and ``messaging.destination.name``)
+    and as goflux's deprecated ``goflux.consumer.settlements`` (by
+    ``goflux.settlement.outcome``). An in-progress signal has no Go action: it is
+    counted only in the latter. An ack given up unconfirmed is an ack whose operation
+    failed (``goflux.ack.error`` true), and ``ack_unconfirmed`` in the latter.
 
     Args:
-        telemetry: Records the ``goflux.consumer.settlements`` metric.
-        attributes: The subscription's metric attributes (system, consumer, subject).
+        telemetry: Records the metrics.
+        attributes: The subscription's metric attributes (system, consumer, subject),
+            those of ``goflux.consumer.settlements``.
         release: Gives one message's in-flight room back to the pull engine.
         confirmations: Where acks go to be confirmed (``ack(confirm=True)``).
         confirm_all: Every ack is confirmed (the subscriber's ``confirm_acks``).
+        destination: The ``messaging.destination.name`` of the ack outcomes: the
+            subject the subscription was started with (as Go goflux labels them).
 
     Attributes:
         unconfirmed: Acks sent for confirmation and given up unconfirmed.
     """
 
     __slots__ = (
-        "_by_outcome",
+        "_by_action",
+        "_destination",
+        "_failed",
         "_progress",
         "_tel",
         "_unconfirmed",
@@ -155,30 +179,61 @@ class Ledger:
         confirmations: Confirmations | None = None,
         *,
         confirm_all: bool = False,
+        destination: str = "",
     ) -> None:
         self._tel = telemetry
+        self._destination = destination
 
-        def count(outcome: str) -> Count:
+        def settled(outcome: str) -> Count:
             return telemetry.settlement_count({**attributes, GOFLUX_SETTLEMENT_OUTCOME: outcome})
 
-        self._by_outcome = {outcome: count(outcome) for outcome in _OUTCOMES}
-        self._progress = count("in_progress")
-        self._unconfirmed = count("ack_unconfirmed")
+        self._by_action = {
+            action: (settled(_OUTCOME_OF[action]), self._outcome(action, failed=False))
+            for action in ACK_ACTIONS
+        }
+        self._progress = settled("in_progress")
+        self._unconfirmed = (settled("ack_unconfirmed"), self._outcome("ack", failed=True))
+        self._failed: dict[str, Count] = {}
         self.release = release
         self.confirmations = confirmations
         self.confirm_all = confirm_all and confirmations is not None
         self.unconfirmed = 0
 
-    def record(self, outcome: Outcome | None) -> None:
-        """Count one settlement sent (``None``: an in-progress signal)."""
+    def _outcome(self, action: str, *, failed: bool) -> Count:
+        return self._tel.ack_outcome_count(
+            {
+                GOFLUX_ACK_ACTION: action,
+                GOFLUX_ACK_ERROR: failed,
+                MESSAGING_DESTINATION_NAME: self._destination,
+            }
+        )
+
+    def record(self, action: str | None) -> None:
+        """Count one settlement sent, by Go's action (``None``: an in-progress signal)."""
         if self._tel.metering:
-            (self._progress if outcome is None else self._by_outcome[outcome]).value += 1
+            if action is None:
+                self._progress.value += 1
+            else:
+                settled, outcome = self._by_action[action]
+                settled.value += 1
+                outcome.value += 1
+
+    def record_failed(self, action: str | None) -> None:
+        """Count one settlement that could not be sent (``goflux.ack.error`` true)."""
+        if action is None or not self._tel.metering:
+            return  # an in-progress signal has no Go action
+        found = self._failed.get(action)
+        if found is None:
+            found = self._failed[action] = self._outcome(action, failed=True)
+        found.value += 1
 
     def record_unconfirmed(self) -> None:
         """Count one ack sent for confirmation and given up (outcome ``ack_unconfirmed``)."""
         self.unconfirmed += 1
         if self._tel.metering:
-            self._unconfirmed.value += 1
+            settled, outcome = self._unconfirmed
+            settled.value += 1
+            outcome.value += 1
 
 
 class JetStreamAcker:
@@ -241,15 +296,21 @@ class JetStreamAcker:
             self.released = True
             self._ledger.release()
 
-    async def _send(self, payload: bytes, outcome: Outcome | None) -> None:
-        """The one path of every settlement: send it, count it, give the room back."""
+    async def _send(self, payload: bytes, action: str | None) -> None:
+        """The one path of every settlement: send it, count it, give the room back.
+
+        ``action`` is Go goflux's name of the settlement (``ack``, ``nak``,
+        ``nak_with_delay``, ``term``), None for an in-progress signal.
+        """
+        ledger = self._ledger
         try:
             await self._nc.publish(self._reply, payload)
         except nats.errors.Error as exc:
-            raise SettlementError(f"could not {outcome or 'in_progress'} message: {exc}") from exc
-        ledger = self._ledger
-        ledger.record(outcome)
-        if outcome is not None and not self.released:
+            ledger.record_failed(action)
+            what = "in_progress" if action is None else _OUTCOME_OF[action]
+            raise SettlementError(f"could not {what} message: {exc}") from exc
+        ledger.record(action)
+        if action is not None and not self.released:
             self.released = True
             ledger.release()
 
@@ -304,6 +365,10 @@ class JetStreamAcker:
         self._ledger.record_unconfirmed()
         self.release()
 
+    def unsent(self) -> None:
+        """The ack for confirmation could not be sent: count it as an ack that failed."""
+        self._ledger.record_failed("ack")
+
     def nak(self, delay: float | None) -> Coroutine[Any, Any, None]:
         """Ask for redelivery, after ``delay`` seconds if given (awaitable).
 
@@ -311,7 +376,7 @@ class JetStreamAcker:
             SettlementError: The nak could not be sent.
         """
         if delay:
-            return self._send(b'%s {"delay": %d}' % (_NAK, int(delay * 1e9)), "nak")
+            return self._send(b'%s {"delay": %d}' % (_NAK, int(delay * 1e9)), "nak_with_delay")
         return self._send(_NAK, "nak")
 
     def term(self, reason: str | None) -> Coroutine[Any, Any, None]:

@@ -58,6 +58,9 @@ class Confirmable(Protocol):
     def unconfirmed(self) -> None:
         """The ack was given up: count it as unconfirmed, give the room back."""
 
+    def unsent(self) -> None:
+        """The ack could not be sent: count it as an ack that failed."""
+
 
 class _Pending:
     """One ack waiting for its reply."""
@@ -147,6 +150,7 @@ class Confirmations:
         except nats.errors.Error as exc:
             if self._pending.pop(token, None) is not None and not self._pending:
                 self._idle.set()
+            target.unsent()
             raise SettlementError(f"could not send ack: {exc}") from exc
         if self._sweeper is None:
             self._sweeper = self._loop.create_task(

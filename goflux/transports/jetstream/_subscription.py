@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Generic, Protocol, TypeVar
 
@@ -49,6 +49,7 @@ from goflux._message import Message, received
 from goflux._otel.scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScopes
 from goflux._otel.semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
+    MESSAGING_DESTINATION_NAME,
     MESSAGING_DESTINATION_TEMPLATE,
     MESSAGING_NATS_DELIVERY_COUNT,
     MESSAGING_NATS_STREAM,
@@ -192,8 +193,14 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             self._engine.release,
             self._confirmations,
             confirm_all=self._confirm_all,
+            destination=pattern,
         )
         self._redeliveries = telemetry.redelivery_count(base)
+        # The gauges' sources, watched from the start until the subscription finishes:
+        # goflux.consumer.lag reads len(_ready), goflux.consumer.pending the pending
+        # count in the ack subject of the last message delivered.
+        self._last_reply: str | None = None
+        self._unwatch: list[Callable[[], None]] = []
         self._ready: deque[tuple[Msg, JetStreamAcker]] = deque()  # taken, not started
         self._idle: list[asyncio.Future[None]] = []  # workers waiting for a message
         # Messages whose handler runs (a dict as an ordered set: item assignment and
@@ -251,7 +258,35 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
     # -------------------------------------------------------------- lifecycle
 
+    def _watch(self) -> None:
+        """Report the waiting messages and the consumer's backlog to the gauges."""
+        tel = self._tel
+        ready = self._ready
+        lag: dict[str, AttributeValue] = {
+            MESSAGING_SYSTEM: SYSTEM,
+            MESSAGING_DESTINATION_NAME: self._pattern,
+        }
+        pending = dict(lag)
+        if self._acknowledged:  # an ordered consumer's name changes as it is recreated
+            pending[MESSAGING_CONSUMER_GROUP_NAME] = self._engine.consumer.name
+        self._unwatch = [
+            tel.watch_lag(lag, ready.__len__),
+            tel.watch_pending(pending, self._backlog),
+        ]
+
+    def _backlog(self) -> int | None:
+        """The consumer's num_pending as of the last delivery (None before the first)."""
+        reply = self._last_reply
+        if reply is None:
+            return None
+        try:
+            tokens, offset = ack_tokens(reply)
+            return int(tokens[offset + 6])
+        except (ValueError, IndexError):
+            return None
+
     async def _begin(self) -> None:
+        self._watch()
         if self._confirm_all and self._confirmations is not None:
             await self._confirmations.open()  # its inbox is ready before the first ack
         await self._engine.start()
@@ -355,6 +390,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._confirmations.close()
             await self._engine.close(failed=failure is not None)
         finally:  # also when closing cancelled the task it ran in (the inbox's callbacks)
+            for unwatch in self._unwatch:
+                unwatch()
             self._failure = failure
             self._done.set_result(None)
 
@@ -412,6 +449,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         acker = JetStreamAcker(self._nc, msg.reply, self._ledger, arrival)
         if acker.num_delivered > 1:
             self._count_redelivery()
+        self._last_reply = msg.reply  # its pending count: goflux.consumer.pending
         self._ready.append((msg, acker))
         self._wake()
 

@@ -13,6 +13,7 @@ from goflux._errors import NoResponders, PayloadTooLarge, RemoteError, RequestEr
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit
 from goflux._otel.scopes import PublishScopes
+from goflux._otel.semconv import GOFLUX_REPLY_BODY_SIZE, GOFLUX_REPLY_SUBJECT
 from goflux._otel.telemetry import Telemetry
 from goflux._wire import check_size, outgoing
 from goflux.transports._refusals import closed_reason, refusals
@@ -124,6 +125,10 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
                 raise RequestError(
                     f"request to {subject!r} failed: {exc}{reason}", subject=subject
                 ) from exc
+            if scope.recording:  # Go goflux's reply attributes
+                scope.set_attributes(
+                    {GOFLUX_REPLY_BODY_SIZE: len(reply.data), GOFLUX_REPLY_SUBJECT: reply.subject}
+                )
             reply_headers = reply.headers
             if reply_headers and (
                 ERROR_CODE_HEADER in reply_headers or ERROR_HEADER in reply_headers

@@ -18,7 +18,8 @@ from goflux._codecs import Codec, as_decode_error
 from goflux._errors import EncodeError, PayloadTooLarge, ServiceError
 from goflux._facts import Facts
 from goflux._lifecycle import SubscriberLifecycle
-from goflux._otel.scopes import ProcessScopes
+from goflux._otel.scopes import NullScope, ProcessScope, ProcessScopes
+from goflux._otel.semconv import GOFLUX_REPLY_BODY_SIZE
 from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
 from goflux._wire import MESSAGE_ID_HEADER, check_size, read_headers
@@ -110,7 +111,7 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
             with self._scopes.open(
                 msg.subject, msg.headers, message_id=message_id, body_size=len(msg.data)
             ) as scope:
-                failure = await self._serve(msg, reply_headers)
+                failure = await self._serve(msg, reply_headers, scope)
                 if failure is not None:
                     scope.fail(failure[0])
         except asyncio.CancelledError:
@@ -154,7 +155,7 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
             self._endpoint.record(time.perf_counter_ns() - began, error)
 
     async def _serve(
-        self, msg: Msg, reply_headers: dict[str, str]
+        self, msg: Msg, reply_headers: dict[str, str], scope: ProcessScope | NullScope
     ) -> tuple[BaseException, str] | None:
         """Answer one request; return the failure that got an error reply, and that error."""
         try:
@@ -184,6 +185,8 @@ class ResponderSubscription(CoreSubscription, Generic[Req, Resp]):
             logger.error("the reply on %r is too large: %s", msg.subject, exc)
             why = f"the reply is too large: {exc}"
             return exc, await self._reply_error(msg, 500, why, reply_headers)
+        if scope.recording:
+            scope.set_attributes({GOFLUX_REPLY_BODY_SIZE: len(data)})  # Go goflux's
         await self._reply(msg, data, reply_headers or None)
         return None
 

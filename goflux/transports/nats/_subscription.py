@@ -18,6 +18,7 @@ from goflux._errors import PermissionDenied, SubscribeError
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
 from goflux._otel.semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
+    MESSAGING_DESTINATION_NAME,
     MESSAGING_DESTINATION_TEMPLATE,
     MESSAGING_SYSTEM,
 )
@@ -120,6 +121,7 @@ class CoreSubscription(StopOnExit):
         self._refused: PermissionDenied | None = None
         self._confirmed = False  # the server has answered the flush after the SUB
         self._unlisten: list[Callable[[], None]] = []
+        self._unwatch: Callable[[], None] | None = None
         self._attrs: dict[str, AttributeValue] = {
             MESSAGING_SYSTEM: SYSTEM,
             MESSAGING_DESTINATION_TEMPLATE: pattern,
@@ -171,6 +173,10 @@ class CoreSubscription(StopOnExit):
             pending_bytes_limit=self._o.pending_bytes,
         )
         self._sub = sub
+        self._unwatch = self._tel.watch_lag(  # goflux.consumer.lag, until it finishes
+            {MESSAGING_SYSTEM: SYSTEM, MESSAGING_DESTINATION_NAME: self._pattern},
+            lambda: sub.pending_msgs,
+        )
         await flush(self._nc)  # the server has the interest: nothing published now is missed
         if self._refused is not None:  # the server said so before answering the flush
             raise self._refused
@@ -340,6 +346,8 @@ class CoreSubscription(StopOnExit):
             return
         for unlisten in self._unlisten:
             unlisten()
+        if self._unwatch is not None:
+            self._unwatch()
         self._draining = True
         if failure is not None:
             for task in self._tasks:

@@ -27,6 +27,18 @@ async def publish(js: JetStreamContext, count: int) -> None:
     await pub.publish_many(jetstream.Outgoing("orders.new", f"o{i}") for i in range(count))
 
 
+def ack_outcomes(otel: Otel) -> dict[tuple[str, bool], int]:
+    """Go goflux's goflux.processor.ack.outcome by action and error."""
+    data = otel.metrics()["goflux.processor.ack.outcome"].data
+    assert isinstance(data, Sum)
+    found: dict[tuple[str, bool], int] = {}
+    for p in data.data_points:
+        attributes = p.attributes or {}
+        key = (str(attributes["goflux.ack.action"]), bool(attributes["goflux.ack.error"]))
+        found[key] = int(p.value)
+    return found
+
+
 def outcomes(otel: Otel) -> dict[str, int]:
     data = otel.metrics()[SETTLEMENTS].data
     assert isinstance(data, Sum)
@@ -184,6 +196,7 @@ async def test_a_confirmed_ack_the_server_never_answers_raises_naming_the_messag
     assert took >= 3 * 0.2  # three sends, each given its timeout
     assert subscription.unconfirmed == 1
     assert outcomes(otel) == {"ack_unconfirmed": 1}
+    assert ack_outcomes(otel) == {("ack", True): 1}  # an ack whose operation failed
     assert subscription.outstanding == 0  # the room was given back
     await subscription.stop()
 

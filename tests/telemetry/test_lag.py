@@ -1,0 +1,168 @@
+"""goflux.consumer.lag and goflux.consumer.pending: levels read when a reader collects.
+
+A handler holds the only worker; the messages published meanwhile wait in the
+subscription's buffer, and the lag gauge reports them on the subscription's subject.
+Released, the lag drops to 0; stopped, the subscription is gone from the gauge (and
+from the registry behind it: nothing leaks). Waits are on real signals: the gauge
+itself, read after a round trip to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from opentelemetry.sdk.metrics.export import NumberDataPoint
+
+from goflux import Message, StrCodec
+from goflux.transports import channel, jetstream
+from goflux.transports import nats as gnats
+from tests.conftest import STREAM, Otel
+
+pytestmark = pytest.mark.timeout(60)
+
+WAITING = 5
+
+
+def level(otel: Otel, name: str, subject: str) -> int | None:
+    """The gauge ``name``'s value for ``subject`` at a collection (None: not reported)."""
+    metric = otel.metrics().get(name)
+    if metric is None:
+        return None
+    found = [
+        int(point.value)
+        for point in metric.data.data_points
+        if isinstance(point, NumberDataPoint)
+        and (point.attributes or {}).get("messaging.destination.name") == subject
+    ]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+class Busy:
+    """A handler whose first message holds the worker until released."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.handled = 0
+        self.all_handled = asyncio.Event()
+        self.expected = 1 + WAITING
+
+    async def __call__(self, msg: Message[str]) -> None:
+        self.started.set()
+        await self.release.wait()
+        self.handled += 1
+        if self.handled == self.expected:
+            self.all_handled.set()
+
+
+async def until(check: Callable[[], bool], round_trip: Callable[[], Awaitable[None]]) -> None:
+    """Wait until ``check()`` holds, making a round trip to the server between looks."""
+    async with asyncio.timeout(20):
+        while not check():
+            await round_trip()
+
+
+async def test_channel_lag_counts_the_waiting_messages_and_leaves_with_the_subscription(
+    otel: Otel,
+) -> None:
+    bus = channel.Bus(codec=StrCodec())
+    busy = Busy()
+    lag = otel.telemetry.counters.lag
+    async with channel.Publisher(bus, telemetry=otel.telemetry) as pub:
+        sub = channel.Subscriber(bus, telemetry=otel.telemetry)
+        subscription = await sub.start("orders.created", busy)
+        assert len(lag) == 1
+        await pub.publish("orders.created", "first")
+        await busy.started.wait()
+        for n in range(WAITING):
+            await pub.publish("orders.created", f"o-{n}")
+        # A channel publish puts the message in the inbox before it returns: exact.
+        assert level(otel, "goflux.consumer.lag", "orders.created") == WAITING
+        busy.release.set()
+        await busy.all_handled.wait()
+        assert level(otel, "goflux.consumer.lag", "orders.created") == 0
+        await subscription.stop()
+    assert level(otel, "goflux.consumer.lag", "orders.created") is None
+    assert len(lag) == 0
+    # Start and stop again and again: the registry stays empty.
+    for _ in range(3):
+        again = await channel.Subscriber(bus, telemetry=otel.telemetry).start("a.b", busy)
+        await again.stop(timeout=0)
+    assert len(lag) == 0
+
+
+async def test_core_nats_lag(nc: Client, otel: Otel) -> None:
+    busy = Busy()
+    sub = gnats.Subscriber(nc, StrCodec(), telemetry=otel.telemetry)
+    subscription = await sub.start("orders.created", busy)
+    pub = gnats.Publisher(nc, StrCodec(), telemetry=otel.telemetry)
+    await pub.publish("orders.created", "first")
+    await busy.started.wait()
+    for n in range(WAITING):
+        await pub.publish("orders.created", f"o-{n}")
+    await until(
+        lambda: (level(otel, "goflux.consumer.lag", "orders.created") or 0) >= WAITING, nc.flush
+    )
+    busy.release.set()
+    await busy.all_handled.wait()
+    assert level(otel, "goflux.consumer.lag", "orders.created") == 0
+    await subscription.stop()
+    assert level(otel, "goflux.consumer.lag", "orders.created") is None
+    assert len(otel.telemetry.counters.lag) == 0
+
+
+async def test_jetstream_lag_and_pending(nc: Client, js: JetStreamContext, otel: Otel) -> None:
+    publisher = jetstream.Publisher(js, StrCodec(), telemetry=otel.telemetry)
+    # Stored before the subscription starts; at most two in flight: the first held
+    # by the worker, the second waiting, four pending at the server.
+    for n in range(1 + WAITING):
+        await publisher.publish("orders.created", f"o-{n}")
+    busy = Busy()
+    subscriber = jetstream.Subscriber(
+        js, StrCodec(), stream=STREAM, max_in_flight=2, telemetry=otel.telemetry
+    )
+    subscription = await subscriber.start("orders.created", busy)
+    await busy.started.wait()
+    await until(lambda: level(otel, "goflux.consumer.lag", "orders.created") == 1, nc.flush)
+    assert level(otel, "goflux.consumer.pending", "orders.created") == WAITING - 1
+    [point] = otel.metrics()["goflux.consumer.pending"].data.data_points
+    assert point.attributes == {
+        "messaging.system": "nats-jetstream",
+        "messaging.destination.name": "orders.created",
+        "messaging.consumer.group.name": subscription.consumer,
+    }
+    busy.release.set()
+    await busy.all_handled.wait()
+    assert level(otel, "goflux.consumer.lag", "orders.created") == 0
+    assert level(otel, "goflux.consumer.pending", "orders.created") == 0
+    await subscription.stop()
+    assert level(otel, "goflux.consumer.lag", "orders.created") is None
+    assert level(otel, "goflux.consumer.pending", "orders.created") is None
+    counters = otel.telemetry.counters
+    assert (len(counters.lag), len(counters.pending)) == (0, 0)
+
+
+async def test_jetstream_lag_reaches_the_waiting_count(
+    nc: Client, js: JetStreamContext, otel: Otel
+) -> None:
+    busy = Busy()
+    subscriber = jetstream.Subscriber(js, StrCodec(), stream=STREAM, telemetry=otel.telemetry)
+    subscription = await subscriber.start("orders.created", busy)
+    publisher = jetstream.Publisher(js, StrCodec(), telemetry=otel.telemetry)
+    await publisher.publish("orders.created", "first")
+    await busy.started.wait()
+    for n in range(WAITING):
+        await publisher.publish("orders.created", f"o-{n}")
+    await until(
+        lambda: (level(otel, "goflux.consumer.lag", "orders.created") or 0) >= WAITING, nc.flush
+    )
+    busy.release.set()
+    await busy.all_handled.wait()
+    assert level(otel, "goflux.consumer.lag", "orders.created") == 0
+    await subscription.stop()
+    assert len(otel.telemetry.counters.lag) == 0
