@@ -57,6 +57,7 @@ from goflux._otel.semconv import (
     MESSAGING_SYSTEM,
 )
 from goflux._otel.telemetry import Telemetry
+from goflux._subject_template import destination_template
 from goflux._subjects import is_wildcard
 from goflux._wire import read_headers
 from goflux.transports._natspy import connection
@@ -179,7 +180,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         base: dict[str, AttributeValue] = {
             MESSAGING_SYSTEM: SYSTEM,
             MESSAGING_CONSUMER_GROUP_NAME: consumer.name,
-            MESSAGING_DESTINATION_TEMPLATE: pattern,
+            MESSAGING_DESTINATION_TEMPLATE: destination_template(pattern),
         }
         self._confirmations = (
             Confirmations(self._nc, timeout=options.confirm_timeout, where=consumer.name)

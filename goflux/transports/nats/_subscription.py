@@ -23,6 +23,7 @@ from goflux._otel.semconv import (
     MESSAGING_SYSTEM,
 )
 from goflux._otel.telemetry import Telemetry
+from goflux._subject_template import destination_template
 from goflux.transports._natspy import (
     callback_task,
     drain,
@@ -124,7 +125,7 @@ class CoreSubscription(StopOnExit):
         self._unwatch: Callable[[], None] | None = None
         self._attrs: dict[str, AttributeValue] = {
             MESSAGING_SYSTEM: SYSTEM,
-            MESSAGING_DESTINATION_TEMPLATE: pattern,
+            MESSAGING_DESTINATION_TEMPLATE: destination_template(pattern),
         }
         if options.queue is not None:
             self._attrs[MESSAGING_CONSUMER_GROUP_NAME] = options.queue
