@@ -179,7 +179,7 @@ class Ledger:
         confirmations: Confirmations | None = None,
         *,
         confirm_all: bool = False,
-        destination: str = "",
+        destination: str,
     ) -> None:
         self._tel = telemetry
         self._destination = destination

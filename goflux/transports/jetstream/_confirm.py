@@ -139,7 +139,11 @@ class Confirmations:
             SettlementError: The ack could not be sent (nothing is pending).
             AckNotConfirmed: With ``wait``: no confirmation after every attempt.
         """
-        await self.open()
+        try:
+            await self.open()
+        except SettlementError:
+            target.unsent()  # not sent either: an ack that failed
+            raise
         token, reply = self._inbox.new_token()
         waiter = self._loop.create_future() if wait else None
         # Registered before it is sent: a publish may yield, and the reply could come.

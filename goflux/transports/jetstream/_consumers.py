@@ -399,6 +399,9 @@ class Binding(NamedTuple):
     ack_wait: float  # seconds the server waits for an acknowledgement
     limits: PullLimits
     priority: Priority | None = None  # its place in the consumer's priority group
+    # What the consumer delivers: its filter subjects, else its stream's subjects
+    # (known for a durable consumer that was bound; empty otherwise).
+    filters: tuple[str, ...] = ()
 
 
 async def create_ephemeral(
@@ -514,4 +517,4 @@ async def bind_durable(
     else:
         priority.check(name, limits_config)
     consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=False)
-    return Binding(consumer, info.config.ack_wait or 30.0, limits, priority)
+    return Binding(consumer, info.config.ack_wait or 30.0, limits, priority, tuple(filters))

@@ -37,7 +37,7 @@ from goflux._otel.telemetry import Telemetry
 from goflux._wire import read_headers
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import refusals
-from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
+from goflux.transports.jetstream._acker import JetStreamAcker, Ledger, hand_back
 from goflux.transports.jetstream._api import api_guard
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._options import SubscriberOptions
@@ -92,6 +92,9 @@ class Fetcher(Generic[T]):
         options: The subscriber's options (dead letter, confirmed acks).
         telemetry: Tracing and metrics.
         priority: The priority group to pull in (its pin is kept between reads).
+        destination: The ``messaging.destination.name`` of the fetched messages'
+            settlement counts: what the consumer delivers (its filter subject, or its
+            filter subjects joined by commas; its stream's subjects if it has none).
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class Fetcher(Generic[T]):
         options: SubscriberOptions,
         telemetry: Telemetry,
         priority: Priority | None = None,
+        destination: str,
     ) -> None:
         self._js = js
         self._priority = priority
@@ -125,6 +129,7 @@ class Fetcher(Generic[T]):
             _nothing,  # no pull engine: nothing to give room back to
             self._confirmations,
             confirm_all=options.confirm_acks,
+            destination=destination,
         )
         self._scopes = ProcessScopes(
             telemetry, SYSTEM, consumer_group=consumer, operation="receive"
@@ -274,10 +279,17 @@ class Fetcher(Generic[T]):
         return out
 
     async def _hand_back(self, taken: list[Msg]) -> None:
-        """Nak messages that were received but will not reach the caller."""
+        """Nak messages that were received but will not reach the caller (counted as naks).
+
+        A nak that cannot be sent is counted as a nak that failed; the server
+        redelivers that message after ``ack_wait``.
+        """
+        ledger = self._ledger
         for msg in taken:
-            with contextlib.suppress(nats.errors.Error):
-                await self._nc.publish(msg.reply, b"-NAK")
+            if await hand_back(self._nc, msg.reply):
+                ledger.record("nak")
+            else:
+                ledger.record_failed("nak")
 
     async def close(self) -> None:
         """Wait for confirmations still in flight, then stop their inbox."""

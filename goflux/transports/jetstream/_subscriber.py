@@ -335,6 +335,7 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
                     options=self._options,
                     telemetry=self._tel,
                     priority=binding.priority,
+                    destination=",".join(binding.filters),
                 )
         return self._fetcher
 
