@@ -29,13 +29,21 @@ import logging
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from goflux._errors import SettlementError, SubscribeError
 from goflux._interfaces import Handler, Subscription
 from goflux._message import Message, Outcome, observe_settlement
 
-__all__ = ("DEFAULT_BUFFER", "Holding", "Starter", "StreamEntry", "StreamFeed", "StreamHandler")
+__all__ = (
+    "DEFAULT_BUFFER",
+    "Holding",
+    "LagSource",
+    "Starter",
+    "StreamEntry",
+    "StreamFeed",
+    "StreamHandler",
+)
 
 T = TypeVar("T")
 
@@ -76,6 +84,20 @@ class Holding(Protocol):
 
     async def hand_back(self) -> None:
         """Nak every held message now, for redelivery at once."""
+        ...
+
+
+@runtime_checkable
+class LagSource(Protocol):
+    """A subscription that reports its waiting messages as ``goflux.consumer.lag``.
+
+    A stream's buffer holds messages received and waiting for the stream's consumer
+    (the application's loop is its worker): the stream adds its buffer's length to its
+    subscription's lag, under the same attributes.
+    """
+
+    def _watch_waiting(self, read: Callable[[], int]) -> Callable[[], None]:
+        """Add ``read()`` to the subscription's lag at each collection; return the undo."""
         ...
 
 
@@ -167,6 +189,7 @@ class StreamFeed(Generic[T]):
         self._closed = False
         self._ended = False  # the subscription has stopped: nothing more arrives
         self._failure: BaseException | None = None
+        self._unwatch: Callable[[], None] | None = None  # the buffer's lag source
         self.dropped = 0
         self.owned = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -234,6 +257,8 @@ class StreamFeed(Generic[T]):
     async def _open(self) -> Subscription:
         subscription = await self._start_subscription(StreamHandler(self))
         self._subscription = subscription
+        if isinstance(subscription, LagSource):  # read at collections only: no cost here
+            self._unwatch = subscription._watch_waiting(self._queue.__len__)
         self._watcher = asyncio.get_running_loop().create_task(
             self._watch(subscription), name=f"goflux-stream-{self._subject}-watch"
         )
@@ -246,7 +271,14 @@ class StreamFeed(Generic[T]):
             self._failure = exc
         finally:
             self._ended = True
+            self._stop_watching()
             _wake_all(self._items)
+
+    def _stop_watching(self) -> None:
+        """Take the buffer out of the subscription's lag (its subscription ended)."""
+        unwatch, self._unwatch = self._unwatch, None
+        if unwatch is not None:
+            unwatch()
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop taking messages and drain (see :meth:`goflux.MessageStream.stop`)."""
@@ -288,6 +320,7 @@ class StreamFeed(Generic[T]):
                 await self._opening
         self.dropped += sum(1 for entry in self._queue if not entry.message.acknowledgeable)
         self._queue.clear()
+        self._stop_watching()
         _wake_all(self._space)
         _wake_all(self._items)
         if self._stopper is not None:

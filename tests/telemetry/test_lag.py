@@ -166,3 +166,96 @@ async def test_jetstream_lag_reaches_the_waiting_count(
     assert level(otel, "goflux.consumer.lag", "orders.created") == 0
     await subscription.stop()
     assert len(otel.telemetry.counters.lag) == 0
+
+
+async def test_core_nats_lag_counts_a_message_waiting_for_a_busy_slot(
+    nc: Client, otel: Otel
+) -> None:
+    # Three handlers run at once; every slot is busy, so each message published meanwhile
+    # waits: four in nats-py's pending queue, one taken from it and waiting for a slot.
+    concurrency = 3
+    busy = Busy()
+    started = 0
+    all_busy = asyncio.Event()
+
+    async def handler(msg: Message[str]) -> None:
+        nonlocal started
+        started += 1
+        if started == concurrency:
+            all_busy.set()
+        await busy.release.wait()
+
+    sub = gnats.Subscriber(nc, StrCodec(), concurrency=concurrency, telemetry=otel.telemetry)
+    subscription = await sub.start("orders.created", handler)
+    pub = gnats.Publisher(nc, StrCodec())
+    for n in range(concurrency):
+        await pub.publish("orders.created", f"b-{n}")
+    await all_busy.wait()
+    for n in range(WAITING):
+        await pub.publish("orders.created", f"o-{n}")
+    await until(lambda: level(otel, "goflux.consumer.lag", "orders.created") == WAITING, nc.flush)
+    busy.release.set()
+    await subscription.stop()
+    assert len(otel.telemetry.counters.lag) == 0
+
+
+async def _stream_lag(
+    otel: Otel,
+    subscriber: gnats.Subscriber[str] | jetstream.Subscriber[str] | channel.Subscriber[str],
+    publish: Callable[[str], Awaitable[None]],
+    round_trip: Callable[[], Awaitable[None]],
+) -> None:
+    """Messages buffered in a stream nobody takes from count as lag, until it closes."""
+    lag = otel.telemetry.counters.lag
+    async with subscriber.stream("orders.created", buffer=100) as stream:
+        await publish("first")  # taken: the stream works
+        async for message in stream:
+            await message.ack()
+            break
+        for n in range(WAITING):
+            await publish(f"o-{n}")
+        await until(lambda: stream.buffered == WAITING, round_trip)
+        assert level(otel, "goflux.consumer.lag", "orders.created") == WAITING
+        async for message in stream:
+            await message.ack()
+            if stream.buffered == 0:
+                break
+        assert level(otel, "goflux.consumer.lag", "orders.created") == 0
+    assert level(otel, "goflux.consumer.lag", "orders.created") is None
+    assert len(lag) == 0
+
+
+async def test_a_message_streams_buffer_counts_as_lag_on_jetstream(
+    nc: Client, js: JetStreamContext, otel: Otel
+) -> None:
+    publisher = jetstream.Publisher(js, StrCodec())
+
+    async def publish(text: str) -> None:
+        await publisher.publish("orders.created", text)
+
+    subscriber = jetstream.Subscriber(js, StrCodec(), stream=STREAM, telemetry=otel.telemetry)
+    await _stream_lag(otel, subscriber, publish, nc.flush)
+
+
+async def test_a_message_streams_buffer_counts_as_lag_on_core_nats(nc: Client, otel: Otel) -> None:
+    publisher = gnats.Publisher(nc, StrCodec())
+
+    async def publish(text: str) -> None:
+        await publisher.publish("orders.created", text)
+
+    subscriber = gnats.Subscriber(nc, StrCodec(), telemetry=otel.telemetry)
+    await _stream_lag(otel, subscriber, publish, nc.flush)
+
+
+async def test_a_message_streams_buffer_counts_as_lag_on_the_channel(otel: Otel) -> None:
+    bus = channel.Bus(codec=StrCodec())
+    publisher = channel.Publisher(bus)
+
+    async def publish(text: str) -> None:
+        await publisher.publish("orders.created", text)
+
+    async def round_trip() -> None:
+        await asyncio.sleep(0)  # the subscription's task moves the message to the stream
+
+    subscriber = channel.Subscriber(bus, telemetry=otel.telemetry)
+    await _stream_lag(otel, subscriber, publish, round_trip)

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
+from opentelemetry.util.types import AttributeValue
+
 from goflux._codecs import as_decode_error
 from goflux._compose.streams import Streaming
 from goflux._errors import DecodeError, SubscribeError
@@ -73,7 +75,11 @@ class ChannelSubscription(StopOnExit, Generic[T]):
         )
         self._route = Route(pattern, queue, buffer)
         self._telemetry = telemetry
-        self._unwatch: Callable[[], None] | None = None
+        self._unwatch: list[Callable[[], None]] = []
+        self._lag: dict[str, AttributeValue] = {
+            MESSAGING_SYSTEM: SYSTEM,
+            MESSAGING_DESTINATION_NAME: pattern,
+        }
         self._draining = False
         self._expired = False  # the drain deadline passed: handle nothing more
         self._task: asyncio.Task[None] | None = None
@@ -86,14 +92,18 @@ class ChannelSubscription(StopOnExit, Generic[T]):
     def _start(self) -> asyncio.Task[None]:
         self._bus.add(self._route)
         route = self._route
-        self._unwatch = self._telemetry.watch_lag(  # goflux.consumer.lag, until it ends
-            {MESSAGING_SYSTEM: SYSTEM, MESSAGING_DESTINATION_NAME: self._pattern},
-            lambda: route.pending,
-        )
+        # goflux.consumer.lag, until it ends
+        self._unwatch.append(self._telemetry.watch_lag(self._lag, lambda: route.pending))
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"goflux-channel-{self._pattern}"
         )
         return self._task
+
+    def _watch_waiting(self, read: Callable[[], int]) -> Callable[[], None]:
+        """Add ``read()`` (a message stream's buffer) to this subscription's lag."""
+        unwatch = self._telemetry.watch_lag(self._lag, read)
+        self._unwatch.append(unwatch)
+        return unwatch
 
     @property
     def subject(self) -> str:
@@ -126,8 +136,8 @@ class ChannelSubscription(StopOnExit, Generic[T]):
                     return  # a handler swallowed the deadline's cancel: stop anyway
         finally:
             # However the loop ends, leave the bus and release waiting publishers.
-            if self._unwatch is not None:
-                self._unwatch()
+            for unwatch in self._unwatch:
+                unwatch()
             self._bus.remove(route)
             left = route.close()
             if left:

@@ -263,17 +263,24 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         """Report the waiting messages and the consumer's backlog to the gauges."""
         tel = self._tel
         ready = self._ready
-        lag: dict[str, AttributeValue] = {
-            MESSAGING_SYSTEM: SYSTEM,
-            MESSAGING_DESTINATION_NAME: self._pattern,
-        }
+        lag = self._lag_attributes()
         pending = dict(lag)
         if self._acknowledged:  # an ordered consumer's name changes as it is recreated
             pending[MESSAGING_CONSUMER_GROUP_NAME] = self._engine.consumer.name
-        self._unwatch = [
+        self._unwatch += [
             tel.watch_lag(lag, ready.__len__),
             tel.watch_pending(pending, self._backlog),
         ]
+
+    def _lag_attributes(self) -> dict[str, AttributeValue]:
+        """The attributes of this subscription's ``goflux.consumer.lag``."""
+        return {MESSAGING_SYSTEM: SYSTEM, MESSAGING_DESTINATION_NAME: self._pattern}
+
+    def _watch_waiting(self, read: Callable[[], int]) -> Callable[[], None]:
+        """Add ``read()`` (a message stream's buffer) to this subscription's lag."""
+        unwatch = self._tel.watch_lag(self._lag_attributes(), read)
+        self._unwatch.append(unwatch)
+        return unwatch
 
     def _backlog(self) -> int | None:
         """The consumer's num_pending as of the last delivery (None before the first)."""

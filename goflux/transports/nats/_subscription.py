@@ -129,6 +129,13 @@ class CoreSubscription(StopOnExit):
         }
         if options.queue is not None:
             self._attrs[MESSAGING_CONSUMER_GROUP_NAME] = options.queue
+        self._lag: dict[str, AttributeValue] = {
+            MESSAGING_SYSTEM: SYSTEM,
+            MESSAGING_DESTINATION_NAME: pattern,
+        }
+        self._unwatch_buffers: list[Callable[[], None]] = []
+        # Taken from nats-py's pending queue, waiting for a free slot (concurrency > 1).
+        self._slot_waiting = 0
         self.received = 0
         self.dropped = 0
 
@@ -175,8 +182,7 @@ class CoreSubscription(StopOnExit):
         )
         self._sub = sub
         self._unwatch = self._tel.watch_lag(  # goflux.consumer.lag, until it finishes
-            {MESSAGING_SYSTEM: SYSTEM, MESSAGING_DESTINATION_NAME: self._pattern},
-            lambda: sub.pending_msgs,
+            self._lag, lambda: sub.pending_msgs + self._slot_waiting
         )
         await flush(self._nc)  # the server has the interest: nothing published now is missed
         if self._refused is not None:  # the server said so before answering the flush
@@ -186,6 +192,12 @@ class CoreSubscription(StopOnExit):
         dispatch = callback_task(sub)
         if dispatch is not None:
             dispatch.add_done_callback(self._on_dispatch_end)
+
+    def _watch_waiting(self, read: Callable[[], int]) -> Callable[[], None]:
+        """Add ``read()`` (a message stream's buffer) to this subscription's lag."""
+        unwatch = self._tel.watch_lag(self._lag, read)
+        self._unwatch_buffers.append(unwatch)
+        return unwatch
 
     def _on_refusal(self, refusal: Refusal) -> None:
         """The server refused this subscription (at start, or after a config reload)."""
@@ -253,7 +265,15 @@ class CoreSubscription(StopOnExit):
             self._count_drops()
             await self._process(msg)
             return
-        await self._slots.acquire()  # back-pressure: the pending queue holds the rest
+        slots = self._slots
+        if slots.locked():  # every slot is busy: it waits (counted as lag meanwhile)
+            self._slot_waiting += 1
+            try:
+                await slots.acquire()  # back-pressure: the pending queue holds the rest
+            finally:
+                self._slot_waiting -= 1
+        else:
+            await slots.acquire()
         self.received += 1
         self._count_drops()
         task = self._loop.create_task(self._process(msg))
@@ -349,6 +369,8 @@ class CoreSubscription(StopOnExit):
             unlisten()
         if self._unwatch is not None:
             self._unwatch()
+        for unwatch in self._unwatch_buffers:
+            unwatch()
         self._draining = True
         if failure is not None:
             for task in self._tasks:
