@@ -199,7 +199,7 @@ class Counters:
                 GOFLUX_CONSUMER_PENDING,
                 "{message}",
                 "Messages a JetStream consumer has yet to deliver (its num_pending, as of "
-                "the last delivery).",
+                "the last delivery, or asked of the server when none came for 5 s).",
             ),
         )
         for levels, name, unit, description in gauges:

@@ -259,3 +259,38 @@ async def test_a_message_streams_buffer_counts_as_lag_on_the_channel(otel: Otel)
 
     subscriber = channel.Subscriber(bus, telemetry=otel.telemetry)
     await _stream_lag(otel, subscriber, publish, round_trip)
+
+
+async def test_jetstream_pending_follows_the_servers_backlog_while_nothing_is_delivered(
+    nc: Client, js: JetStreamContext, otel: Otel
+) -> None:
+    # At most two in flight, both held by a stuck handler: nothing more is delivered,
+    # so no ack subject brings a new pending count; the gauge asks the server instead.
+    busy = Busy()
+    subscriber = jetstream.Subscriber(
+        js, StrCodec(), stream=STREAM, max_in_flight=2, telemetry=otel.telemetry
+    )
+    subscription = await subscriber.start("orders.created", busy)
+    # A fresh subscription has a series before anything is delivered.
+    await until(lambda: level(otel, "goflux.consumer.pending", "orders.created") == 0, nc.flush)
+    publisher = jetstream.Publisher(js, StrCodec())
+    for n in range(1 + WAITING):
+        await publisher.publish("orders.created", f"o-{n}")
+    await busy.started.wait()
+    for n in range(20):  # the backlog grows while the handler is stuck
+        await publisher.publish("orders.created", f"later-{n}")
+    server = 0
+
+    async def ask_the_server() -> None:
+        nonlocal server
+        server = (await js.consumer_info(STREAM, subscription.consumer)).num_pending
+
+    await ask_the_server()
+    assert server == 1 + WAITING + 20 - 2
+    await until(
+        lambda: level(otel, "goflux.consumer.pending", "orders.created") == server,
+        ask_the_server,
+    )
+    busy.release.set()
+    await subscription.stop()
+    assert level(otel, "goflux.consumer.pending", "orders.created") is None

@@ -63,6 +63,7 @@ from goflux._wire import read_headers
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import closed_reason
 from goflux.transports.jetstream._acker import JetStreamAcker, LazyDelivery, Ledger, ack_tokens
+from goflux.transports.jetstream._backlog import Backlog
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._consumers import Binding
 from goflux.transports.jetstream._held import HeldMessages
@@ -201,6 +202,12 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         # goflux.consumer.lag reads len(_ready), goflux.consumer.pending the pending
         # count in the ack subject of the last message delivered.
         self._last_reply: str | None = None
+        self._backlog = Backlog(
+            js,
+            stream=consumer.stream,
+            consumer=lambda: self._engine.consumer.name,
+            last_reply=lambda: self._last_reply,
+        )
         self._unwatch: list[Callable[[], None]] = []
         self._ready: deque[tuple[Msg, JetStreamAcker]] = deque()  # taken, not started
         self._idle: list[asyncio.Future[None]] = []  # workers waiting for a message
@@ -269,7 +276,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             pending[MESSAGING_CONSUMER_GROUP_NAME] = self._engine.consumer.name
         self._unwatch += [
             tel.watch_lag(lag, ready.__len__),
-            tel.watch_pending(pending, self._backlog),
+            tel.watch_pending(pending, self._backlog.read),
         ]
 
     def _lag_attributes(self) -> dict[str, AttributeValue]:
@@ -282,22 +289,13 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._unwatch.append(unwatch)
         return unwatch
 
-    def _backlog(self) -> int | None:
-        """The consumer's num_pending as of the last delivery (None before the first)."""
-        reply = self._last_reply
-        if reply is None:
-            return None
-        try:
-            tokens, offset = ack_tokens(reply)
-            return int(tokens[offset + 6])
-        except (ValueError, IndexError):
-            return None
-
     async def _begin(self) -> None:
         self._watch()
         if self._confirm_all and self._confirmations is not None:
             await self._confirmations.open()  # its inbox is ready before the first ack
         await self._engine.start()
+        if self._tel.metering:  # a fresh subscription's backlog, before any delivery
+            self._backlog.refresh()
         if self._acknowledged and self._options.keep_alive and self._ack_wait > 0:
             self._keeper = self._loop.create_task(
                 self._keep_alive(), name=f"goflux-jetstream-{self.consumer}-keep-alive"
@@ -398,6 +396,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._confirmations.close()
             await self._engine.close(failed=failure is not None)
         finally:  # also when closing cancelled the task it ran in (the inbox's callbacks)
+            self._backlog.close()
             for unwatch in self._unwatch:
                 unwatch()
             self._failure = failure
