@@ -200,13 +200,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._redeliveries = telemetry.redelivery_count(base)
         # The gauges' sources, watched from the start until the subscription finishes:
         # goflux.consumer.lag reads len(_ready), goflux.consumer.pending the pending
-        # count in the ack subject of the last message delivered.
-        self._last_reply: str | None = None
+        # count in the ack subject of the last message delivered (or the server's).
         self._backlog = Backlog(
-            js,
-            stream=consumer.stream,
-            consumer=lambda: self._engine.consumer.name,
-            last_reply=lambda: self._last_reply,
+            js, stream=consumer.stream, consumer=lambda: self._engine.consumer.name
         )
         self._unwatch: list[Callable[[], None]] = []
         self._ready: deque[tuple[Msg, JetStreamAcker]] = deque()  # taken, not started
@@ -294,8 +290,6 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if self._confirm_all and self._confirmations is not None:
             await self._confirmations.open()  # its inbox is ready before the first ack
         await self._engine.start()
-        if self._tel.metering:  # a fresh subscription's backlog, before any delivery
-            self._backlog.refresh()
         if self._acknowledged and self._options.keep_alive and self._ack_wait > 0:
             self._keeper = self._loop.create_task(
                 self._keep_alive(), name=f"goflux-jetstream-{self.consumer}-keep-alive"
@@ -331,6 +325,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
     async def _drain(self, deadline: float) -> None:
         self._draining = True
+        self._backlog.close()  # no request once stopping began (the consumer may go)
         until = self._loop.time() + deadline
         try:
             await self._engine.stop_pulling(deadline)
@@ -386,6 +381,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             return
         self._finishing = True
         self._draining = True
+        self._backlog.close()  # before the engine deletes an ephemeral consumer
         current = asyncio.current_task()
         for task in (self._keeper, *self._workers):
             if task is not None and task is not current and not task.done():
@@ -396,7 +392,6 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._confirmations.close()
             await self._engine.close(failed=failure is not None)
         finally:  # also when closing cancelled the task it ran in (the inbox's callbacks)
-            self._backlog.close()
             for unwatch in self._unwatch:
                 unwatch()
             self._failure = failure
@@ -456,7 +451,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         acker = JetStreamAcker(self._nc, msg.reply, self._ledger, arrival)
         if acker.num_delivered > 1:
             self._count_redelivery()
-        self._last_reply = msg.reply  # its pending count: goflux.consumer.pending
+        backlog = self._backlog  # the pending count in its reply: goflux.consumer.pending
+        backlog.reply = msg.reply
+        backlog.delivered_at = arrival
         self._ready.append((msg, acker))
         self._wake()
 
