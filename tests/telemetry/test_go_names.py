@@ -180,8 +180,10 @@ async def test_recorded_names_units_and_attributes_match_the_doc(
         await channel_sub.start("events.created", arrived)
         async with asyncio.timeout(20):
             await all_settled.wait()
-            assert await requester.request("math.upper", "abc", message_id="r-1") == "ABC"
-            await channel_pub.publish("events.created", "e-1")
+        # Outside the timeout: a request is never cancelled, it has its own timeout.
+        assert await requester.request("math.upper", "abc", message_id="r-1") == "ABC"
+        await channel_pub.publish("events.created", "e-1")
+        async with asyncio.timeout(20):
             await delivered.wait()
         recorded = otel.metrics()  # while the subscriptions run: the gauges report
         await subscription.stop()

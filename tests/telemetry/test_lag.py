@@ -20,6 +20,7 @@ from opentelemetry.sdk.metrics.export import NumberDataPoint
 from goflux import Message, StrCodec
 from goflux.transports import channel, jetstream
 from goflux.transports import nats as gnats
+from goflux.transports._natspy import flush
 from tests.conftest import STREAM, Otel
 
 pytestmark = pytest.mark.timeout(60)
@@ -60,11 +61,25 @@ class Busy:
             self.all_handled.set()
 
 
-async def until(check: Callable[[], bool], round_trip: Callable[[], Awaitable[None]]) -> None:
-    """Wait until ``check()`` holds, making a round trip to the server between looks."""
-    async with asyncio.timeout(20):
-        while not check():
-            await round_trip()
+async def until(
+    check: Callable[[], bool], round_trip: Callable[[], Awaitable[None]], expected: str
+) -> None:
+    """Wait until ``check()`` holds, making a round trip to the server between looks.
+
+    A round trip is never cancelled (nats-py's flush cannot take it, and on Python 3.11
+    its ``wait_for`` may swallow the cancellation of an ``asyncio.timeout``): the
+    deadline is checked between round trips, each bounded by its own timeout.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while not check():
+        assert loop.time() < deadline, expected
+        await round_trip()
+
+
+def flushed(nc: Client) -> Callable[[], Awaitable[None]]:
+    """A round trip to the server on ``nc`` (goflux's flush: shielded, bounded)."""
+    return lambda: flush(nc)
 
 
 async def test_channel_lag_counts_the_waiting_messages_and_leaves_with_the_subscription(
@@ -106,7 +121,9 @@ async def test_core_nats_lag(nc: Client, otel: Otel) -> None:
     for n in range(WAITING):
         await pub.publish("orders.created", f"o-{n}")
     await until(
-        lambda: (level(otel, "goflux.consumer.lag", "orders.created") or 0) >= WAITING, nc.flush
+        lambda: (level(otel, "goflux.consumer.lag", "orders.created") or 0) >= WAITING,
+        flushed(nc),
+        f"goflux.consumer.lag of at least {WAITING}",
     )
     busy.release.set()
     await busy.all_handled.wait()
@@ -128,7 +145,11 @@ async def test_jetstream_lag_and_pending(nc: Client, js: JetStreamContext, otel:
     )
     subscription = await subscriber.start("orders.created", busy)
     await busy.started.wait()
-    await until(lambda: level(otel, "goflux.consumer.lag", "orders.created") == 1, nc.flush)
+    await until(
+        lambda: level(otel, "goflux.consumer.lag", "orders.created") == 1,
+        flushed(nc),
+        "goflux.consumer.lag of 1",
+    )
     assert level(otel, "goflux.consumer.pending", "orders.created") == WAITING - 1
     [point] = otel.metrics()["goflux.consumer.pending"].data.data_points
     assert point.attributes == {
@@ -159,7 +180,9 @@ async def test_jetstream_lag_reaches_the_waiting_count(
     for n in range(WAITING):
         await publisher.publish("orders.created", f"o-{n}")
     await until(
-        lambda: (level(otel, "goflux.consumer.lag", "orders.created") or 0) >= WAITING, nc.flush
+        lambda: (level(otel, "goflux.consumer.lag", "orders.created") or 0) >= WAITING,
+        flushed(nc),
+        f"goflux.consumer.lag of at least {WAITING}",
     )
     busy.release.set()
     await busy.all_handled.wait()
@@ -193,7 +216,11 @@ async def test_core_nats_lag_counts_a_message_waiting_for_a_busy_slot(
     await all_busy.wait()
     for n in range(WAITING):
         await pub.publish("orders.created", f"o-{n}")
-    await until(lambda: level(otel, "goflux.consumer.lag", "orders.created") == WAITING, nc.flush)
+    await until(
+        lambda: level(otel, "goflux.consumer.lag", "orders.created") == WAITING,
+        flushed(nc),
+        f"goflux.consumer.lag of {WAITING}",
+    )
     busy.release.set()
     await subscription.stop()
     assert len(otel.telemetry.counters.lag) == 0
@@ -214,7 +241,7 @@ async def _stream_lag(
             break
         for n in range(WAITING):
             await publish(f"o-{n}")
-        await until(lambda: stream.buffered == WAITING, round_trip)
+        await until(lambda: stream.buffered == WAITING, round_trip, f"{WAITING} messages buffered")
         assert level(otel, "goflux.consumer.lag", "orders.created") == WAITING
         async for message in stream:
             await message.ack()
@@ -234,7 +261,7 @@ async def test_a_message_streams_buffer_counts_as_lag_on_jetstream(
         await publisher.publish("orders.created", text)
 
     subscriber = jetstream.Subscriber(js, StrCodec(), stream=STREAM, telemetry=otel.telemetry)
-    await _stream_lag(otel, subscriber, publish, nc.flush)
+    await _stream_lag(otel, subscriber, publish, flushed(nc))
 
 
 async def test_a_message_streams_buffer_counts_as_lag_on_core_nats(nc: Client, otel: Otel) -> None:
@@ -244,7 +271,7 @@ async def test_a_message_streams_buffer_counts_as_lag_on_core_nats(nc: Client, o
         await publisher.publish("orders.created", text)
 
     subscriber = gnats.Subscriber(nc, StrCodec(), telemetry=otel.telemetry)
-    await _stream_lag(otel, subscriber, publish, nc.flush)
+    await _stream_lag(otel, subscriber, publish, flushed(nc))
 
 
 async def test_a_message_streams_buffer_counts_as_lag_on_the_channel(otel: Otel) -> None:
@@ -271,8 +298,13 @@ async def test_jetstream_pending_follows_the_servers_backlog_while_nothing_is_de
         js, StrCodec(), stream=STREAM, max_in_flight=2, telemetry=otel.telemetry
     )
     subscription = await subscriber.start("orders.created", busy)
-    # A fresh subscription has a series before anything is delivered.
-    await until(lambda: level(otel, "goflux.consumer.pending", "orders.created") == 0, nc.flush)
+    # A fresh subscription gets a series before anything is delivered: the first
+    # collection has it ask the server (within PENDING_REFRESH).
+    await until(
+        lambda: level(otel, "goflux.consumer.pending", "orders.created") == 0,
+        flushed(nc),
+        "goflux.consumer.pending of 0 before the first delivery",
+    )
     publisher = jetstream.Publisher(js, StrCodec())
     for n in range(1 + WAITING):
         await publisher.publish("orders.created", f"o-{n}")
@@ -290,6 +322,7 @@ async def test_jetstream_pending_follows_the_servers_backlog_while_nothing_is_de
     await until(
         lambda: level(otel, "goflux.consumer.pending", "orders.created") == server,
         ask_the_server,
+        "goflux.consumer.pending equal to the server's num_pending",
     )
     busy.release.set()
     await subscription.stop()
