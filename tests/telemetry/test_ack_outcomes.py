@@ -15,6 +15,7 @@ import asyncio
 import pydantic
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry.sdk.metrics.export import NumberDataPoint, Sum
 
@@ -128,6 +129,33 @@ async def test_a_confirmed_ack_that_cannot_be_sent_counts_as_an_ack_that_failed(
     assert counts(otel, "goflux.processor.ack.outcome") == [
         (outcome("ack", "orders.created", error=True), 1)
     ]
+    await subscription.stop()
+
+
+async def test_a_hand_back_whose_nak_cannot_be_sent_counts_as_a_nak_that_failed(
+    nc: Client, js: JetStreamContext, otel: Otel
+) -> None:
+    # The pull engine tells the subscription of each message it naks on arrival
+    # (draining, or on a retired inbox) and whether the nak went out; a connection
+    # that fails just then cannot be staged on demand, so the engine's report is
+    # made here as it makes it, on a running subscription.
+    async def handle(msg: Message[str]) -> None:
+        pass
+
+    subscriber = jetstream.Subscriber(js, StrCodec(), stream=STREAM, telemetry=otel.telemetry)
+    subscription = await subscriber.start("orders.created", handle)
+    reply = f"$JS.ACK.{STREAM}.{subscription.consumer}.2.7.7.1700000000000000000.0"
+    arrived = Msg(nc, subject="orders.created", reply=reply, data=b"o-7")
+    subscription._handed_back(arrived, False)
+    subscription._handed_back(arrived, True)
+    assert sorted(counts(otel, "goflux.processor.ack.outcome"), key=repr) == sorted(
+        [
+            (outcome("nak", "orders.created", error=True), 1),
+            (outcome("nak", "orders.created"), 1),
+        ],
+        key=repr,
+    )
+    assert sum(value for _, value in counts(otel, "goflux.consumer.redeliveries")) == 2
     await subscription.stop()
 
 

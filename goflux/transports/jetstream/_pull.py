@@ -78,8 +78,8 @@ class PullEngine:
         fail: Ends the subscription with a failure.
         priority: Its place in the consumer's priority group, if it pulls in one.
         handed_back: Told of each message nak'd on arrival, never delivered (one that
-            came while the subscription drains, or on a retired inbox), once the nak
-            was sent.
+            came while the subscription drains, or on a retired inbox), with whether
+            the nak was sent (if not, the server redelivers it after ``ack_wait``).
     """
 
     def __init__(
@@ -92,7 +92,7 @@ class PullEngine:
         deliver: Callable[[Msg, float], None],
         fail: Callable[[BaseException], Awaitable[None]],
         priority: Priority | None = None,
-        handed_back: Callable[[Msg], None] | None = None,
+        handed_back: Callable[[Msg, bool], None] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._handed_back = handed_back
@@ -338,8 +338,9 @@ class PullEngine:
     # -------------------------------------------------------------- receiving
 
     async def _hand_back(self, msg: Msg) -> None:
-        if await hand_back(self._nc, msg.reply) and self._handed_back is not None:
-            self._handed_back(msg)
+        sent = await hand_back(self._nc, msg.reply)
+        if self._handed_back is not None:
+            self._handed_back(msg, sent)
 
     async def _on_message(self, generation: int, msg: Msg) -> None:
         consumer = self.consumer

@@ -457,9 +457,16 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._ready.append((msg, acker))
         self._wake()
 
-    def _handed_back(self, msg: Msg) -> None:
-        """The engine naked ``msg`` on arrival (draining, or a retired inbox): count it."""
-        self._ledger.record("nak")
+    def _handed_back(self, msg: Msg, sent: bool) -> None:
+        """The engine naked ``msg`` on arrival (draining, or a retired inbox): count it.
+
+        A nak that could not be sent counts with ``goflux.ack.error`` true; the arrival
+        counts as a redelivery either way.
+        """
+        if sent:
+            self._ledger.record("nak")
+        else:
+            self._ledger.record_failed("nak")
         with contextlib.suppress(ValueError):  # (the engine admits ack subjects only)
             tokens, offset = ack_tokens(msg.reply)
             if int(tokens[offset + 2]) > 1:
