@@ -23,6 +23,7 @@ from goflux import Message, SettlementError, StrCodec, SubjectTemplate, Subscrib
 from goflux.transports import jetstream
 from goflux.transports import nats as gnats
 from tests.conftest import STREAM, Otel
+from tests.telemetry.held import hold_one
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,23 +110,10 @@ async def test_a_failed_fetch_counts_what_it_hands_back_as_naks(
 async def test_a_confirmed_ack_that_cannot_be_sent_counts_as_an_ack_that_failed(
     nc: Client, js: JetStreamContext, otel: Otel
 ) -> None:
-    await jetstream.Publisher(js, StrCodec()).publish("orders.created", "o-1")
-    held: list[Message[str]] = []
-    got = asyncio.Event()
-
-    async def keep(msg: Message[str]) -> None:
-        held.append(msg)  # settled later, outside the handler
-        got.set()
-
-    subscriber = jetstream.Subscriber(
-        js, StrCodec(), stream=STREAM, manual_ack=True, telemetry=otel.telemetry
-    )
-    subscription = await subscriber.start("orders.created", keep)
-    async with asyncio.timeout(10):
-        await got.wait()
+    held, subscription = await hold_one(js, otel)
     await nc.close()
     with pytest.raises(SettlementError):
-        await held[0].ack(confirm=True)
+        await held.ack(confirm=True)
     assert counts(otel, "goflux.processor.ack.outcome") == [
         (outcome("ack", "orders.created", error=True), 1)
     ]

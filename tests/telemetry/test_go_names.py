@@ -25,6 +25,7 @@ from goflux import Message, SettlementError, StrCodec
 from goflux.transports import channel, jetstream
 from goflux.transports import nats as gnats
 from tests.conftest import STREAM, Otel
+from tests.telemetry.held import hold_one
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -263,23 +264,10 @@ async def test_recorded_names_units_and_attributes_match_the_doc(
 async def test_a_settlement_that_cannot_be_sent_counts_with_ack_error_true(
     nc: Client, js: JetStreamContext, otel: Otel
 ) -> None:
-    await jetstream.Publisher(js, StrCodec()).publish("orders.created", "o-1")
-    held: list[Message[str]] = []
-    got = asyncio.Event()
-
-    async def keep(msg: Message[str]) -> None:
-        held.append(msg)  # settled later, outside the handler
-        got.set()
-
-    subscriber = jetstream.Subscriber(
-        js, StrCodec(), stream=STREAM, manual_ack=True, telemetry=otel.telemetry
-    )
-    subscription = await subscriber.start("orders.created", keep)
-    async with asyncio.timeout(10):
-        await got.wait()
+    held, subscription = await hold_one(js, otel)
     await nc.close()
     with pytest.raises(SettlementError, match="could not nak message"):
-        await held[0].nak(5.0)
+        await held.nak(5.0)
     data = otel.metrics()["goflux.processor.ack.outcome"].data
     assert isinstance(data, Sum)
     assert [(dict(p.attributes or {}), number(p)) for p in data.data_points] == [

@@ -17,7 +17,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from opentelemetry.sdk.metrics.export import NumberDataPoint
 
-from goflux import Message, StrCodec
+from goflux import Message, Publisher, StrCodec
 from goflux.transports import channel, jetstream
 from goflux.transports import nats as gnats
 from goflux.transports._natspy import flush
@@ -111,11 +111,8 @@ async def test_channel_lag_counts_the_waiting_messages_and_leaves_with_the_subsc
     assert len(lag) == 0
 
 
-async def test_core_nats_lag(nc: Client, otel: Otel) -> None:
-    busy = Busy()
-    sub = gnats.Subscriber(nc, StrCodec(), telemetry=otel.telemetry)
-    subscription = await sub.start("orders.created", busy)
-    pub = gnats.Publisher(nc, StrCodec(), telemetry=otel.telemetry)
+async def lag_rises_and_falls(otel: Otel, nc: Client, busy: Busy, pub: Publisher[str]) -> None:
+    """Hold the worker with one order, publish WAITING more: the lag reaches them, then 0."""
     await pub.publish("orders.created", "first")
     await busy.started.wait()
     for n in range(WAITING):
@@ -128,6 +125,14 @@ async def test_core_nats_lag(nc: Client, otel: Otel) -> None:
     busy.release.set()
     await busy.all_handled.wait()
     assert level(otel, "goflux.consumer.lag", "orders.created") == 0
+
+
+async def test_core_nats_lag(nc: Client, otel: Otel) -> None:
+    busy = Busy()
+    sub = gnats.Subscriber(nc, StrCodec(), telemetry=otel.telemetry)
+    subscription = await sub.start("orders.created", busy)
+    pub = gnats.Publisher(nc, StrCodec(), telemetry=otel.telemetry)
+    await lag_rises_and_falls(otel, nc, busy, pub)
     await subscription.stop()
     assert level(otel, "goflux.consumer.lag", "orders.created") is None
     assert len(otel.telemetry.counters.lag) == 0
@@ -175,18 +180,7 @@ async def test_jetstream_lag_reaches_the_waiting_count(
     subscriber = jetstream.Subscriber(js, StrCodec(), stream=STREAM, telemetry=otel.telemetry)
     subscription = await subscriber.start("orders.created", busy)
     publisher = jetstream.Publisher(js, StrCodec(), telemetry=otel.telemetry)
-    await publisher.publish("orders.created", "first")
-    await busy.started.wait()
-    for n in range(WAITING):
-        await publisher.publish("orders.created", f"o-{n}")
-    await until(
-        lambda: (level(otel, "goflux.consumer.lag", "orders.created") or 0) >= WAITING,
-        flushed(nc),
-        f"goflux.consumer.lag of at least {WAITING}",
-    )
-    busy.release.set()
-    await busy.all_handled.wait()
-    assert level(otel, "goflux.consumer.lag", "orders.created") == 0
+    await lag_rises_and_falls(otel, nc, busy, publisher)
     await subscription.stop()
     assert len(otel.telemetry.counters.lag) == 0
 
