@@ -28,6 +28,7 @@ from goflux.transports.jetstream._errors import (
     FeatureUnsupported,
     IncompatibleConfig,
     InvalidKey,
+    InvalidSchedule,
     JetStreamUnavailable,
     KeyExists,
     ObjectNotFound,
@@ -63,6 +64,7 @@ else:
         resume_consumer,
     )
     from goflux.transports.jetstream._publisher import Outgoing, Publisher
+    from goflux.transports.jetstream._schedule import Schedule, cancel_schedule
     from goflux.transports.jetstream._stored import StoredMessage, get_last
     from goflux.transports.jetstream._subscriber import Subscriber
     from goflux.transports.jetstream._subscription import JetStreamSubscription
@@ -83,6 +85,7 @@ __all__ = (
     "IncompatibleConfig",
     "InvalidKey",
     "InvalidObjectMeta",
+    "InvalidSchedule",
     "JetStreamAcker",
     "JetStreamSubscription",
     "JetStreamUnavailable",
@@ -101,12 +104,14 @@ __all__ = (
     "Publisher",
     "ResourceLimit",
     "RevisionMismatch",
+    "Schedule",
     "StoredMessage",
     "StreamFeatureDisabled",
     "StreamNotFound",
     "SubjectOverlap",
     "Subscriber",
     "SubscriberSettings",
+    "cancel_schedule",
     "ensure_consumer",
     "ensure_stream",
     "get_last",

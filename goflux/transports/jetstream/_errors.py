@@ -9,8 +9,10 @@ Each derives from a core error (:mod:`goflux`'s ``PublishError``, ``TransportErr
      │    │                               the expected state
      │    ├── KeyExists                   Key-Value create: the key has a value
      │    └── RevisionMismatch            Key-Value update: the key moved on
-     └── StreamFeatureDisabled            the stream does not allow what the publish asks
-                                          for (a TTL, an atomic batch, ...)
+     ├── StreamFeatureDisabled            the stream does not allow what the publish asks
+     │                                    for (a TTL, an atomic batch, ...)
+     └── InvalidSchedule                  the server refused a message schedule (its
+                                          pattern, target, TTL or time zone)
     TransportError
      ├── JetStreamUnavailable             JetStream is not enabled for the account
      │                                    (also PublishError, SubscribeError)
@@ -43,6 +45,7 @@ __all__ = (
     "FeatureUnsupported",
     "IncompatibleConfig",
     "InvalidKey",
+    "InvalidSchedule",
     "JetStreamUnavailable",
     "KeyExists",
     "ObjectNotFound",
@@ -135,6 +138,38 @@ class StreamFeatureDisabled(PublishError):
         super().__init__(message, subject=subject, permanent=True)
         self.stream = stream
         self.setting = setting
+
+
+class InvalidSchedule(PublishError):
+    """The server refused a message schedule; nothing was stored.
+
+    Its pattern (``Nats-Schedule``), target subject (it must be another subject of
+    the same stream), TTL, time zone, rollup or source is not one the server takes.
+
+    Attributes:
+        stream: The stream that refused it.
+        reason: What was refused: ``"pattern"``, ``"target"``, ``"ttl"``,
+            ``"time_zone"``, ``"rollup"`` or ``"source"``.
+        schedule: The schedule as sent (``"@every 1s"``, ...), ``""`` where unknown.
+        target: The target subject as sent, ``""`` where unknown.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str,
+        stream: str,
+        reason: str,
+        schedule: str = "",
+        target: str = "",
+        err_code: int | None = None,
+    ) -> None:
+        super().__init__(message, subject=subject, permanent=True, err_code=err_code)
+        self.stream = stream
+        self.reason = reason
+        self.schedule = schedule
+        self.target = target
 
 
 class JetStreamUnavailable(TransportError, PublishError, SubscribeError):

@@ -32,8 +32,10 @@ from goflux.transports.jetstream._account import (
     unavailable,
 )
 from goflux.transports.jetstream._atomic import AtomicBatch, AtomicReplies, batch_headers
+from goflux.transports.jetstream._errors import InvalidSchedule
 from goflux.transports.jetstream._features import ATOMIC_BATCH, check_headers, require
 from goflux.transports.jetstream._replies import PubAcks, receipt, send_error, timeout_error
+from goflux.transports.jetstream._schedule import Schedule, explain_refusal, schedule_headers
 from goflux.transports.jetstream._server_headers import TTL, expectations
 from goflux.transports.jetstream._server_headers import server_headers as server_headers_of
 from goflux.transports.jetstream._system import SYSTEM
@@ -51,7 +53,8 @@ _PENDING: Any = None  # placeholder in the results list until the PubAck settles
 class Outgoing(Generic[T]):
     """One message for :meth:`Publisher.publish_many` or :meth:`Publisher.publish_atomic`.
 
-    ``ttl`` and ``server_headers`` are as for :meth:`Publisher.publish`.
+    ``ttl``, ``server_headers``, ``schedule`` and ``target`` are as for
+    :meth:`Publisher.publish`.
     """
 
     subject: str
@@ -60,6 +63,8 @@ class Outgoing(Generic[T]):
     message_id: str | None = None
     ttl: TTL | None = None
     server_headers: Mapping[str, str] | None = None
+    schedule: Schedule | None = None
+    target: str | None = None
 
 
 class Publisher(CloseOnExit, Generic[T]):
@@ -132,6 +137,8 @@ class Publisher(CloseOnExit, Generic[T]):
         expected_last_message_id: str | None = None,
         ttl: TTL | None = None,
         server_headers: Mapping[str, str] | None = None,
+        schedule: Schedule | None = None,
+        target: str | None = None,
         timeout: float | None = None,
     ) -> PublishReceipt:
         """Publish ``value`` to ``subject`` and wait until the stream has stored it.
@@ -159,14 +166,21 @@ class Publisher(CloseOnExit, Generic[T]):
                 ``headers``, which travel as ``X-Goflux-*`` user headers. The ones
                 goflux sets from an option (``Nats-Msg-Id``, ``Nats-TTL``,
                 ``Nats-Batch-*``) are refused here.
+            schedule: Store the message as a schedule (:class:`Schedule`): the stream
+                publishes it to ``target`` at its time(s) (``allow_msg_schedules``;
+                ``subject`` is the schedule's own, one schedule per subject).
+            target: The subject, of the same stream, a schedule publishes to.
             timeout: Seconds to wait for the PubAck (default: the publisher's).
 
         Raises:
             InvalidSubject: ``subject`` is not a valid publish subject.
             InvalidHeader: A header or the message ID cannot travel on the wire, or a
                 server header is not a ``Nats-*`` one or is set by an option.
-            ValueError: ``ttl`` is below a second or not whole seconds.
+            ValueError: ``ttl`` is below a second or not whole seconds, or
+                ``schedule`` and ``target`` are not given together.
             EncodeError: ``value`` cannot be encoded.
+            InvalidSchedule: The server refused the schedule (its pattern, a
+                ``target`` outside the stream, a time zone); nothing stored.
             ExpectationFailed: An ``expected_*`` condition did not hold; nothing stored.
             StreamFeatureDisabled: The stream does not allow the TTL, rollup or
                 schedule asked for; nothing stored.
@@ -183,6 +197,7 @@ class Publisher(CloseOnExit, Generic[T]):
                 connection is closed, or no PubAck arrived in time (then
                 ``may_be_stored`` is True).
         """
+        server_headers = schedule_headers(server_headers, schedule, target, subject)
         server = None
         if (
             server_headers
@@ -235,7 +250,10 @@ class Publisher(CloseOnExit, Generic[T]):
                 raise await no_stream_error(self._js, subject) from exc
             except nats.errors.Error as exc:
                 raise send_error(subject, exc, self._nc) from exc
-            return receipt(reply.data, subject)
+            try:
+                return receipt(reply.data, subject)
+            except InvalidSchedule as exc:
+                raise explain_refusal(exc, schedule, target) from exc
 
     @overload
     async def publish_many(
@@ -303,6 +321,10 @@ class Publisher(CloseOnExit, Generic[T]):
                 if self._closed and not self._batches:
                     await self._close_inboxes()
         await self._explain_no_stream(batch.results)
+        for position, (schedule, target) in batch.scheduled.items():
+            result = batch.results[position]
+            if isinstance(result, PublishError):
+                batch.results[position] = explain_refusal(result, schedule, target)
         if not return_exceptions:
             for result in batch.results:
                 if isinstance(result, PublishError):
@@ -352,9 +374,12 @@ class Publisher(CloseOnExit, Generic[T]):
             why = "publisher is closed" if self._closed else "the connection is closed"
             batch.results.append(closed_publisher_error(subject, why + closed_reason(self._nc)))
             return
-        server = server_headers_of(item.server_headers, ttl=item.ttl)
+        given = schedule_headers(item.server_headers, item.schedule, item.target, subject)
+        server = server_headers_of(given, ttl=item.ttl)
         if server:
             check_headers(self._nc, server, f"publish to {subject!r} (item {index})", subject)
+        if item.schedule is not None and item.target is not None:
+            batch.scheduled[index] = (item.schedule, item.target)
         data, wire = self._prepare(subject, item.value, item.headers, item.message_id, server)
         scope = self._scopes.open(subject, wire, message_id=item.message_id)
         scope.__enter__()
@@ -450,7 +475,8 @@ class Publisher(CloseOnExit, Generic[T]):
             if index == 0:
                 what = f"atomic batch of {len(items)} messages"
                 require(self._nc, ATOMIC_BATCH, what, subject=item.subject)
-            server = server_headers_of(item.server_headers, ttl=item.ttl)
+            given = schedule_headers(item.server_headers, item.schedule, item.target, item.subject)
+            server = server_headers_of(given, ttl=item.ttl)
             if server:
                 what = f"atomic batch: message {index + 1} to {item.subject!r}"
                 check_headers(self._nc, server, what, item.subject)
@@ -558,6 +584,7 @@ class _Batch:
         "_waiting",
         "in_flight",
         "results",
+        "scheduled",
     )
 
     def __init__(self, nc: Client, refusals: Refusals, wait: float) -> None:
@@ -570,6 +597,7 @@ class _Batch:
         self._waiting: _InFlight | None = None  # the entry settle_oldest awaits
         self.in_flight: deque[tuple[_InFlight, float]] = deque()
         self.results: list[PublishReceipt | PublishError] = []
+        self.scheduled: dict[int, tuple[Schedule, str]] = {}  # position: schedule, target
 
     def sent(self, entry: _InFlight, acks: PubAcks) -> None:
         """Track ``entry``, sent just now, until its PubAck settles."""

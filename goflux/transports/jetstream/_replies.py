@@ -23,7 +23,11 @@ from goflux._errors import PublishError
 from goflux._lifecycle import closed_publisher_error
 from goflux._receipt import PublishReceipt
 from goflux.transports._refusals import Refusal, closed_reason
-from goflux.transports.jetstream._errors import ExpectationFailed, StreamFeatureDisabled
+from goflux.transports.jetstream._errors import (
+    ExpectationFailed,
+    InvalidSchedule,
+    StreamFeatureDisabled,
+)
 from goflux.transports.jetstream._inbox import ReplyInbox
 from goflux.transports.jetstream._status import (
     ATOMIC_DISABLED,
@@ -36,6 +40,7 @@ from goflux.transports.jetstream._status import (
     MSG_TTL_DISABLED,
     NO_RESPONDERS,
     ROLLUP_DISABLED,
+    SCHEDULE_REFUSALS,
     is_client_error,
 )
 
@@ -78,6 +83,17 @@ def refused(
             subject=subject,
             stream=name,
             setting=setting,
+        )
+    reason = SCHEDULE_REFUSALS.get(err_code) if err_code is not None else None
+    if reason is not None:
+        name = stream or "(unknown)"
+        return InvalidSchedule(
+            f"publish to {subject!r} refused, nothing stored: stream {name!r} refused its "
+            f"message schedule ({description})",
+            subject=subject,
+            stream=name,
+            reason=reason,
+            err_code=err_code,
         )
     expectation = EXPECTATIONS.get(err_code) if err_code is not None else None
     if expectation is not None:

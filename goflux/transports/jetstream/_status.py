@@ -43,6 +43,7 @@ __all__ = (
     "REQUEST_TIMEOUT",
     "RESOURCE_LIMITS",
     "ROLLUP_DISABLED",
+    "SCHEDULE_REFUSALS",
     "STREAM_NAME_IN_USE",
     "STREAM_NOT_FOUND",
     "SUBJECTS_OVERLAP",
@@ -89,6 +90,15 @@ ROLLUP_DISABLED: Final = 10111
 MSG_TTL_DISABLED: Final = 10166
 ATOMIC_DISABLED: Final = 10174
 MSG_SCHEDULES_DISABLED: Final = 10188
+# A message schedule the server refuses, and what of it (ADR-51).
+SCHEDULE_REFUSALS: Final = {
+    10189: "pattern",
+    10190: "target",
+    10191: "ttl",
+    10192: "rollup",
+    10203: "source",
+    10223: "time_zone",
+}
 ATOMIC_DUPLICATE_ID: Final = 10201
 
 RESOURCE_LIMITS: Final = frozenset(
