@@ -63,7 +63,7 @@ class Schedule:
     """When a stream publishes a scheduled message: once, at an interval, or by cron.
 
     Make one with :meth:`at`, :meth:`every` or :meth:`cron` and pass it to
-    :meth:`Publisher.publish <goflux.transports.jetstream.Publisher.publish>` (or an
+    :meth:`~goflux.transports.jetstream.Publisher.publish` (or an
     :class:`~goflux.transports.jetstream.Outgoing`) with ``schedule=`` and
     ``target=``. One-shot schedules need nats-server 2.12, the others 2.14.
 
