@@ -63,6 +63,7 @@ else:
         resume_consumer,
     )
     from goflux.transports.jetstream._publisher import Outgoing, Publisher
+    from goflux.transports.jetstream._reset import ConsumerReset, reset_consumer
     from goflux.transports.jetstream._stored import StoredMessage, get_last
     from goflux.transports.jetstream._subscriber import Subscriber
     from goflux.transports.jetstream._subscription import JetStreamSubscription
@@ -75,6 +76,7 @@ __all__ = (
     "ConfigNotApplied",
     "ConsumerNotFound",
     "ConsumerPause",
+    "ConsumerReset",
     "DigestMismatch",
     "Entry",
     "EntryFeed",
@@ -113,6 +115,7 @@ __all__ = (
     "key_value",
     "object_store",
     "pause_consumer",
+    "reset_consumer",
     "resume_consumer",
     "unpin_consumer",
 )

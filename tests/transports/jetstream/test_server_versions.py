@@ -231,6 +231,13 @@ async def test_consumer_features_need_their_version(version: str, client: Client
             await jetstream.ensure_consumer(js, stream="S", name="PRIO", **prioritized)  # type: ignore[arg-type]
         assert isinstance(error.value, ProvisioningError)
         assert "PRIO" not in [c.name for c in await js.consumers_info("S")]
+    if at_least(version, (2, 14)):
+        assert (await jetstream.reset_consumer(js, "S", "PLAIN", sequence=1)).sequence == 1
+    else:
+        began = time.perf_counter()
+        with pytest.raises(FeatureUnsupported, match=r"consumer reset needs nats-server 2\.14"):
+            await jetstream.reset_consumer(js, "S", "PLAIN", sequence=1)
+        assert time.perf_counter() - began < 1  # refused before sending, not a timeout
 
 
 async def test_reading_an_object_needs_2_11(version: str, client: Client) -> None:
