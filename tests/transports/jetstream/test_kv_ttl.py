@@ -49,6 +49,7 @@ async def test_a_key_with_a_ttl_is_gone_after_it_and_a_watcher_sees_the_marker(
         "MaxAge",
     )
     assert marker.revision > revision
+    assert (first.ttl, marker.ttl) == (timedelta(seconds=1), timedelta(seconds=60))
     assert expired_after >= 1.0
     assert await kv.get("session.a") is None
     assert [key async for key in kv.keys(">")] == ["forever"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final, Generic, Literal, TypeAlias, TypeVar
 
 from goflux._codecs import Codec, as_decode_error
@@ -35,6 +35,7 @@ __all__ = (
     "marker_reason_of",
     "operation_of",
     "stream_of",
+    "ttl_of",
 )
 
 T = TypeVar("T")
@@ -47,6 +48,17 @@ OPERATION_HEADER: Final = "KV-Operation"
 MARKER_HEADER: Final = "Nats-Marker-Reason"
 _OPERATIONS: Final[dict[str, Operation]] = {"DEL": "delete", "PURGE": "purge"}
 _MARKERS: Final[dict[str, Operation]] = {"MaxAge": "purge", "Purge": "purge", "Remove": "delete"}
+_TTL_HEADER: Final = "Nats-TTL"
+_GO_DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS: Final = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
 _BUCKET: Final = re.compile(r"[a-zA-Z0-9_-]+")
 _KEY: Final = re.compile(r"[-/_=.a-zA-Z0-9]+")
 _PATTERN: Final = re.compile(r"[-/_=.a-zA-Z0-9*>]+")
@@ -69,6 +81,9 @@ class Entry(Generic[T_co]):
             a bucket with ``limit_marker_ttl``: ``"MaxAge"`` (the key's TTL or the
             bucket's ``ttl`` removed it; a purge), ``"Purge"`` (a purge) or
             ``"Remove"`` (a delete). None for a client's own write.
+        ttl: The write's own TTL (``create(..., ttl=)``, ``purge(..., ttl=)``, and
+            the server's markers): it is gone ``ttl`` after ``created``. None: kept
+            as long as the bucket keeps writes.
     """
 
     bucket: str
@@ -79,6 +94,7 @@ class Entry(Generic[T_co]):
     operation: Operation
     delta: int = 0
     marker_reason: str | None = None
+    ttl: timedelta | None = None
 
 
 def _header(headers: object, name: str) -> str | None:
@@ -92,6 +108,22 @@ def _header(headers: object, name: str) -> str | None:
 def marker_reason_of(headers: object) -> str | None:
     """The server's ``Nats-Marker-Reason`` of a limit marker, None for a client's write."""
     return _header(headers, MARKER_HEADER) or None
+
+
+def ttl_of(headers: object) -> timedelta | None:
+    """A write's ``Nats-TTL``: whole seconds (``"60"``) or a Go duration (``"1m0s"``).
+
+    None without one, for ``"never"``, or for a value the server would not have taken.
+    """
+    text = _header(headers, _TTL_HEADER)
+    if not text or text == "never":
+        return None
+    if text.isdigit():
+        return timedelta(seconds=int(text))
+    parts = _GO_DURATION.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return timedelta(seconds=sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts))
 
 
 def operation_of(headers: object) -> Operation:
@@ -206,4 +238,5 @@ def entry_of(
                 size=exc.size,
             ) from exc
     reason = marker_reason_of(headers)
-    return Entry(bucket, key, value, revision, created, operation, delta, reason)
+    ttl = ttl_of(headers)
+    return Entry(bucket, key, value, revision, created, operation, delta, reason, ttl)
