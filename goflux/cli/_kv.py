@@ -2,8 +2,8 @@
 
 ::
 
-    goflux kv ls [BUCKET]                 buckets (with their key counts), or a bucket's keys
-    goflux kv get BUCKET KEY              the value's bytes on stdout (revision on stderr)
+    goflux kv ls [BUCKET]                 buckets (key counts, TTLs), or a bucket's keys
+    goflux kv get BUCKET KEY              the value's bytes on stdout (revision, TTL on stderr)
     goflux kv put BUCKET KEY [VALUE]      set it (VALUE, else stdin); prints the revision
     goflux kv watch BUCKET [PATTERN]      print changes until interrupted (--history)
 
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from goflux._codecs import BytesCodec
 from goflux.cli._actions import Action, Connect, runner
 
-__all__ = ("add_kv_commands",)
+__all__ = ("add_kv_commands", "span")
 
 _PREFIX = "KV_"
 
@@ -31,6 +32,25 @@ def _text(value: bytes | None) -> str:
         return value.decode()
     except UnicodeDecodeError:
         return repr(value)
+
+
+def span(seconds: float) -> str:
+    """A duration as ``90s``, ``5m``, ``2h``, ``1.5s`` (whole minutes and hours shortened)."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
+
+
+def _ttls(config: dict[str, Any]) -> str:
+    """A bucket's ``ttl=`` (max age) and ``markers=`` (limit marker TTL), where set."""
+    shown = []
+    for label, field in (("ttl", "max_age"), ("markers", "subject_delete_marker_ttl")):
+        nanoseconds = config.get(field) or 0
+        if nanoseconds:
+            shown.append(f"  {label}={span(nanoseconds / 1e9)}")
+    return "".join(shown)
 
 
 async def _bucket(nc: Any, name: str) -> Any:
@@ -66,12 +86,13 @@ async def _ls(nc: Any, args: argparse.Namespace) -> int:
                 stream["config"]["name"][len(_PREFIX) :],
                 stream["state"].get("num_subjects", 0),
                 stream["state"].get("messages", 0),
+                _ttls(stream["config"]),
             )
             for stream in streams
             if stream["config"]["name"].startswith(_PREFIX)
         )
-        for name, keys, writes in buckets:
-            print(f"{name}  keys={keys}  writes={writes}")
+        for name, keys, writes, ttls in buckets:
+            print(f"{name}  keys={keys}  writes={writes}{ttls}")
         if not buckets:
             print("no buckets")
         return 0
@@ -90,7 +111,11 @@ async def _get(nc: Any, args: argparse.Namespace) -> int:
     if entry is None:
         print(f"goflux kv: key {args.key!r} not found in bucket {args.bucket!r}", file=sys.stderr)
         return 1
-    print(f"revision {entry.revision}, {entry.created.isoformat()}", file=sys.stderr)
+    expires = ""
+    if entry.ttl is not None:
+        left = (entry.created + entry.ttl - datetime.now(UTC)).total_seconds()
+        expires = f", expires in {max(0, round(left))}s (ttl {span(entry.ttl.total_seconds())})"
+    print(f"revision {entry.revision}, {entry.created.isoformat()}{expires}", file=sys.stderr)
     sys.stdout.buffer.write(entry.value or b"")
     if sys.stdout.isatty():  # a newline for the prompt; piped, the bytes as stored
         sys.stdout.buffer.write(b"\n")

@@ -16,13 +16,13 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from goflux._errors import GofluxError, MissingDependency
 from goflux._urls import redact_url, unbracket
 from goflux.cli._asyncapi import add_asyncapi_command
-from goflux.cli._kv import add_kv_commands
+from goflux.cli._kv import add_kv_commands, span
 from goflux.cli._needs import extra_of, missing_extra
 from goflux.cli._obj import add_obj_commands
 from goflux.cli._services import add_services_command
@@ -259,6 +259,25 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+_FLAGS: Final = (
+    ("allow_msg_counter", "counters"),
+    ("allow_msg_schedules", "schedules"),
+    ("allow_batched", "batched"),
+    ("allow_atomic", "atomic"),
+    ("allow_msg_ttl", "msg_ttl"),
+)
+
+
+def _settings(config: Any) -> str:
+    """The newer settings a stream has on: counters, schedules, batched, TTLs; ``-``: none."""
+    shown = [label for field, label in _FLAGS if getattr(config, field, None)]
+    for label, field in (("max_age", "max_age"), ("markers", "subject_delete_marker_ttl")):
+        seconds = getattr(config, field, None)
+        if seconds:
+            shown.append(f"{label}={span(seconds)}")
+    return ",".join(shown) or "-"
+
+
 async def _streams(url: str) -> str:
     nc = await _connect(url)
     try:
@@ -274,10 +293,11 @@ async def _streams(url: str) -> str:
             info.state.first_seq,
             info.state.last_seq,
             info.state.consumer_count,
+            _settings(info.config),
         )
         for info in sorted(infos, key=lambda i: i.config.name or "")
     ]
-    header = ("stream", "subjects", "messages", "bytes", "first", "last", "consumers")
+    header = ("stream", "subjects", "messages", "bytes", "first", "last", "consumers", "settings")
     return _table(header, rows) if rows else "no streams"
 
 

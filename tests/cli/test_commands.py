@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +41,20 @@ def test_streams_and_consumers_show_counts_and_lag(
         await jetstream.ensure_consumer(js, stream="ORDERS", name="billing")
         for n in range(7):
             await js.publish("orders.new", str(n).encode())
+        await jetstream.ensure_stream(
+            js, name="COUNTS", subjects=["counts.>"], allow_msg_counter=True
+        )
+        await jetstream.ensure_stream(
+            js,
+            name="EVENTS",
+            subjects=["events.>"],
+            allow_msg_schedules=True,
+            allow_batched=True,
+            allow_atomic=True,
+            allow_msg_ttl=True,
+            subject_delete_marker_ttl=60,
+            max_age=7200,
+        )
         await nc.close()
 
     asyncio.run(fill())
@@ -53,15 +68,44 @@ def test_streams_and_consumers_show_counts_and_lag(
         "first",
         "last",
         "consumers",
+        "settings",
     ]
-    name, subjects, messages, _, first, last, consumers = lines[1].split()
-    assert (name, subjects, messages, first, last, consumers) == (
-        "ORDERS", "orders.>", "7", "1", "7", "1"
+    assert [line.split()[0] for line in lines[1:]] == ["COUNTS", "EVENTS", "ORDERS"]
+    assert lines[1].split()[-1] == "counters"
+    assert lines[2].split()[-1] == "schedules,batched,atomic,msg_ttl,max_age=2h,markers=1m"
+    name, subjects, messages, _, first, last, consumers, settings = lines[3].split()
+    assert (name, subjects, messages, first, last, consumers, settings) == (
+        "ORDERS", "orders.>", "7", "1", "7", "1", "-"
     )  # fmt: skip
-    assert main(["consumers", "--url", nats_server.url]) == 0
+    assert main(["consumers", "--url", nats_server.url, "ORDERS"]) == 0
     row = capsys.readouterr().out.splitlines()[1].split()
     assert row[:2] == ["ORDERS", "billing"]
     assert row[2:] == ["-", "7", "0", "0", "0"]  # no filter; lag 7; nothing delivered yet
+
+
+def test_kv_shows_ttls(nats_server: NatsServer, capsys: pytest.CaptureFixture[str]) -> None:
+    async def make() -> None:
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        kv = await jetstream.key_value(js, "sessions", BytesCodec(), ttl=3600, limit_marker_ttl=90)
+        await kv.create("session.a", b"token", ttl=120)
+        await kv.put("plain", b"kept")
+        await jetstream.key_value(js, "config", BytesCodec())
+        await nc.close()
+
+    asyncio.run(make())
+    url = ["kv", "--url", nats_server.url]
+    assert main([*url, "ls"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "config  keys=0  writes=0",
+        "sessions  keys=2  writes=2  ttl=1h  markers=90s",
+    ]
+    assert main([*url, "get", "sessions", "session.a"]) == 0
+    got = capsys.readouterr()
+    assert got.out == "token"
+    assert re.fullmatch(r"revision 1, \S+, expires in (119|120)s \(ttl 2m\)\n", got.err), got.err
+    assert main([*url, "get", "sessions", "plain"]) == 0
+    assert "expires" not in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -64,6 +64,7 @@ else:
         resume_consumer,
     )
     from goflux.transports.jetstream._publisher import Outgoing, Publisher
+    from goflux.transports.jetstream._reset import ConsumerReset, reset_consumer
     from goflux.transports.jetstream._schedule import Schedule, cancel_schedule
     from goflux.transports.jetstream._stored import StoredMessage, get_last
     from goflux.transports.jetstream._subscriber import Subscriber
@@ -77,6 +78,7 @@ __all__ = (
     "ConfigNotApplied",
     "ConsumerNotFound",
     "ConsumerPause",
+    "ConsumerReset",
     "DigestMismatch",
     "Entry",
     "EntryFeed",
@@ -118,6 +120,7 @@ __all__ = (
     "key_value",
     "object_store",
     "pause_consumer",
+    "reset_consumer",
     "resume_consumer",
     "unpin_consumer",
 )

@@ -35,6 +35,7 @@ __all__ = (
     "BATCH_DIRECT_GET",
     "CONSUMER_FIELDS",
     "CONSUMER_PAUSE",
+    "CONSUMER_RESET",
     "HEADERS",
     "MSG_TTL",
     "PRIORITIZED",
@@ -85,6 +86,7 @@ RECURRING_SCHEDULES: Final = Feature(
     "recurring message schedules (Nats-Schedule other than '@at ...')", (2, 14, 0)
 )
 SCHEDULE_SAMPLING: Final = Feature("scheduled subject sampling (Nats-Schedule-Source)", (2, 14, 0))
+CONSUMER_RESET: Final = Feature("consumer reset", (2, 14, 0))
 
 STREAM_FIELDS: Final[Mapping[str, Feature]] = {
     "allow_msg_ttl": MSG_TTL,

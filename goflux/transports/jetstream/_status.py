@@ -22,6 +22,7 @@ __all__ = (
     "ATOMIC_DUPLICATE_ID",
     "BAD_REQUEST",
     "CONFLICT",
+    "CONSUMER_INVALID_RESET",
     "CONSUMER_NOT_FOUND",
     "END_OF_BATCH",
     "EXPECTED_LAST_MESSAGE_ID",
@@ -73,6 +74,7 @@ NO_RESPONDERS: Final = "503"
 # ------------------------------------------------ API error codes (err_code)
 
 CONSUMER_NOT_FOUND: Final = 10014
+CONSUMER_INVALID_RESET: Final = 10204  # a reset the consumer's deliver policy forbids
 NO_MESSAGE_FOUND: Final = 10037
 JETSTREAM_NOT_ENABLED_FOR_ACCOUNT: Final = 10039
 MESSAGE_TOO_LARGE: Final = 10054

@@ -231,6 +231,13 @@ async def test_consumer_features_need_their_version(version: str, client: Client
             await jetstream.ensure_consumer(js, stream="S", name="PRIO", **prioritized)  # type: ignore[arg-type]
         assert isinstance(error.value, ProvisioningError)
         assert "PRIO" not in [c.name for c in await js.consumers_info("S")]
+    if at_least(version, (2, 14)):
+        assert (await jetstream.reset_consumer(js, "S", "PLAIN", sequence=1)).sequence == 1
+    else:
+        began = time.perf_counter()
+        with pytest.raises(FeatureUnsupported, match=r"consumer reset needs nats-server 2\.14"):
+            await jetstream.reset_consumer(js, "S", "PLAIN", sequence=1)
+        assert time.perf_counter() - began < 1  # refused before sending, not a timeout
 
 
 async def test_reading_an_object_needs_2_11(version: str, client: Client) -> None:
@@ -442,3 +449,23 @@ def test_an_info_reads_as_a_version_and_api_level(
 def test_each_server_header_needs_its_version(header: str, value: str, since: str | None) -> None:
     feature = header_feature(header, value)
     assert (feature.since_text if feature else None) == since
+
+
+async def test_key_value_ttls_need_2_11(version: str, client: Client) -> None:
+    js = client.jetstream()
+    if at_least(version, (2, 11)):
+        kv = await jetstream.key_value(js, "ttl", CODEC, limit_marker_ttl=5)
+        assert await kv.create("k", "v", ttl=60) >= 1
+        return
+    with pytest.raises(FeatureUnsupported, match=r"bucket 'ttl' \(limit_marker_ttl\)"):
+        await jetstream.key_value(js, "ttl", CODEC, limit_marker_ttl=5)
+    kv = await jetstream.key_value(js, "plain", CODEC)
+    began = time.perf_counter()
+    with pytest.raises(
+        FeatureUnsupported, match=r"per-message TTL \(Nats-TTL\) needs nats-server 2\.11"
+    ):
+        await kv.create("k", "v", ttl=60)
+    with pytest.raises(FeatureUnsupported, match="bucket 'plain' with a TTL"):
+        await kv.purge("k", ttl=60)
+    assert time.perf_counter() - began < 1
+    assert await kv.get("k") is None  # nothing sent

@@ -42,9 +42,12 @@ from goflux.transports.jetstream._api import (
 from goflux.transports.jetstream._errors import (
     BucketNotFound,
     ExpectationFailed,
+    IncompatibleConfig,
     KeyExists,
     RevisionMismatch,
+    StreamFeatureDisabled,
 )
+from goflux.transports.jetstream._features import DELETE_MARKERS, MSG_TTL, require
 from goflux.transports.jetstream._kv.entry import (
     OPERATION_HEADER,
     Entry,
@@ -59,6 +62,7 @@ from goflux.transports.jetstream._kv.entry import (
 from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
 from goflux.transports.jetstream._provision import ensure_stream
 from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
+from goflux.transports.jetstream._server_headers import ttl_value
 from goflux.transports.jetstream._status import NO_MESSAGES, STREAM_NOT_FOUND
 from goflux.transports.jetstream._stored import scan
 from goflux.transports.jetstream._system import SYSTEM
@@ -72,6 +76,8 @@ _EXPECTED: Final = "Nats-Expected-Last-Subject-Sequence"
 _WRONG_SEQUENCE: Final = re.compile(r"wrong last sequence: (\d+)")
 _DELETE: Final = {OPERATION_HEADER: "DEL"}
 _PURGE: Final = {OPERATION_HEADER: "PURGE", "Nats-Rollup": "sub"}
+_TTL_HEADER: Final = "Nats-TTL"
+_MARKERS: Final = "limit_marker_ttl"  # the bucket setting of per-key TTLs and limit markers
 # Bucket settings by their Key-Value names, and the stream settings they set.
 _SETTINGS: Final = {
     "description": "description",
@@ -126,6 +132,25 @@ def _seconds(ttl: object) -> float:
     return seconds
 
 
+def _key_ttl(ttl: object) -> str:
+    """The ``Nats-TTL`` value of a key's ``ttl`` (whole seconds, at least 1).
+
+    Raises:
+        ValueError: Below a second, not whole seconds, or not seconds or a timedelta.
+    """
+    if ttl == "never" or not isinstance(ttl, int | float | timedelta):
+        raise ValueError(f"ttl must be whole seconds or a timedelta (1 s or more), got {ttl!r}")
+    return ttl_value(ttl)
+
+
+def _marker_ttl(value: object) -> float:
+    """Seconds of a ``limit_marker_ttl`` (at least 1; 0 or None: no limit markers)."""
+    seconds = _seconds(value)
+    if seconds and seconds < 1:
+        raise ValueError(f"{_MARKERS} must be 1 second or more (or None), got {value!r}")
+    return seconds
+
+
 async def _current(js: JetStreamContext, bucket: str) -> dict[str, Any] | None:
     """The existing bucket's stream config (the server's JSON), or None."""
     try:
@@ -143,6 +168,7 @@ async def key_value(
     *,
     history: int | _Keep = KEEP,
     ttl: float | timedelta | _Keep | None = KEEP,
+    limit_marker_ttl: float | timedelta | _Keep | None = KEEP,
     telemetry: Telemetry | None = None,
     timeout: float | None = None,
     **bucket_config: Any,
@@ -163,6 +189,13 @@ async def key_value(
             keeps (nothing is cut from it), else 1.
         ttl: How long a write is kept (seconds or ``timedelta``; None or 0: forever).
             Not given: what an existing bucket has, else forever.
+        limit_marker_ttl: Turns on per-key TTLs and limit markers (ADR-48,
+            nats-server 2.11+): ``create`` and ``purge`` take a ``ttl``, and when a
+            key's TTL or the bucket's ``ttl`` removes its last write, the server
+            writes a marker (a purge entry with ``marker_reason`` ``"MaxAge"``) that
+            it keeps this long (1 second or more) so watchers see it. Sets the
+            stream's ``allow_msg_ttl`` and ``subject_delete_marker_ttl``. Not given:
+            what an existing bucket has, else off; once on, it cannot be turned off.
         telemetry: Tracing and metrics; default: OpenTelemetry globals.
         timeout: Seconds to wait for each write's acknowledgement and each read
             (default: the JetStream context's timeout).
@@ -173,20 +206,30 @@ async def key_value(
 
     Raises:
         InvalidKey: Invalid bucket name.
-        ValueError: ``history`` or ``ttl`` out of range.
+        ValueError: ``history``, ``ttl`` or ``limit_marker_ttl`` out of range.
         TypeError: An unknown setting.
-        IncompatibleConfig: The existing bucket cannot be changed so.
+        IncompatibleConfig: The existing bucket cannot be changed so (also: turning
+            its limit markers off).
+        FeatureUnsupported: ``limit_marker_ttl`` on a server older than 2.11.
         ProvisioningError: Any other refusal by the server.
     """
     check_bucket(bucket)
-    if isinstance(history, _Keep) or isinstance(ttl, _Keep):
-        with ApiCall(js, f"bucket {bucket!r}", f"STREAM.INFO.{stream_of(bucket)}"):
-            current = await _current(js, bucket)
-        if isinstance(history, _Keep):
-            kept = int(current.get("max_msgs_per_subject") or 1) if current else 1
-            history = max(1, min(kept, MAX_HISTORY))
-        if isinstance(ttl, _Keep):
-            ttl = (current.get("max_age") or 0) / 1e9 if current else None
+    with ApiCall(js, f"bucket {bucket!r}", f"STREAM.INFO.{stream_of(bucket)}"):
+        current = await _current(js, bucket)
+    if isinstance(history, _Keep):
+        kept = int(current.get("max_msgs_per_subject") or 1) if current else 1
+        history = max(1, min(kept, MAX_HISTORY))
+    if isinstance(ttl, _Keep):
+        ttl = (current.get("max_age") or 0) / 1e9 if current else None
+    had_markers = (current.get("subject_delete_marker_ttl") or 0) / 1e9 if current else 0.0
+    if isinstance(limit_marker_ttl, _Keep):
+        limit_marker_ttl = had_markers or None
+    markers = _marker_ttl(limit_marker_ttl)
+    if had_markers and not markers:
+        raise IncompatibleConfig(
+            f"bucket {bucket!r}: {_MARKERS} cannot be turned off once set (the bucket "
+            f"keeps limit markers for {had_markers:g}s); nothing changed"
+        )
     if isinstance(history, bool) or not isinstance(history, int) or not 1 <= history <= MAX_HISTORY:
         raise ValueError(f"history must be 1 to {MAX_HISTORY}, got {history!r}")
     unknown = sorted(set(bucket_config) - set(_SETTINGS))
@@ -205,6 +248,9 @@ async def key_value(
         deny_delete=True,
         allow_direct=True,
     )
+    if markers:
+        require(connection(js), DELETE_MARKERS, f"bucket {bucket!r} ({_MARKERS})")
+        config.update(allow_msg_ttl=True, subject_delete_marker_ttl=markers)
     info = await ensure_stream(
         js, name=stream_of(bucket), subjects=[key_subject(bucket, ">")], **config
     )
@@ -216,6 +262,7 @@ async def key_value(
         telemetry=telemetry,
         timeout=timeout,
         max_value_size=info.config.max_msg_size,
+        limit_marker_ttl=markers or None,
     )
 
 
@@ -235,6 +282,12 @@ class KeyValue(Generic[T]):
         max_value_size: The bucket's ``max_value_size``, if it has one: a value
             that fits is not refused because of the trace context travelling with it
             (the server counts headers in), which is then left off.
+        limit_marker_ttl: The bucket's ``limit_marker_ttl`` in seconds (None: off).
+
+    Attributes:
+        limit_marker_ttl: How long the bucket keeps limit markers, as a
+            ``timedelta`` (None: no per-key TTLs or limit markers), as :func:`key_value`
+            found or set it.
     """
 
     def __init__(
@@ -247,8 +300,10 @@ class KeyValue(Generic[T]):
         telemetry: Telemetry | None = None,
         timeout: float | None = None,
         max_value_size: int | None = None,
+        limit_marker_ttl: float | None = None,
     ) -> None:
         self._js = js
+        self.limit_marker_ttl = timedelta(seconds=limit_marker_ttl) if limit_marker_ttl else None
         self._max_value_size = max_value_size if max_value_size and max_value_size > 0 else None
         self._nc = connection(js)
         self._refusals = refusals(self._nc)
@@ -280,23 +335,36 @@ class KeyValue(Generic[T]):
         """
         return await self._write(key, self._codec.encode(value), None, None)
 
-    async def create(self, key: str, value: T) -> int:
+    async def create(self, key: str, value: T, *, ttl: float | timedelta | None = None) -> int:
         """Set ``key`` to ``value`` only if it has no value; return the revision.
 
-        A deleted or purged key counts as having none.
+        A deleted or purged key counts as having none. With ``ttl`` the key is gone
+        after that long (ADR-48): it reads as None, and a watcher sees a purge entry
+        with ``marker_reason`` ``"MaxAge"``. A later write of the key has no TTL.
+
+        Args:
+            key: The key.
+            value: Its value.
+            ttl: How long the key lives: whole seconds (1 or more) or a ``timedelta``;
+                the bucket needs ``limit_marker_ttl``.
 
         Raises:
             KeyExists: ``key`` has a value (the error names its revision).
+            ValueError: ``ttl`` below a second or not whole seconds.
+            StreamFeatureDisabled: ``ttl`` on a bucket without ``limit_marker_ttl``
+                (the error names the bucket and the setting); nothing written.
+            FeatureUnsupported: ``ttl`` on a server older than 2.11; nothing sent.
             InvalidKey, EncodeError, BucketNotFound, PublishError: As for :meth:`put`.
         """
+        header = None if ttl is None else {_TTL_HEADER: _key_ttl(ttl)}
         data = self._codec.encode(value)
         try:
-            return await self._write(key, data, None, 0)
+            return await self._write(key, data, header, 0)
         except RevisionMismatch as exc:
             latest = await self._latest(key)
             if latest is not None and latest.operation != "put":
                 with contextlib.suppress(RevisionMismatch):  # another write came between
-                    return await self._write(key, data, None, latest.revision)
+                    return await self._write(key, data, header, latest.revision)
             raise KeyExists(
                 f"bucket {self.bucket!r}: key {key!r} has a value (revision "
                 f"{exc.actual}); nothing written",
@@ -333,22 +401,33 @@ class KeyValue(Generic[T]):
         """
         return await self._write(key, b"", _DELETE, None)
 
-    async def purge(self, key: str) -> int:
+    async def purge(self, key: str, *, ttl: float | timedelta | None = None) -> int:
         """Delete ``key`` and its whole history (a purge marker is all that stays).
+
+        With ``ttl`` the purge marker itself goes after that long (ADR-48), so a
+        purged key leaves nothing behind: no compaction needed. The bucket needs
+        ``limit_marker_ttl``.
 
         Returns:
             The revision of the purge marker.
 
         Raises:
+            ValueError: ``ttl`` below a second or not whole seconds.
+            StreamFeatureDisabled: ``ttl`` on a bucket without ``limit_marker_ttl``.
+            FeatureUnsupported: ``ttl`` on a server older than 2.11; nothing sent.
             InvalidKey, BucketNotFound, PublishError: As for :meth:`put`.
         """
-        return await self._write(key, b"", _PURGE, None)
+        headers = _PURGE if ttl is None else {**_PURGE, _TTL_HEADER: _key_ttl(ttl)}
+        return await self._write(key, b"", headers, None)
 
     async def _write(
         self, key: str, data: bytes, headers: Mapping[str, str] | None, expected: int | None
     ) -> int:
         subject = key_subject(self.bucket, check_key(key))
         wire: dict[str, str] = dict(headers) if headers else {}
+        if _TTL_HEADER in wire:
+            what = f"writing {key!r} to bucket {self.bucket!r} with a TTL"
+            require(self._nc, MSG_TTL, what, subject=subject)
         if expected is not None:
             wire[_EXPECTED] = str(expected)
         with self._scopes.open(subject, wire) as scope:
@@ -371,6 +450,17 @@ class KeyValue(Generic[T]):
                 raise send_error(subject, exc, self._nc) from exc
             try:
                 return receipt(reply.data, subject).sequence
+            except StreamFeatureDisabled as exc:
+                if exc.setting != "allow_msg_ttl":
+                    raise
+                raise StreamFeatureDisabled(
+                    f"bucket {self.bucket!r}: key {key!r} with a TTL needs the bucket "
+                    f"setting {_MARKERS} (per-key TTLs; key_value(..., {_MARKERS}=...)); "
+                    "nothing written",
+                    subject=subject,
+                    stream=self.stream,
+                    setting=_MARKERS,
+                ) from exc
             except ExpectationFailed as exc:
                 if expected is None:
                     raise

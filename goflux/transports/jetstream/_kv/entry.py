@@ -2,7 +2,11 @@
 
 A bucket ``B`` is the stream ``KV_B``; key ``k`` is the subject ``$KV.B.k``; each
 write is a message on it: a put carries the value, a delete or purge an empty body
-and the header ``KV-Operation: DEL`` or ``PURGE``. A key's revision is the stream
+and the header ``KV-Operation: DEL`` or ``PURGE``. A bucket with limit markers
+(ADR-48) also holds the server's own markers: when a key's TTL or the bucket's max age
+removes its last write, the server writes an empty message with
+``Nats-Marker-Reason: MaxAge`` (``Purge`` and ``Remove`` are the other reasons), read
+as a purge (a delete for ``Remove``). A key's revision is the stream
 sequence of its write. This is the layout every NATS client uses, so goflux and
 other clients share buckets.
 """
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final, Generic, Literal, TypeAlias, TypeVar
 
 from goflux._codecs import Codec, as_decode_error
@@ -19,6 +23,7 @@ from goflux._errors import DecodeError
 from goflux.transports.jetstream._errors import InvalidKey
 
 __all__ = (
+    "MARKER_HEADER",
     "OPERATION_HEADER",
     "Entry",
     "Operation",
@@ -27,8 +32,10 @@ __all__ = (
     "check_key_pattern",
     "entry_of",
     "key_subject",
+    "marker_reason_of",
     "operation_of",
     "stream_of",
+    "ttl_of",
 )
 
 T = TypeVar("T")
@@ -38,7 +45,20 @@ Operation: TypeAlias = Literal["put", "delete", "purge"]
 """What a Key-Value write did."""
 
 OPERATION_HEADER: Final = "KV-Operation"
+MARKER_HEADER: Final = "Nats-Marker-Reason"
 _OPERATIONS: Final[dict[str, Operation]] = {"DEL": "delete", "PURGE": "purge"}
+_MARKERS: Final[dict[str, Operation]] = {"MaxAge": "purge", "Purge": "purge", "Remove": "delete"}
+_TTL_HEADER: Final = "Nats-TTL"
+_GO_DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS: Final = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
 _BUCKET: Final = re.compile(r"[a-zA-Z0-9_-]+")
 _KEY: Final = re.compile(r"[-/_=.a-zA-Z0-9]+")
 _PATTERN: Final = re.compile(r"[-/_=.a-zA-Z0-9*>]+")
@@ -57,6 +77,13 @@ class Entry(Generic[T_co]):
         operation: ``"put"``, ``"delete"`` or ``"purge"``.
         delta: Writes after this one still to come to a watcher or history read
             (0 for the latest; 0 for ``get``).
+        marker_reason: Why the server wrote this entry itself, for a limit marker of
+            a bucket with ``limit_marker_ttl``: ``"MaxAge"`` (the key's TTL or the
+            bucket's ``ttl`` removed it; a purge), ``"Purge"`` (a purge) or
+            ``"Remove"`` (a delete). None for a client's own write.
+        ttl: The write's own TTL (``create(..., ttl=)``, ``purge(..., ttl=)``, and
+            the server's markers): it is gone ``ttl`` after ``created``. None: kept
+            as long as the bucket keeps writes.
     """
 
     bucket: str
@@ -66,17 +93,52 @@ class Entry(Generic[T_co]):
     created: datetime
     operation: Operation
     delta: int = 0
+    marker_reason: str | None = None
+    ttl: timedelta | None = None
+
+
+def _header(headers: object, name: str) -> str | None:
+    if not headers:
+        return None
+    get = getattr(headers, "get", None)
+    value = get(name) if get is not None else None
+    return None if value is None else str(value)
+
+
+def marker_reason_of(headers: object) -> str | None:
+    """The server's ``Nats-Marker-Reason`` of a limit marker, None for a client's write."""
+    return _header(headers, MARKER_HEADER) or None
+
+
+def ttl_of(headers: object) -> timedelta | None:
+    """A write's ``Nats-TTL``: whole seconds (``"60"``) or a Go duration (``"1m0s"``).
+
+    None without one, for ``"never"``, or for a value the server would not have taken.
+    """
+    text = _header(headers, _TTL_HEADER)
+    if not text or text == "never":
+        return None
+    if text.isdigit():
+        return timedelta(seconds=int(text))
+    parts = _GO_DURATION.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return timedelta(seconds=sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts))
 
 
 def operation_of(headers: object) -> Operation:
-    """The operation a write's headers say (``KV-Operation``; none: a put)."""
-    if not headers:
-        return "put"
-    get = getattr(headers, "get", None)
-    value = get(OPERATION_HEADER) if get is not None else None
-    if value is None:
-        return "put"
-    return _OPERATIONS.get(str(value), "put")
+    """The operation a write's headers say (``KV-Operation``, else a limit marker's reason).
+
+    A write with neither is a put; a marker of an unknown reason counts as a purge
+    (it has no value).
+    """
+    value = _header(headers, OPERATION_HEADER)
+    if value is not None:
+        return _OPERATIONS.get(value, "put")
+    reason = marker_reason_of(headers)
+    if reason is not None:
+        return _MARKERS.get(reason, "purge")
+    return "put"
 
 
 def check_bucket(bucket: object) -> str:
@@ -175,4 +237,6 @@ def entry_of(
                 type_name=exc.type_name,
                 size=exc.size,
             ) from exc
-    return Entry(bucket, key, value, revision, created, operation, delta)
+    reason = marker_reason_of(headers)
+    ttl = ttl_of(headers)
+    return Entry(bucket, key, value, revision, created, operation, delta, reason, ttl)
