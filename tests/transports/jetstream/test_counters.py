@@ -22,8 +22,18 @@ from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
 from goflux.transports.jetstream import Counter
 from tests.conftest import Otel
+from tests.nodejs import run_node
 
 BIG = 2**70
+
+
+async def until_total(counter: Counter, subject: str, total: int, within: float = 10.0) -> None:
+    """Wait until ``counter`` reads ``total`` on ``subject`` (sourcing is asynchronous):
+    each look is a round trip, and a wrong total fails after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while (seen := await counter.get(subject)) != total:
+        assert loop.time() < deadline, f"{subject} of {counter.stream} reads {seen}, not {total}"
 
 
 @pytest.fixture
@@ -175,8 +185,7 @@ async def test_aggregation_through_sources_gives_the_exact_sum(
     await us.add("us.hits", -2)
     total = BIG + 1 + 5 - 2
     world = Counter(js, stream="GLOBAL")
-    while (await world.get("global.hits")) != total:  # sourcing is asynchronous
-        await js._nc.flush()
+    await until_total(world, "global.hits", total)
     entry = await world.entry("global.hits")
     assert entry is not None
     assert entry.sources == {"EU": {"eu.hits": BIG + 1}, "US": {"us.hits": 3}}
@@ -188,8 +197,7 @@ async def test_aggregation_through_sources_gives_the_exact_sum(
     # A mirror holds the same counters (it cannot count itself, but reads work).
     await jetstream.ensure_stream(js, name="EU_COPY", mirror={"name": "EU"})
     copy = Counter(js, stream="EU_COPY")
-    while (await copy.get("eu.hits")) != BIG + 1:
-        await js._nc.flush()
+    await until_total(copy, "eu.hits", BIG + 1)
     with pytest.raises(StreamFeatureDisabled, match="mirrors 'EU'") as refused:
         await copy.add("eu.hits", 1)
     assert (refused.value.stream, refused.value.setting) == ("EU_COPY", "allow_msg_counter")
@@ -289,3 +297,28 @@ async def test_add_records_a_publish_span_and_metrics(
     assert span.attributes is not None
     assert span.attributes["messaging.destination.name"] == "hits.traced"
     assert "messaging.client.sent.messages" in otel.metrics()
+
+
+# ------------------------------------------------------------------ interop
+
+
+async def test_nats_js_and_goflux_read_and_add_to_each_others_counters(
+    nats_server: NatsServer, counted: JetStreamContext
+) -> None:
+    # nats.js v2 has no typed counter: tests/node/counters.mjs increments with a
+    # Nats-Incr header and parses "val" itself (as a BigInt).
+    counter = Counter(counted, stream="HITS")
+    assert await counter.add("hits.py", BIG) == BIG
+    delta = 3 * 2**64 + 7
+    seen = await run_node("counters.mjs", nats_server.url, "HITS", "hits.py", str(delta), "hits.py")
+    total = BIG + delta
+    assert seen["ack"] == str(total)  # nats.js added to the goflux counter
+    assert seen["added"] == {"direct": str(total), "msg_get": str(total)}
+    assert await counter.get("hits.py") == total  # goflux reads the sum
+
+    seen = await run_node("counters.mjs", nats_server.url, "HITS", "hits.js", "-5", "hits.py")
+    assert seen["ack"] == "-5"
+    assert seen["read"] == {"direct": str(total), "msg_get": str(total)}  # nats.js reads goflux's
+    assert await counter.get("hits.js") == -5  # goflux reads the nats.js counter
+    assert await counter.add("hits.js", 2**80) == 2**80 - 5
+    assert await counter.totals() == {"hits.py": total, "hits.js": 2**80 - 5}
