@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -61,6 +61,7 @@ from goflux.transports.jetstream._status import (
     NO_MESSAGES,
     NO_RESPONDERS,
     STREAM_NOT_FOUND,
+    TOO_MANY_RESULTS,
 )
 from goflux.transports.jetstream._stored import scan
 
@@ -68,7 +69,6 @@ __all__ = ("Counter", "CounterEntry")
 
 _INCR: Final = "Nats-Incr"
 _SOURCES: Final = "Nats-Counter-Sources"
-_TOO_MANY_RESULTS: Final = "413"  # a multi_last get matching over 1,024 subjects
 _VALUE_TYPE: Final = "CounterValue"
 
 
@@ -236,6 +236,7 @@ class Counter:
             TypeError: ``delta`` is not an int (a bool, float or str is refused).
             InvalidSubject: ``subject`` is invalid, or not one of the stream's
                 subjects; nothing sent.
+            InvalidHeader: ``message_id`` cannot travel on the wire.
             FeatureUnsupported: The server is older than 2.12; nothing sent.
             StreamFeatureDisabled: The stream does not have ``allow_msg_counter``
                 (or is a mirror); nothing sent.
@@ -371,17 +372,19 @@ class Counter:
         validate_pattern(pattern)
         config = await self._load()
         if config.direct and connected_server(self._nc).has(BATCH_DIRECT_GET.since):
-            try:
-                async for entry in self._multi_last(pattern):
-                    yield entry
-            except _TooManySubjects:
-                pass  # raised before any entry: read them the other way
-            else:
-                return
-        async for entry in self._scan(pattern):
-            yield entry
+            async with contextlib.aclosing(self._multi_last(pattern)) as many:
+                try:
+                    async for entry in many:
+                        yield entry
+                except _TooManySubjects:
+                    pass  # raised before any entry: read them the other way
+                else:
+                    return
+        async with contextlib.aclosing(self._scan(pattern)) as scanned:
+            async for entry in scanned:
+                yield entry
 
-    async def _multi_last(self, pattern: str) -> AsyncIterator[CounterEntry]:
+    async def _multi_last(self, pattern: str) -> AsyncGenerator[CounterEntry, None]:
         """The last message of each subject of ``pattern``, by batched direct get."""
         what = f"counters {pattern!r} of stream {self._stream!r}"
         tail = f"DIRECT.GET.{self._stream}"
@@ -422,7 +425,7 @@ class Counter:
                         continue
                     if status == NO_MESSAGES:
                         return
-                    if status == _TOO_MANY_RESULTS:
+                    if status == TOO_MANY_RESULTS:
                         raise _TooManySubjects
                     if status == NO_RESPONDERS:
                         raise self._gone(what)
@@ -435,13 +438,19 @@ class Counter:
                 with contextlib.suppress(nats.errors.Error):
                     await sub.unsubscribe()
 
-    async def _scan(self, pattern: str) -> AsyncIterator[CounterEntry]:
+    async def _scan(self, pattern: str) -> AsyncGenerator[CounterEntry, None]:
         """The last message of each subject of ``pattern``, by a short-lived consumer."""
         what = f"counters {pattern!r} of stream {self._stream!r}"
+        # scan() is an async generator: closed, it deletes its consumer at once.
+        messages = cast(
+            "AsyncGenerator[Msg, None]",
+            scan(self._js, self._stream, pattern, deliver="last_per_subject"),
+        )
         try:
-            async for msg in scan(self._js, self._stream, pattern, deliver="last_per_subject"):
-                sequence = delivery_of(msg.reply).stream_sequence
-                yield self._entry(msg.subject, sequence, msg.data, msg.headers)
+            async with contextlib.aclosing(messages):
+                async for msg in messages:
+                    sequence = delivery_of(msg.reply).stream_sequence
+                    yield self._entry(msg.subject, sequence, msg.data, msg.headers)
         except APIError as exc:
             if exc.err_code == STREAM_NOT_FOUND:
                 raise self._gone(what) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -322,3 +323,15 @@ async def test_nats_js_and_goflux_read_and_add_to_each_others_counters(
     assert await counter.get("hits.js") == -5  # goflux reads the nats.js counter
     assert await counter.add("hits.js", 2**80) == 2**80 - 5
     assert await counter.totals() == {"hits.py": total, "hits.js": 2**80 - 5}
+
+
+async def test_entries_left_early_leave_no_consumer_behind(counted: JetStreamContext) -> None:
+    counter = Counter(counted, stream="SLOW")  # no direct gets: read by a consumer
+    for n in range(3):
+        await counter.add(f"slow.e.{n}", n)
+    async with contextlib.aclosing(counter.entries()) as entries:
+        async for entry in entries:
+            assert entry.subject == "slow.e.0"
+            assert (await counted.stream_info("SLOW")).state.consumer_count == 1
+            break
+    assert (await counted.stream_info("SLOW")).state.consumer_count == 0
