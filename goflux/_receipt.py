@@ -17,9 +17,14 @@ class PublishReceipt:
         duplicate: True when the server recognised the message ID as already stored
             (the publish was de-duplicated); always a bool, never None.
         domain: The JetStream domain, when the server reports one.
+        value: A counter's total after the increment, for a publish to a stream
+            with ``allow_msg_counter`` (an exact, arbitrarily large int); None for
+            any other stream, and for a duplicate (the server counted the message
+            ID's first publish and sends no total).
     """
 
     stream: str
     sequence: int
     duplicate: bool = False
     domain: str | None = None
+    value: int | None = None

@@ -47,6 +47,7 @@ except ImportError as exc:
 else:
     _NO_NATS = None
     from goflux.transports.jetstream._acker import JetStreamAcker
+    from goflux.transports.jetstream._counter import Counter, CounterEntry
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
@@ -79,6 +80,8 @@ __all__ = (
     "ConsumerNotFound",
     "ConsumerPause",
     "ConsumerReset",
+    "Counter",
+    "CounterEntry",
     "DigestMismatch",
     "Entry",
     "EntryFeed",

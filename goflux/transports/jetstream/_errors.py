@@ -127,7 +127,8 @@ class StreamFeatureDisabled(PublishError):
 
     A per-message TTL needs the stream setting ``allow_msg_ttl``, an atomic batch
     ``allow_atomic``, a rollup ``allow_rollup_hdrs``, a schedule
-    ``allow_msg_schedules``: set it with ``ensure_stream(..., <setting>=True)``.
+    ``allow_msg_schedules``, a counter increment ``allow_msg_counter``: set it with
+    ``ensure_stream(..., <setting>=True)``.
 
     Attributes:
         stream: The stream that refused the publish.

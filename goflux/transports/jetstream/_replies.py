@@ -12,6 +12,8 @@ stream captures the subject.
 from __future__ import annotations
 
 import asyncio
+import re
+from typing import Final
 
 import nats.errors
 import nats.js.errors
@@ -36,6 +38,7 @@ from goflux.transports.jetstream._status import (
     EXPECTED_STREAM,
     MESSAGE_HEADERS_TOO_LARGE,
     MESSAGE_TOO_LARGE,
+    MSG_COUNTER_DISABLED,
     MSG_SCHEDULES_DISABLED,
     MSG_TTL_DISABLED,
     NO_RESPONDERS,
@@ -44,7 +47,17 @@ from goflux.transports.jetstream._status import (
     is_client_error,
 )
 
-__all__ = ("PubAcks", "no_stream", "receipt", "refused", "send_error", "timeout_error")
+__all__ = (
+    "PubAcks",
+    "counter_value",
+    "no_stream",
+    "receipt",
+    "refused",
+    "send_error",
+    "timeout_error",
+)
+
+_DECIMAL: Final = re.compile(r"[+-]?[0-9]+")
 
 EXPECTATIONS = {
     EXPECTED_STREAM: "stream",
@@ -58,6 +71,7 @@ DISABLED = {
     ATOMIC_DISABLED: ("an atomic batch", "allow_atomic"),
     ROLLUP_DISABLED: ("a rollup", "allow_rollup_hdrs"),
     MSG_SCHEDULES_DISABLED: ("a message schedule", "allow_msg_schedules"),
+    MSG_COUNTER_DISABLED: ("a counter increment (Nats-Incr)", "allow_msg_counter"),
 }
 # Refusals that a retry of the same message cannot overcome whatever their status
 # code: the message or its headers exceed the stream's maximum size.
@@ -113,6 +127,21 @@ def refused(
     )
 
 
+def counter_value(text: object) -> int:
+    """The exact int of a counter value as the server writes it: a decimal string.
+
+    The server keeps counters as arbitrary-precision integers and writes them in
+    decimal (``"val": "-12"``); they are parsed as Python ints, never floats.
+
+    Raises:
+        ValueError: ``text`` is not a decimal string (or longer than Python's limit
+            for int conversion, 4,300 digits by default).
+    """
+    if not isinstance(text, str) or not _DECIMAL.fullmatch(text):
+        raise ValueError(f"a counter value is a decimal string, got {text!r}")
+    return int(text)
+
+
 def receipt(data: bytes, subject: str) -> PublishReceipt:
     """The receipt a PubAck gives for a publish to ``subject``.
 
@@ -138,6 +167,7 @@ def receipt(data: bytes, subject: str) -> PublishReceipt:
             sequence=int(reply["seq"]),
             duplicate=bool(reply.get("duplicate")),
             domain=reply.get("domain"),
+            value=None if reply.get("val") is None else counter_value(reply["val"]),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         # Something answers on the subject that is not JetStream (a core responder).

@@ -34,6 +34,7 @@ __all__ = (
     "MESSAGE_HEADERS_TOO_LARGE",
     "MESSAGE_TOO_LARGE",
     "MIRROR_NOT_UPDATABLE",
+    "MSG_COUNTER_DISABLED",
     "MSG_SCHEDULES_DISABLED",
     "MSG_TTL_DISABLED",
     "NO_MESSAGES",
@@ -48,6 +49,7 @@ __all__ = (
     "STREAM_NAME_IN_USE",
     "STREAM_NOT_FOUND",
     "SUBJECTS_OVERLAP",
+    "TOO_MANY_RESULTS",
     "is_client_error",
     "is_server_error",
 )
@@ -66,6 +68,8 @@ REQUEST_TIMEOUT: Final = "408"
 """The pull request expired."""
 CONFLICT: Final = "409"
 """The pull request ended early: consumer deleted, limits exceeded, leadership change."""
+TOO_MANY_RESULTS: Final = "413"
+"""A batched direct get (``multi_last``) matches more subjects than it answers (1,024)."""
 PIN_MISMATCH: Final = "423"
 """Another client is pinned in the consumer's priority group (``Nats-Pin-Id`` mismatch)."""
 NO_RESPONDERS: Final = "503"
@@ -90,6 +94,7 @@ JETSTREAM_NOT_ENABLED: Final = 10076
 MESSAGE_HEADERS_TOO_LARGE: Final = 10097
 ROLLUP_DISABLED: Final = 10111
 MSG_TTL_DISABLED: Final = 10166
+MSG_COUNTER_DISABLED: Final = 10168
 ATOMIC_DISABLED: Final = 10174
 MSG_SCHEDULES_DISABLED: Final = 10188
 # A message schedule the server refuses, and what of it (ADR-51).
