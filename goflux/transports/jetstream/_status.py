@@ -27,6 +27,8 @@ __all__ = (
     "EXPECTED_LAST_MESSAGE_ID",
     "EXPECTED_LAST_SEQUENCE",
     "EXPECTED_STREAM",
+    "FAST_BATCH_DISABLED",
+    "FAST_BATCH_UNKNOWN",
     "HEARTBEAT",
     "JETSTREAM_NOT_ENABLED",
     "JETSTREAM_NOT_ENABLED_FOR_ACCOUNT",
@@ -90,6 +92,8 @@ MSG_TTL_DISABLED: Final = 10166
 ATOMIC_DISABLED: Final = 10174
 MSG_SCHEDULES_DISABLED: Final = 10188
 ATOMIC_DUPLICATE_ID: Final = 10201
+FAST_BATCH_DISABLED: Final = 10205  # a fast batch to a stream without allow_batched
+FAST_BATCH_UNKNOWN: Final = 10208  # a fast batch the stream does not know (ended, timed out)
 
 RESOURCE_LIMITS: Final = frozenset(
     {
