@@ -31,7 +31,7 @@ from bench import (
     subjects,
 )
 from bench.harness import Table
-from bench.sizes import FULL, SMOKE
+from bench.sizes import FULL, SMOKE, Sizes
 
 SUITES = (
     "codecs",
@@ -44,6 +44,7 @@ SUITES = (
     "service",
     "http",
     "spark",
+    "server-features",
 )
 DEFAULT_OUT = Path(__file__).parent / "results" / "latest"
 
@@ -66,7 +67,14 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], int]:
     return args, selected, rounds
 
 
-def main(argv: list[str] | None = None) -> int:
+def server_features(rounds: int, sizes: Sizes) -> list[Table]:
+    """The tables of the server-features suite (nats-server 2.14+ features)."""
+    from bench import fast_ingest  # noqa: PLC0415
+
+    return fast_ingest.run(rounds, sizes)
+
+
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one block per suite
     args, selected, rounds = parse(argv)
     sizes = SMOKE if args.smoke else FULL
 
@@ -128,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         spark_tables, overhead = spark.run(rounds, sizes)
         add(spark_tables)
         sections.append(spark.overhead_table(overhead))
+
+    if "server-features" in selected:
+        add(server_features(rounds, sizes))
 
     checked = goals.check(
         {t.key: t for t in tables},

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from bench import (
     codec_consume,
+    fast_ingest,
     faststream_cases,
     http,
     kv,
@@ -147,6 +148,33 @@ def _template_goals(tables: dict[str, Table]) -> list[Goal]:
                     judged_on="CPU µs per operation (median round)",
                 )
             )
+    return found
+
+
+def _server_feature_goals(tables: dict[str, Table]) -> list[Goal]:
+    """The goals of the server-features suite's tables that ran."""
+    found: list[Goal] = []
+    if "fast_ingest" in tables:
+        table = tables["fast_ingest"]
+        found.append(
+            _ratio_goal(
+                table,
+                fast_ingest.FAST,
+                2.0,
+                "fast ingest: publish_fast vs publish_many",
+                against=fast_ingest.MANY,
+                times=True,
+            )
+        )
+        found.append(
+            _ratio_goal(
+                table,
+                fast_ingest.FAST,
+                0.5,
+                "fast ingest: publish_fast (typed, checked, traced) vs a raw fast batch by hand",
+                against=fast_ingest.RAW_FAST,
+            )
+        )
     return found
 
 
@@ -277,6 +305,7 @@ def check(
     ratio_goal("kv_put", kv.GOFLUX_PUT, 0.90, "typed Key-Value put vs raw kv.put")
     ratio_goal("kv_get", kv.GOFLUX_GET, 0.90, "typed Key-Value get vs raw kv.get + decode")
     ratio_goal("kv_watch", kv.GOFLUX_WATCH, 0.80, "Key-Value watch vs raw kv.watch + decode")
+    goals.extend(_server_feature_goals(tables))
     if latencies is not None:
         raw, ours = latencies[latency.RAW], latencies[latency.GOFLUX]
         extra = ours.percentile(0.5) - raw.percentile(0.5)

@@ -30,6 +30,7 @@ from bench import (
     service,
     subjects,
 )
+from bench import fast_ingest as fast_bench
 from bench import http as http_bench
 from bench import jetstream as js_bench
 from bench import kv as kv_bench
@@ -77,6 +78,7 @@ TITLES = (
     "Spark source: typed rows/s",
     "Spark sink: messages/s",
     "Spark micro-batch overhead",
+    "JetStream fast ingest",
 )
 CASES = (
     "raw ormsgpack",
@@ -127,6 +129,10 @@ CASES = (
     http_bench.GOFLUX_CLIENT,
     http_bench.FASTAPI,
     http_bench.GOFLUX_RR,
+    fast_bench.RAW,
+    fast_bench.RAW_FAST,
+    fast_bench.MANY,
+    fast_bench.FAST,
 )
 # Each results table's title, and the operations each of its cases must report per round.
 COUNTS = {
@@ -155,6 +161,7 @@ COUNTS = {
     "HTTP request/reply latency, sequential": SMOKE.http_requests,
     "Spark source: typed rows/s": SMOKE.spark_source_rows,
     "Spark sink: messages/s": SMOKE.spark_sink_rows,
+    "JetStream fast ingest": SMOKE.pipelined,
 }
 GOALS = (
     *(
@@ -187,6 +194,8 @@ GOALS = (
     "Spark source vs raw read",
     "Spark sink vs raw publish",
     "Spark micro-batch overhead",
+    "fast ingest: publish_fast vs publish_many",
+    "fast ingest: publish_fast (typed, checked, traced) vs a raw fast batch by hand",
 )
 
 
@@ -415,6 +424,25 @@ async def test_cases_return_what_arrived_not_what_was_asked(
             if faststream_cases.AVAILABLE:
                 rivals = faststream_cases.Rivals(server.url, js_bench.STREAM)
                 assert await rivals.consume("bench.data", 25, pull=True) == 20
+        finally:
+            await nc.close()
+
+
+@pytest.mark.timeout(60)
+async def test_fast_ingest_cases_count_what_the_stream_stored() -> None:
+    with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await jetstream.ensure_stream(
+                js, name=fast_bench.STREAM, subjects=["ingest.>"], allow_batched=True
+            )
+            publisher = jetstream.Publisher(js, JsonCodec(Order))
+            assert await fast_bench.stored_by(js, fast_bench.raw_publish_async(js, 7)) == 7
+            assert await fast_bench.stored_by(js, fast_bench.raw_fast_batch(nc, 1_234)) == 1_234
+            assert await fast_bench.stored_by(js, fast_bench.raw_fast_batch(nc, 1)) == 1
+            assert await fast_bench.stored_by(js, fast_bench.goflux_many(publisher, 9, 4)) == 9
+            assert await fast_bench.stored_by(js, fast_bench.goflux_fast(publisher, 1_234)) == 1_234
         finally:
             await nc.close()
 

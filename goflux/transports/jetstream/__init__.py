@@ -48,6 +48,11 @@ else:
     _NO_NATS = None
     from goflux.transports.jetstream._acker import JetStreamAcker
     from goflux.transports.jetstream._counter import Counter, CounterEntry
+    from goflux.transports.jetstream._fast_batch import (
+        FastBatchError,
+        FastBatchReceipt,
+        SubjectOutsideStream,
+    )
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
@@ -86,6 +91,8 @@ __all__ = (
     "Entry",
     "EntryFeed",
     "ExpectationFailed",
+    "FastBatchError",
+    "FastBatchReceipt",
     "FeatureUnsupported",
     "IncompatibleConfig",
     "InvalidKey",
@@ -113,6 +120,7 @@ __all__ = (
     "StoredMessage",
     "StreamFeatureDisabled",
     "StreamNotFound",
+    "SubjectOutsideStream",
     "SubjectOverlap",
     "Subscriber",
     "SubscriberSettings",

@@ -28,6 +28,8 @@ __all__ = (
     "EXPECTED_LAST_MESSAGE_ID",
     "EXPECTED_LAST_SEQUENCE",
     "EXPECTED_STREAM",
+    "FAST_BATCH_DISABLED",
+    "FAST_BATCH_UNKNOWN",
     "HEARTBEAT",
     "JETSTREAM_NOT_ENABLED",
     "JETSTREAM_NOT_ENABLED_FOR_ACCOUNT",
@@ -107,6 +109,8 @@ SCHEDULE_REFUSALS: Final = {
     10223: "time_zone",
 }
 ATOMIC_DUPLICATE_ID: Final = 10201
+FAST_BATCH_DISABLED: Final = 10205  # a fast batch to a stream without allow_batched
+FAST_BATCH_UNKNOWN: Final = 10208  # a fast batch the stream does not know (ended, timed out)
 
 RESOURCE_LIMITS: Final = frozenset(
     {

@@ -1,0 +1,258 @@
+"""Fast-ingest batches (nats-server 2.14, ADR-50) against a real server.
+
+What is stored is always the batch's first items, in order, none twice; the client
+runs no further ahead of the server's acks than the window allows; and a batch that
+ends early says which items are stored and which are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from opentelemetry.trace import StatusCode
+
+from goflux import FeatureUnsupported, PublishError, StrCodec, StreamFeatureDisabled
+from goflux.testing import NatsServer, server_binary
+from goflux.transports import jetstream
+from goflux.transports.jetstream import (
+    FastBatchError,
+    Outgoing,
+    SubjectOutsideStream,
+)
+from tests.conftest import Otel
+
+CODEC = StrCodec()
+
+
+@pytest.fixture
+async def fast_js(bare_js: JetStreamContext) -> JetStreamContext:
+    await jetstream.ensure_stream(
+        bare_js, name="FAST", subjects=["fast.>"], allow_batched=True, max_msg_size=1024
+    )
+    return bare_js
+
+
+def items(count: int, prefix: str = "fast", ids: str = "id") -> list[Outgoing[str]]:
+    return [Outgoing(f"{prefix}.{n % 3}", f"m{n}", message_id=f"{ids}-{n}") for n in range(count)]
+
+
+async def stored(js: JetStreamContext, stream: str) -> list[tuple[int, str, str]]:
+    """Every message of ``stream`` as (sequence, subject, body), read in order."""
+    total = (await js.stream_info(stream)).state.messages
+    sub = await js.subscribe("", stream=stream, ordered_consumer=True)
+    out: list[tuple[int, str, str]] = []
+    while len(out) < total:
+        msg = await sub.next_msg(timeout=5)
+        out.append((msg.metadata.sequence.stream, msg.subject, msg.data.decode()))
+    await sub.unsubscribe()
+    return out
+
+
+async def messages_in(js: JetStreamContext, stream: str) -> int:
+    return (await js.stream_info(stream)).state.messages
+
+
+# ------------------------------------------------------------------ all stored
+
+
+@pytest.mark.slow
+async def test_20000_items_are_stored_once_in_order_at_the_receipts_sequences(
+    fast_js: JetStreamContext,
+) -> None:
+    publisher = jetstream.Publisher(fast_js, CODEC)
+    await publisher.publish("fast.before", "x")  # the batch starts at sequence 2
+    receipt = await publisher.publish_fast(items(20_000))
+    assert (receipt.stream, receipt.count, receipt.last_sequence) == ("FAST", 20_000, 20_001)
+    held = await stored(fast_js, "FAST")
+    assert len(held) == 20_001
+    first = receipt.last_sequence - receipt.count + 1
+    assert [(seq, subject, body) for seq, subject, body in held[1:]] == [
+        (first + n, f"fast.{n % 3}", f"m{n}") for n in range(20_000)
+    ]
+    # The same message IDs again: the server de-duplicates every one, stores none.
+    again = await publisher.publish_fast(items(20_000))
+    assert (again.count, again.last_sequence) == (20_000, 0)
+    assert await messages_in(fast_js, "FAST") == 20_001
+
+
+async def test_one_item_and_an_async_iterator(fast_js: JetStreamContext) -> None:
+    publisher = jetstream.Publisher(fast_js, CODEC)
+    one = await publisher.publish_fast([Outgoing("fast.a", "alone")])
+    assert (one.count, one.last_sequence) == (1, 1)
+
+    async def produce() -> AsyncIterator[Outgoing[str]]:
+        for n in range(700):
+            yield Outgoing("fast.b", str(n))
+
+    receipt = await publisher.publish_fast(produce(), stream="FAST")
+    assert (receipt.count, receipt.last_sequence) == (700, 701)
+    assert [body for _, _, body in await stored(fast_js, "FAST")][1:] == [
+        str(n) for n in range(700)
+    ]
+
+
+async def test_the_client_stays_within_the_window_of_the_servers_acks(
+    fast_js: JetStreamContext, nats_server: NatsServer, otel: Otel
+) -> None:
+    """An observer on the same server sees every batch message (with its batch sequence
+    in the reply subject) and every ack: a message may run no more than ``flow *
+    outstanding`` ahead of the last ack. The server hands an ack to the publisher and
+    the observer one after the other, so on a busy machine the observer may see it
+    after the messages the publisher sent on it: then the lead shows one window more."""
+    observer = await nats.connect(nats_server.url)
+    acked = 0
+    lead = 0
+    acks = 0
+    over = 0
+
+    async def watch(msg: Msg) -> None:
+        nonlocal acked, lead, acks, over
+        if msg.subject.startswith("fast."):
+            if msg.reply.endswith(".$FI"):
+                seq = int(msg.reply.rsplit(".", 3)[1])
+                lead = max(lead, seq - acked)
+                over += seq - acked > 20
+        elif (body := json.loads(msg.data)).get("type") == "ack":
+            acks += 1
+            acked = max(acked, body["seq"])
+
+    await observer.subscribe("fast.>", cb=watch)
+    await observer.subscribe("_INBOX.>", cb=watch)
+    await observer.flush()
+    publisher = jetstream.Publisher(fast_js, CODEC, telemetry=otel.telemetry)
+    receipt = await publisher.publish_fast(items(3_000), flow=10, outstanding=2)
+    await observer.flush()
+    assert receipt.count == 3_000
+    assert acks >= 3_000 // 10 - 1  # the server acked every 10th, not fewer
+    assert 10 < lead <= 40, lead  # it used the window, and no more
+    assert over < 3_000 // 20, over  # past it only when the observer saw an ack late
+    spans = [s for s in otel.spans() if s.name == "send fast.0"]
+    assert len(spans) == 1_000
+    assert all(s.status.status_code != StatusCode.ERROR for s in spans)
+    await observer.close()
+
+
+# ------------------------------------------------------------------ refusals
+
+
+async def test_a_stream_without_allow_batched_is_refused_by_name(
+    bare_js: JetStreamContext,
+) -> None:
+    await jetstream.ensure_stream(bare_js, name="SLOW", subjects=["slow.>"])
+    publisher = jetstream.Publisher(bare_js, CODEC)
+    with pytest.raises(StreamFeatureDisabled, match="'SLOW' does not allow fast") as caught:
+        await publisher.publish_fast(items(10, "slow"))
+    assert (caught.value.stream, caught.value.setting) == ("SLOW", "allow_batched")
+    assert await messages_in(bare_js, "SLOW") == 0
+
+
+async def test_items_outside_the_stream(fast_js: JetStreamContext) -> None:
+    await jetstream.ensure_stream(fast_js, name="OTHER", subjects=["other.>"])
+    publisher = jetstream.Publisher(fast_js, CODEC)
+    with pytest.raises(SubjectOutsideStream, match=r"'other\.1'.*\['fast\.>'\]") as caught:
+        await publisher.publish_fast([Outgoing("other.1", "x")], stream="FAST")
+    assert caught.value.stream == "FAST"
+    with pytest.raises(FastBatchError, match=r"item 3 is bad input") as gap:
+        await publisher.publish_fast([*items(3), Outgoing("other.1", "x"), *items(3)])
+    assert (gap.value.stored, gap.value.index, gap.value.may_be_stored) == (3, 3, False)
+    assert isinstance(gap.value.__cause__, SubjectOutsideStream)
+    assert await messages_in(fast_js, "FAST") == 3
+    assert await messages_in(fast_js, "OTHER") == 0
+    with pytest.raises(PublishError, match="no stream answered"):
+        await publisher.publish_fast([Outgoing("nowhere.1", "x")])
+
+
+async def test_a_server_older_than_2_14_is_refused_before_sending() -> None:
+    binary = await asyncio.to_thread(server_binary, "2.11.11")
+    async with NatsServer(binary=binary) as server:
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await jetstream.ensure_stream(js, name="OLD", subjects=["old.>"])
+        publisher = jetstream.Publisher(js, CODEC)
+        with pytest.raises(FeatureUnsupported, match=r"fast batch .* needs nats-server 2\.14"):
+            await publisher.publish_fast(items(5, "old"))
+        assert await messages_in(js, "OLD") == 0
+        await nc.close()
+
+
+# ------------------------------------------------------------------ ended early
+
+
+async def test_a_stream_limit_hit_mid_batch_reports_the_gap(
+    bare_js: JetStreamContext, otel: Otel
+) -> None:
+    await jetstream.ensure_stream(
+        bare_js, name="CAP", subjects=["cap.>"], allow_batched=True, max_msgs=250, discard="new"
+    )
+    publisher = jetstream.Publisher(bare_js, CODEC, telemetry=otel.telemetry)
+    with pytest.raises(FastBatchError) as caught:
+        await publisher.publish_fast(items(1_000, "cap"), flow=64)
+    gap = caught.value
+    assert (gap.stream, gap.stored, gap.index, gap.may_be_stored) == ("CAP", 250, 250, False)
+    assert gap.last_sequence == 250
+    assert "items 0..249 are stored, in order" in str(gap)
+    assert "items from 250 on are not stored" in str(gap)
+    assert isinstance(gap.__cause__, PublishError)
+    assert [body for _, _, body in await stored(bare_js, "CAP")] == [f"m{n}" for n in range(250)]
+    failed = [s for s in otel.spans() if s.status.status_code == StatusCode.ERROR]
+    assert failed, "the items not stored end their spans with the error"
+    assert len(otel.spans()) - len(failed) == 250
+
+
+async def test_a_message_too_large_mid_batch_or_last_reports_the_gap(
+    fast_js: JetStreamContext,
+) -> None:
+    publisher = jetstream.Publisher(fast_js, CODEC)
+    big = Outgoing("fast.big", "x" * 2_000)
+    batch = items(600)
+    with pytest.raises(FastBatchError, match=r"item 400 \(to 'fast\.big'\) was refused") as mid:
+        await publisher.publish_fast([*batch[:400], big, *batch[400:]])
+    assert (mid.value.stored, mid.value.index, mid.value.err_code) == (400, 400, 10054)
+    assert await messages_in(fast_js, "FAST") == 400
+    with pytest.raises(FastBatchError, match=r"item 3 \(to 'fast\.big'\)") as last:
+        await publisher.publish_fast([*items(3, ids="last"), big])
+    assert (last.value.stored, last.value.last_sequence) == (3, 403)
+    with pytest.raises(FastBatchError, match="none is stored") as first:
+        await publisher.publish_fast([big, *items(3)])
+    assert (first.value.stored, first.value.index) == (0, 0)
+    assert await messages_in(fast_js, "FAST") == 403
+
+
+async def test_a_connection_closed_mid_batch_says_what_may_be_stored(
+    fast_js: JetStreamContext, nc: Client, nats_server: NatsServer
+) -> None:
+    publisher = jetstream.Publisher(fast_js, CODEC)
+
+    async def produce() -> AsyncIterator[Outgoing[str]]:
+        for n in range(5_000):
+            if n == 3_000:
+                await nc.close()
+            yield Outgoing(f"fast.{n % 3}", f"m{n}")
+
+    with pytest.raises(FastBatchError, match="may or may not be stored") as caught:
+        await publisher.publish_fast(produce(), flow=100)
+    gap = caught.value
+    assert gap.may_be_stored
+    assert gap.index is not None
+    assert gap.sent == gap.index + 1
+    async with await nats.connect(nats_server.url) as other:
+        held = [body for _, _, body in await stored(other.jetstream(), "FAST")]
+    assert held == [f"m{n}" for n in range(len(held))]  # the first ones, in order
+    assert gap.stored <= len(held) <= gap.sent
+
+
+async def test_bad_arguments(fast_js: JetStreamContext) -> None:
+    publisher = jetstream.Publisher(fast_js, CODEC)
+    with pytest.raises(ValueError, match="at least one"):
+        await publisher.publish_fast([])
+    with pytest.raises(ValueError, match="outstanding"):
+        await publisher.publish_fast(items(1), outstanding=4)
+    with pytest.raises(TypeError, match="Outgoing"):
+        await publisher.publish_fast(["fast.1"])  # type: ignore[list-item]
