@@ -600,7 +600,8 @@ class Publisher(CloseOnExit, Generic[T]):
         """Check and encode message ``index`` of a fast batch."""
         if not isinstance(item, Outgoing):
             raise TypeError(f"publish_fast takes Outgoing messages, got {item!r} (item {index})")
-        server = server_headers_of(item.server_headers, ttl=item.ttl)
+        given = schedule_headers(item.server_headers, item.schedule, item.target, item.subject)
+        server = server_headers_of(given, ttl=item.ttl)
         if server:
             what = f"fast batch: item {index} to {item.subject!r}"
             check_headers(self._nc, server, what, item.subject)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import nats
 import pytest
@@ -256,3 +257,30 @@ async def test_bad_arguments(fast_js: JetStreamContext) -> None:
         await publisher.publish_fast(items(1), outstanding=4)
     with pytest.raises(TypeError, match="Outgoing"):
         await publisher.publish_fast(["fast.1"])  # type: ignore[list-item]
+
+
+async def test_an_item_with_a_schedule_is_stored_as_a_schedule(bare_js: JetStreamContext) -> None:
+    """``Outgoing(schedule=, target=)`` in a fast batch is a schedule, not a plain message."""
+    await jetstream.ensure_stream(
+        bare_js,
+        name="FASTSCHED",
+        subjects=["plan.>", "due.>"],
+        allow_batched=True,
+        allow_msg_schedules=True,
+    )
+    sub = await bare_js.pull_subscribe("due.>", stream="FASTSCHED")
+    publisher = jetstream.Publisher(bare_js, CODEC)
+    soon = jetstream.Schedule.at(datetime.now(UTC) + timedelta(seconds=1))
+    await publisher.publish_fast(
+        [
+            Outgoing("plan.a", "planned", schedule=soon, target="due.a"),
+            Outgoing("due.now", "now"),
+        ]
+    )
+    first = (await sub.fetch(1, timeout=5))[0]
+    assert (first.subject, first.data) == ("due.now", b"now")
+    await first.ack()
+    fired = (await sub.fetch(1, timeout=5))[0]
+    assert (fired.subject, fired.data) == ("due.a", b"planned")
+    assert fired.headers is not None
+    assert fired.headers.get("Nats-Scheduler") == "plan.a"
