@@ -46,6 +46,7 @@ except ImportError as exc:
 else:
     _NO_NATS = None
     from goflux.transports.jetstream._acker import JetStreamAcker
+    from goflux.transports.jetstream._batch_get import get_batch, get_last_many
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
@@ -109,7 +110,9 @@ __all__ = (
     "SubscriberSettings",
     "ensure_consumer",
     "ensure_stream",
+    "get_batch",
     "get_last",
+    "get_last_many",
     "key_value",
     "object_store",
     "pause_consumer",
