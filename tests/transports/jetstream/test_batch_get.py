@@ -296,7 +296,7 @@ async def test_get_last_many_refuses_no_subjects_and_a_string(
 ) -> None:
     with pytest.raises(ValueError, match="at least one subject"):
         await jetstream.get_last_many(bare_js, CODEC, stream=STREAM, subjects=[])
-    with pytest.raises(ValueError, match="not the string 'r.a'"):
+    with pytest.raises(ValueError, match=r"not the string 'r\.a'"):
         await jetstream.get_last_many(bare_js, CODEC, stream=STREAM, subjects="r.a")
     assert await synced(nc, requests) == []
 
