@@ -31,7 +31,7 @@ from bench import (
     subjects,
 )
 from bench.harness import Table
-from bench.sizes import FULL, SMOKE
+from bench.sizes import FULL, SMOKE, Sizes
 
 SUITES = (
     "codecs",
@@ -44,6 +44,7 @@ SUITES = (
     "service",
     "http",
     "spark",
+    "server-features",
 )
 DEFAULT_OUT = Path(__file__).parent / "results" / "latest"
 
@@ -64,6 +65,13 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], int]:
     if rounds < 1:
         parser.error("--rounds must be >= 1")
     return args, selected, rounds
+
+
+def server_features(rounds: int, sizes: Sizes) -> list[Table]:
+    """The tables of the server-features suite (batch direct get)."""
+    from bench import batch_get  # noqa: PLC0415
+
+    return batch_get.run(rounds, sizes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         spark_tables, overhead = spark.run(rounds, sizes)
         add(spark_tables)
         sections.append(spark.overhead_table(overhead))
+    add(server_features(rounds, sizes) if "server-features" in selected else [])
 
     checked = goals.check(
         {t.key: t for t in tables},

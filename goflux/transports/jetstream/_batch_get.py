@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -49,7 +50,13 @@ from nats.js.errors import APIError
 from goflux._codecs import Codec
 from goflux._errors import GofluxError, TransportError
 from goflux._subjects import validate_pattern
-from goflux.transports._natspy import HeaderLines, api_prefix, api_timeout, connection
+from goflux.transports._natspy import (
+    HeaderLines,
+    api_prefix,
+    api_timeout,
+    connection,
+    keep_header_lines,
+)
 from goflux.transports._refusals import Guard
 from goflux.transports.jetstream._api import (
     Stored,
@@ -142,6 +149,7 @@ class DirectReplies:
         "_inbox",
         "_js",
         "_missing",
+        "_queue",
         "_stream",
         "_sub",
         "_what",
@@ -153,6 +161,7 @@ class DirectReplies:
         self._what = what
         self._missing = missing
         self._sub: Subscription | None = None
+        self._queue = _Queue()
         self._inbox = ""
         self._finalizer: weakref.finalize[[Subscription], DirectReplies] | None = None
 
@@ -189,8 +198,13 @@ class DirectReplies:
             return
         self.check()
         nc = connection(self._js)
+        keep_header_lines(nc)  # a stored message's repeated header lines are kept
         self._inbox = nc.new_inbox()
-        self._sub = await nc.subscribe(self._inbox)
+        # Replies are queued by a callback, not taken with next_msg: that makes a task
+        # and a timer per message, which costs more than the rest of reading it.
+        # The callback holds the queue, not this object: a reader dropped unclosed is
+        # collected, and its finalizer removes the subscription.
+        self._sub = await nc.subscribe(self._inbox, cb=self._queue.arrive)
         # A reader dropped without close() must not keep its subscription.
         self._finalizer = weakref.finalize(self, _drop_subscription, self._sub)
 
@@ -213,10 +227,9 @@ class DirectReplies:
             TransportError: Another status from the server.
             nats.errors.TimeoutError: No reply in time.
         """
-        sub = self._sub
-        if sub is None:
+        if self._sub is None:
             raise TransportError(f"{self._what}: not open")
-        msg = await sub.next_msg(timeout=api_timeout(self._js))
+        msg = await self._queue.take(api_timeout(self._js))
         headers = msg.headers
         if not headers:
             return msg
@@ -247,11 +260,42 @@ class DirectReplies:
     async def close(self) -> None:
         """Remove the reply inbox (safe to call again)."""
         sub, self._sub = self._sub, None
+        self._queue.replies.clear()
         if self._finalizer is not None:
             self._finalizer.detach()  # closed: nothing left for the garbage collector
         if sub is not None and not connection(self._js).is_closed:
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
+
+
+class _Queue:
+    """The replies of one inbox, queued as they arrive."""
+
+    __slots__ = ("arrived", "replies")
+
+    def __init__(self) -> None:
+        self.replies: deque[Msg] = deque()
+        self.arrived = asyncio.Event()
+
+    async def arrive(self, msg: Msg) -> None:
+        self.replies.append(msg)
+        self.arrived.set()
+
+    async def take(self, timeout: float) -> Msg:
+        """The next reply, waiting up to ``timeout`` seconds for one.
+
+        Raises:
+            nats.errors.TimeoutError: None came in time.
+        """
+        replies = self.replies
+        while not replies:
+            self.arrived.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.arrived.wait()
+            except TimeoutError as exc:
+                raise nats.errors.TimeoutError from exc
+        return replies.popleft()
 
 
 _DROPPING: set[asyncio.Task[None]] = set()  # unsubscribes of dropped readers, until done
@@ -297,7 +341,9 @@ def stored_of(stream: str, codec: Codec[T], msg: Msg) -> StoredMessage[T]:
 
 def _kept(headers: Mapping[str, str]) -> Mapping[str, str] | None:
     """The stored headers of a direct get reply: without the ones the get added."""
-    lines: Iterable[tuple[str, str]] = getattr(headers, "lines", None) or headers.items()
+    # Every line only where a name repeats (parsing them costs; the dict has the rest).
+    repeated = getattr(headers, "repeated", False)
+    lines: Iterable[tuple[str, str]] = headers.lines if repeated else headers.items()  # type: ignore[attr-defined]
     kept = [(name, value) for name, value in lines if name.lower() not in _ADDED]
     if not kept:
         return None

@@ -8,6 +8,7 @@ check how much each request asks for, and that a refused call sends nothing.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from goflux import DecodeError, JsonCodec, StrCodec
+from goflux import DecodeError, Headers, JsonCodec, StrCodec
 from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
 from goflux.transports.jetstream import (
@@ -154,11 +155,15 @@ async def test_stored_headers_are_kept_and_the_direct_get_headers_taken_off(
 ) -> None:
     await stream(bare_js)
     publisher = jetstream.Publisher(bare_js, CODEC)
-    await publisher.publish("r.h", "hello", headers={"Source": "feed"}, message_id="m-1")
+    headers = Headers({"Source": "feed"})
+    headers.add("Tag", "a")
+    headers.add("Tag", "b")
+    await publisher.publish("r.h", "hello", headers=headers, message_id="m-1")
     await publisher.publish("r.h", "plain")
     first, second = await read(bare_js)
     assert first.headers["Source"] == "feed"
     assert first.id == "m-1"
+    assert first.headers.get_all("Tag") == ["a", "b"]
     names = {name.lower() for name, _ in first.wire_headers.multi_items()}
     assert "nats-num-pending" not in names
     assert "nats-sequence" not in names
@@ -335,3 +340,21 @@ async def test_a_mirror_with_direct_gets_is_read_too(bare_js: JetStreamContext) 
     got = [m async for m in jetstream.get_batch(bare_js, CODEC, stream="COPY", batch=30)]
     assert [m.sequence for m in got] == list(range(1, 101))
     assert {m.stream for m in got} == {"COPY"}
+
+
+async def test_a_read_left_early_leaves_no_subscription(
+    nc: Client, bare_js: JetStreamContext
+) -> None:
+    await stream(bare_js)
+    await fill(bare_js, [f"r.{i}" for i in range(100)])
+    before = len(nc._subs)
+
+    async def first() -> StoredMessage[str]:
+        reads = jetstream.get_batch(bare_js, CODEC, stream=STREAM, batch=10)
+        return await anext(reads)  # dropped here, never closed
+
+    assert (await first()).sequence == 1
+    gc.collect()
+    async with asyncio.timeout(10):
+        while len(nc._subs) > before:
+            await nc.flush()
