@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from bench import (
+    batch_get,
     codec_consume,
     faststream_cases,
     http,
@@ -147,6 +148,22 @@ def _template_goals(tables: dict[str, Table]) -> list[Goal]:
                     judged_on="CPU µs per operation (median round)",
                 )
             )
+    return found
+
+
+def _server_feature_goals(tables: dict[str, Table]) -> list[Goal]:
+    """The goals of the server-features suite (batch direct get)."""
+    found = []
+    if "batch_get" in tables:
+        found.append(
+            _ratio_goal(
+                tables["batch_get"],
+                batch_get.GOFLUX_BATCH,
+                2.0,
+                "batch direct get (get_batch) vs one raw direct get per message",
+                times=True,
+            )
+        )
     return found
 
 
@@ -277,6 +294,7 @@ def check(
     ratio_goal("kv_put", kv.GOFLUX_PUT, 0.90, "typed Key-Value put vs raw kv.put")
     ratio_goal("kv_get", kv.GOFLUX_GET, 0.90, "typed Key-Value get vs raw kv.get + decode")
     ratio_goal("kv_watch", kv.GOFLUX_WATCH, 0.80, "Key-Value watch vs raw kv.watch + decode")
+    goals.extend(_server_feature_goals(tables))
     if latencies is not None:
         raw, ours = latencies[latency.RAW], latencies[latency.GOFLUX]
         extra = ours.percentile(0.5) - raw.percentile(0.5)

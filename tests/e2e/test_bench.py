@@ -20,6 +20,7 @@ import nats
 import pytest
 
 from bench import (
+    batch_get,
     codec_consume,
     faststream_cases,
     goals,
@@ -77,6 +78,7 @@ TITLES = (
     "Spark source: typed rows/s",
     "Spark sink: messages/s",
     "Spark micro-batch overhead",
+    f"Reading {SMOKE.batch_get_msgs:,} stored messages",
 )
 CASES = (
     "raw ormsgpack",
@@ -127,6 +129,9 @@ CASES = (
     http_bench.GOFLUX_CLIENT,
     http_bench.FASTAPI,
     http_bench.GOFLUX_RR,
+    batch_get.RAW_EACH,
+    batch_get.GOFLUX_EACH,
+    batch_get.GOFLUX_BATCH,
 )
 # Each results table's title, and the operations each of its cases must report per round.
 COUNTS = {
@@ -155,6 +160,7 @@ COUNTS = {
     "HTTP request/reply latency, sequential": SMOKE.http_requests,
     "Spark source: typed rows/s": SMOKE.spark_source_rows,
     "Spark sink: messages/s": SMOKE.spark_sink_rows,
+    f"Reading {SMOKE.batch_get_msgs:,} stored messages": SMOKE.batch_get_msgs,
 }
 GOALS = (
     *(
@@ -187,6 +193,7 @@ GOALS = (
     "Spark source vs raw read",
     "Spark sink vs raw publish",
     "Spark micro-batch overhead",
+    "batch direct get (get_batch) vs one raw direct get per message",
 )
 
 
