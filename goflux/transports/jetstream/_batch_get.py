@@ -77,6 +77,7 @@ from goflux.transports.jetstream._status import (
     NO_MESSAGES,
     NO_RESPONDERS,
     STREAM_NOT_FOUND,
+    TOO_MANY_RESULTS,
 )
 from goflux.transports.jetstream._stored import StoredMessage, _stored
 
@@ -88,6 +89,7 @@ __all__ = (
     "EndOfBatch",
     "get_batch",
     "get_last_many",
+    "stored_of",
 )
 
 T = TypeVar("T")
@@ -98,8 +100,6 @@ DEFAULT_MAX_BYTES: Final = 1024 * 1024
 """About how many bytes one request of :func:`get_batch` asks for at most."""
 MAX_SUBJECTS: Final = 1024
 """The most subjects one ``multi_last`` request may match (nats-server's limit)."""
-TOO_MANY_RESULTS: Final = "413"
-"""The status of a ``multi_last`` request matching more than 1024 subjects."""
 
 _STATUS: Final = "Status"
 _PENDING: Final = "Nats-Num-Pending"
@@ -425,8 +425,8 @@ def get_batch(
         batch: How many messages one request asks for at most.
 
     Raises (when called):
-        ValueError: Invalid stream name, ``start_seq < 1``, ``max_messages``,
-            ``max_bytes`` or ``batch`` not positive.
+        ValueError: Invalid stream name, ``subjects`` not a string, ``start_seq < 1``,
+            ``max_messages``, ``max_bytes`` or ``batch`` not positive.
         InvalidSubject: Invalid subject pattern.
         FeatureUnsupported: The server is older than 2.11 (nothing is sent).
 
@@ -440,6 +440,11 @@ def get_batch(
     """
     check_name("stream", stream)
     if subjects is not None:
+        if not isinstance(subjects, str):
+            raise ValueError(
+                f"subjects must be one subject or wildcard pattern (the server takes one "
+                f"filter per request), not {subjects!r}"
+            )
         validate_pattern(subjects)
     if isinstance(start_seq, bool) or not isinstance(start_seq, int) or start_seq < 1:
         raise ValueError(f"start_seq must be a sequence of 1 or more, not {start_seq!r}")

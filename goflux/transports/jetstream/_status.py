@@ -46,6 +46,7 @@ __all__ = (
     "STREAM_NAME_IN_USE",
     "STREAM_NOT_FOUND",
     "SUBJECTS_OVERLAP",
+    "TOO_MANY_RESULTS",
     "is_client_error",
     "is_server_error",
 )
@@ -64,6 +65,8 @@ REQUEST_TIMEOUT: Final = "408"
 """The pull request expired."""
 CONFLICT: Final = "409"
 """The pull request ended early: consumer deleted, limits exceeded, leadership change."""
+TOO_MANY_RESULTS: Final = "413"
+"""A ``multi_last`` direct get matched more subjects than one read may (1024)."""
 PIN_MISMATCH: Final = "423"
 """Another client is pinned in the consumer's priority group (``Nats-Pin-Id`` mismatch)."""
 NO_RESPONDERS: Final = "503"

@@ -285,6 +285,7 @@ async def test_a_missing_stream_is_stream_not_found(bare_js: JetStreamContext) -
         ({"batch": 0}, "batch must be a positive integer"),
         ({"start_seq": 0}, "start_seq must be a sequence of 1 or more"),
         ({"stream": "A.B"}, "invalid stream name"),
+        ({"subjects": ["r.a", "r.b"]}, "one subject or wildcard pattern"),
     ],
 )
 async def test_bad_arguments_fail_at_the_call_and_send_nothing(
