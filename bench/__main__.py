@@ -68,10 +68,10 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], int]:
 
 
 def server_features(rounds: int, sizes: Sizes) -> list[Table]:
-    """The tables of the server-features suite (nats-server 2.14+ features)."""
-    from bench import fast_ingest  # noqa: PLC0415
+    """The tables of the server-features suite (nats-server 2.11-2.14 features)."""
+    from bench import batch_get, fast_ingest  # noqa: PLC0415
 
-    return fast_ingest.run(rounds, sizes)
+    return [*fast_ingest.run(rounds, sizes), *batch_get.run(rounds, sizes)]
 
 
 def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one block per suite
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one block per
         spark_tables, overhead = spark.run(rounds, sizes)
         add(spark_tables)
         sections.append(spark.overhead_table(overhead))
+    add(server_features(rounds, sizes) if "server-features" in selected else [])
 
     if "server-features" in selected:
         add(server_features(rounds, sizes))

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from bench import (
+    batch_get,
     codec_consume,
     fast_ingest,
     faststream_cases,
@@ -160,7 +161,7 @@ def _server_feature_goals(tables: dict[str, Table]) -> list[Goal]:
             _ratio_goal(
                 table,
                 fast_ingest.FAST,
-                2.0,
+                1.3,
                 "fast ingest: publish_fast vs publish_many",
                 against=fast_ingest.MANY,
                 times=True,
@@ -173,6 +174,16 @@ def _server_feature_goals(tables: dict[str, Table]) -> list[Goal]:
                 0.5,
                 "fast ingest: publish_fast (typed, checked, traced) vs a raw fast batch by hand",
                 against=fast_ingest.RAW_FAST,
+            )
+        )
+    if "batch_get" in tables:
+        found.append(
+            _ratio_goal(
+                tables["batch_get"],
+                batch_get.GOFLUX_BATCH,
+                2.0,
+                "batch direct get (get_batch) vs one raw direct get per message",
+                times=True,
             )
         )
     return found

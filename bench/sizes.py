@@ -25,6 +25,7 @@ class Sizes:
     kv_puts: int = 5_000
     kv_gets: int = 10_000
     kv_watched: int = 50_000
+    batch_get_msgs: int = 10_000  # stored messages read per case and round
     service_orders: int = 200_000  # goflux run: orders consumed per case and round
     service_calibration: float = 1.0  # seconds of polling alone: the server's CPU per poll
     http_msgs: int = 2_000  # HTTP publish -> handler, per case and round
@@ -49,6 +50,7 @@ SMOKE = Sizes(
     kv_puts=30,
     kv_gets=30,
     kv_watched=300,
+    batch_get_msgs=300,
     service_orders=3_000,
     service_calibration=0.2,
     http_msgs=200,

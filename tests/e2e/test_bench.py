@@ -20,6 +20,7 @@ import nats
 import pytest
 
 from bench import (
+    batch_get,
     codec_consume,
     faststream_cases,
     goals,
@@ -79,6 +80,7 @@ TITLES = (
     "Spark sink: messages/s",
     "Spark micro-batch overhead",
     "JetStream fast ingest",
+    f"Reading {SMOKE.batch_get_msgs:,} stored messages",
 )
 CASES = (
     "raw ormsgpack",
@@ -133,6 +135,9 @@ CASES = (
     fast_bench.RAW_FAST,
     fast_bench.MANY,
     fast_bench.FAST,
+    batch_get.RAW_EACH,
+    batch_get.GOFLUX_EACH,
+    batch_get.GOFLUX_BATCH,
 )
 # Each results table's title, and the operations each of its cases must report per round.
 COUNTS = {
@@ -162,6 +167,7 @@ COUNTS = {
     "Spark source: typed rows/s": SMOKE.spark_source_rows,
     "Spark sink: messages/s": SMOKE.spark_sink_rows,
     "JetStream fast ingest": SMOKE.pipelined,
+    f"Reading {SMOKE.batch_get_msgs:,} stored messages": SMOKE.batch_get_msgs,
 }
 GOALS = (
     *(
@@ -196,6 +202,7 @@ GOALS = (
     "Spark micro-batch overhead",
     "fast ingest: publish_fast vs publish_many",
     "fast ingest: publish_fast (typed, checked, traced) vs a raw fast batch by hand",
+    "batch direct get (get_batch) vs one raw direct get per message",
 )
 
 

@@ -53,6 +53,7 @@ else:
         FastBatchReceipt,
         SubjectOutsideStream,
     )
+    from goflux.transports.jetstream._batch_get import get_batch, get_last_many
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
@@ -127,7 +128,9 @@ __all__ = (
     "cancel_schedule",
     "ensure_consumer",
     "ensure_stream",
+    "get_batch",
     "get_last",
+    "get_last_many",
     "key_value",
     "object_store",
     "pause_consumer",

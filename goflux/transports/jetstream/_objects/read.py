@@ -12,27 +12,19 @@ in: a mismatch raises :class:`~goflux.DigestMismatch`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
-import json
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 import nats.errors
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from goflux._errors import TransportError
+from goflux._errors import GofluxError
 from goflux._lifecycle import AcloseOnExit, CloseOnExit
-from goflux.transports._natspy import api_prefix, api_timeout, connection
-from goflux.transports._refusals import Guard
-from goflux.transports.jetstream._api import api_error, api_guard
+from goflux.transports.jetstream._api import api_error
+from goflux.transports.jetstream._batch_get import DirectReplies, EndOfBatch
 from goflux.transports.jetstream._errors import BucketNotFound, DigestMismatch, ObjectNotFound
-from goflux.transports.jetstream._features import BATCH_DIRECT_GET, require
 from goflux.transports.jetstream._objects.info import ObjectInfo
 from goflux.transports.jetstream._objects.names import (
     chunk_subject,
@@ -40,13 +32,10 @@ from goflux.transports.jetstream._objects.names import (
     digest_text,
     stream_name,
 )
-from goflux.transports.jetstream._status import END_OF_BATCH, NO_MESSAGES, NO_RESPONDERS
 
 __all__ = ("DEFAULT_READ_WINDOW", "ChunkReader", "ObjectReader", "check_digest")
 
 DEFAULT_READ_WINDOW: Final = 2 * 1024 * 1024  # bytes asked for per direct get batch
-_STATUS: Final = "Status"
-_PENDING: Final = "Nats-Num-Pending"
 _SEQUENCE: Final = "Nats-Sequence"
 
 
@@ -83,20 +72,17 @@ class ChunkReader(CloseOnExit):
     """
 
     __slots__ = (
-        "__weakref__",
         "_batch",
         "_closed",
         "_done",
-        "_finalizer",
-        "_inbox",
         "_info",
         "_js",
         "_next_seq",
         "_ready",
         "_reload",
+        "_replies",
         "_sha",
         "_size",
-        "_sub",
         "_verified",
         "_what",
     )
@@ -111,11 +97,8 @@ class ChunkReader(CloseOnExit):
     ) -> None:
         self._js = js
         self._reload = reload
-        self._finalizer: weakref.finalize[[Subscription], ChunkReader] | None = None
         self._info = info
         self._batch = max(1, window_bytes // max(1, info.chunk_size or 128 * 1024))
-        self._sub: Subscription | None = None
-        self._inbox = ""
         self._next_seq = 1
         self._ready: deque[bytes] = deque()
         self._done = info.chunks == 0 and info.size == 0
@@ -124,6 +107,12 @@ class ChunkReader(CloseOnExit):
         self._sha = hashlib.sha256()
         self._size = 0
         self._what = f"reading object {info.name!r} of bucket {info.bucket!r}"
+        self._replies = DirectReplies(js, stream_name(info.bucket), self._what, self._gone)
+
+    async def _gone(self) -> GofluxError:
+        return BucketNotFound(
+            f"{self._what}: the bucket's stream is gone", bucket=self._info.bucket
+        )
 
     async def open(self) -> None:
         """Subscribe the reply inbox and ask for the first batch.
@@ -133,32 +122,23 @@ class ChunkReader(CloseOnExit):
             PermissionDenied: The server refused the inbox or the request.
             TransportError: The connection is closed or failed.
         """
-        if self._sub is not None or self._done or self._closed:
+        if self._replies.is_open or self._done or self._closed:
             return
-        nc = connection(self._js)
-        require(nc, BATCH_DIRECT_GET, self._what)
-        with self._guard():
+        with self._replies.guard():
             try:
-                self._inbox = nc.new_inbox()
-                self._sub = await nc.subscribe(self._inbox)
-                # A reader dropped without close() must not keep its subscription.
-                self._finalizer = weakref.finalize(self, _drop_subscription, self._sub)
+                await self._replies.open()
                 await self._request()
             except nats.errors.Error as exc:
                 raise api_error(exc, self._what, self._js) from exc
 
-    def _guard(self) -> Guard:
-        stream = stream_name(self._info.bucket)
-        return api_guard(self._js, self._what, f"DIRECT.GET.{stream}")
-
     async def _request(self) -> None:
-        body = {
-            "seq": self._next_seq,
-            "next_by_subj": chunk_subject(self._info.bucket, self._info.nuid),
-            "batch": self._batch,
-        }
-        subject = f"{api_prefix(self._js)}.DIRECT.GET.{stream_name(self._info.bucket)}"
-        await connection(self._js).publish(subject, json.dumps(body).encode(), reply=self._inbox)
+        await self._replies.ask(
+            {
+                "seq": self._next_seq,
+                "next_by_subj": chunk_subject(self._info.bucket, self._info.nuid),
+                "batch": self._batch,
+            }
+        )
 
     async def next_chunk(self) -> bytes | None:
         """The next chunk, or None after the last one (once its digest checked out).
@@ -181,7 +161,7 @@ class ChunkReader(CloseOnExit):
                     check_digest(self._info, self._size, self._sha.digest())
                 return None
             await self.open()
-            with self._guard():
+            with self._replies.guard():
                 try:
                     await self._receive_batch()
                 except nats.errors.Error as exc:
@@ -215,68 +195,31 @@ class ChunkReader(CloseOnExit):
 
     async def _receive_batch(self) -> None:
         """Take one batch's replies; ask for the next batch at once if there is more."""
-        sub = self._sub
-        if sub is None:  # pragma: no cover - open() ran
-            raise TransportError(f"{self._what}: not open")
-        timeout = api_timeout(self._js)
         while True:
-            msg: Msg = await sub.next_msg(timeout=timeout)
-            headers = msg.headers or {}
-            status = headers.get(_STATUS)
-            if status is None:
-                self._next_seq = int(headers[_SEQUENCE]) + 1
-                self._sha.update(msg.data)
-                self._size += len(msg.data)
-                self._ready.append(msg.data)
-                continue
-            if status == END_OF_BATCH:
-                if int(headers.get(_PENDING, "0")) > 0:
+            reply = await self._replies.next()
+            if reply is None:  # 404: no (more) chunks
+                self._done = True
+                return
+            if isinstance(reply, EndOfBatch):
+                if reply.pending > 0:
                     await self._request()  # the next batch streams in meanwhile
                 else:
                     self._done = True
                 return
-            if status == NO_MESSAGES:  # no (more) chunks
-                self._done = True
-                return
-            if status == NO_RESPONDERS:
-                raise BucketNotFound(
-                    f"{self._what}: the bucket's stream is gone", bucket=self._info.bucket
-                )
-            description = headers.get("Description", "")
-            raise TransportError(f"{self._what}: the server answered {status} {description}")
+            headers = reply.headers or {}
+            self._next_seq = int(headers[_SEQUENCE]) + 1
+            self._sha.update(reply.data)
+            self._size += len(reply.data)
+            self._ready.append(reply.data)
 
     async def close(self) -> None:
         """Remove the reply subscription (safe to call again)."""
-        sub, self._sub = self._sub, None
         self._closed = True
-        if self._finalizer is not None:
-            self._finalizer.detach()  # closed: nothing left for the garbage collector
         self._ready.clear()
-        if sub is not None and not connection(self._js).is_closed:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+        await self._replies.close()
 
     async def _open(self) -> None:
         await self.open()
-
-
-_DROPPING: set[asyncio.Task[None]] = set()  # unsubscribes of dropped readers, until done
-
-
-def _drop_subscription(sub: Subscription) -> None:
-    """Unsubscribe the inbox of a reader that was dropped unclosed."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # no loop any more: its client is gone too
-        return
-    task = loop.create_task(_unsubscribe(sub))
-    _DROPPING.add(task)
-    task.add_done_callback(_DROPPING.discard)
-
-
-async def _unsubscribe(sub: Subscription) -> None:
-    with contextlib.suppress(nats.errors.Error):
-        await sub.unsubscribe()
 
 
 class ObjectReader(AcloseOnExit):
