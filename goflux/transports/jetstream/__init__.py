@@ -47,13 +47,13 @@ except ImportError as exc:
 else:
     _NO_NATS = None
     from goflux.transports.jetstream._acker import JetStreamAcker
+    from goflux.transports.jetstream._batch_get import get_batch, get_last_many
     from goflux.transports.jetstream._counter import Counter, CounterEntry
     from goflux.transports.jetstream._fast_batch import (
         FastBatchError,
         FastBatchReceipt,
         SubjectOutsideStream,
     )
-    from goflux.transports.jetstream._batch_get import get_batch, get_last_many
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
