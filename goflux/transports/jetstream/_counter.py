@@ -315,12 +315,13 @@ class Counter:
         except PublishError as exc:
             if message_id is not None or type(exc) is not PublishError or not exc.may_be_stored:
                 raise
+            # What happened, not what to do (that differs without a message ID).
+            happened = str(exc).split(";", 1)[0].removeprefix(f"publish to {subject!r}: ")
             raise PublishError(
-                f"counter add to {subject!r} of stream {self._stream!r}: its PubAck did not "
-                "come (no answer in time, or the connection was lost), so the increment may "
-                "or may not have been counted. Without a message_id, adding again may count "
-                "it twice; add(..., message_id=...) makes retries safe (the server counts an "
-                "ID once)",
+                f"counter add to {subject!r} of stream {self._stream!r}: {happened}; the "
+                "increment may or may not have been counted. Without a message_id, adding "
+                "again may count it twice; add(..., message_id=...) makes retries safe (the "
+                "server counts an ID once)",
                 subject=subject,
                 may_be_stored=True,
             ) from exc
