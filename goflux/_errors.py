@@ -27,6 +27,8 @@ it raises, under these, in its own package (marked below with its name)::
      │    ├── StreamFeatureDisabled          the stream does not allow what the publish
      │    │                                  asks for (a TTL, an atomic batch, ...) [jetstream]
      │    ├── InvalidSchedule                the server refused a message schedule [jetstream]
+     │    ├── DuplicateMessageId             a counter increment's message ID was counted
+     │    │                                  before, on another subject [jetstream]
      │    ├── PayloadTooLarge                headers and body exceed the server's limit
      │    └── MaxPayloadLowered              the server lowered its limit and closed the
      │                                       connection for an earlier, larger message

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import decimal
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import operator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Any, Final, SupportsIndex, cast
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -51,7 +53,11 @@ from goflux.transports.jetstream._api import (
     message_get,
     provisioning_error,
 )
-from goflux.transports.jetstream._errors import StreamFeatureDisabled, StreamNotFound
+from goflux.transports.jetstream._errors import (
+    DuplicateMessageId,
+    StreamFeatureDisabled,
+    StreamNotFound,
+)
 from goflux.transports.jetstream._features import BATCH_DIRECT_GET, COUNTERS, require
 from goflux.transports.jetstream._publisher import DEFAULT_TIMEOUT, Publisher
 from goflux.transports.jetstream._replies import counter_value
@@ -70,6 +76,19 @@ __all__ = ("Counter", "CounterEntry")
 _INCR: Final = "Nats-Incr"
 _SOURCES: Final = "Nats-Counter-Sources"
 _VALUE_TYPE: Final = "CounterValue"
+# The bytes one batched direct get sends before it ends a batch (and the next goes on
+# from there): bounds what waits in the client's queue, ~25 counters of 20,000 digits.
+_BATCH_BYTES: Final = 1 << 20
+# Ints of fewer bits than this have fewer than 640 digits: str() writes them whatever
+# Python's limit on int/str conversion (sys.set_int_max_str_digits, never below 640).
+_SHORT_BITS: Final = 2_000
+
+
+def _decimal(value: int) -> str:
+    """``value`` in decimal, at any size (through Decimal above Python's int/str limit)."""
+    if value.bit_length() < _SHORT_BITS:
+        return str(value)
+    return str(decimal.Decimal(value))  # exact: Decimal(int) keeps every digit
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +113,27 @@ class CounterEntry:
     increment: int | None = None
     sources: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        # Written out here: repr() of an int beyond Python's int/str limit raises.
+        increment = None if self.increment is None else _decimal(self.increment)
+        sources = ", ".join(
+            f"{origin!r}: {{"
+            + ", ".join(f"{name!r}: {_decimal(value)}" for name, value in subjects.items())
+            + "}"
+            for origin, subjects in self.sources.items()
+        )
+        return (
+            f"CounterEntry(subject={self.subject!r}, value={_decimal(self.value)}, "
+            f"sequence={self.sequence}, increment={increment}, sources={{{sources}}})"
+        )
+
 
 class _TooManySubjects(Exception):
     """A batched direct get matched more subjects than the server answers at once."""
+
+
+class _NoDirectGets(Exception):
+    """Nothing answered a direct get: the stream is gone, or no longer allows them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,16 +261,24 @@ class Counter:
 
     # ------------------------------------------------------------------ counting
 
-    async def add(self, subject: str, delta: int, *, message_id: str | None = None) -> int:
+    async def add(
+        self, subject: str, delta: SupportsIndex, *, message_id: str | None = None
+    ) -> int:
         """Add ``delta`` (negative to subtract, 0 to read-and-create) and return the new total.
 
-        The total comes from the PubAck: no read follows. ``message_id`` makes a
-        retry safe: the server counts an increment with the same ID once within the
-        stream's duplicate window; a duplicate's PubAck has no total, so the total is
-        then read (it may include later increments by others).
+        The total comes from the PubAck: no read follows. ``delta`` is any integer
+        (an ``int``, a NumPy integer: whatever ``operator.index`` takes), of any size.
+
+        Without ``message_id`` an add whose PubAck does not come (a timeout, a lost
+        connection) may or may not have been counted, and adding again may count it
+        twice. ``message_id`` makes a retry safe: the server counts an increment
+        with the same ID once within the stream's duplicate window. For a duplicate
+        the total is the one the ID's first add returned (read from the message it
+        stored; if that message is gone, the subject's current total). An ID is one
+        increment: reused for another subject it raises :class:`DuplicateMessageId`.
 
         Raises:
-            TypeError: ``delta`` is not an int (a bool, float or str is refused).
+            TypeError: ``delta`` is not an integer (a bool, float or str is refused).
             InvalidSubject: ``subject`` is invalid, or not one of the stream's
                 subjects; nothing sent.
             InvalidHeader: ``message_id`` cannot travel on the wire.
@@ -241,21 +286,45 @@ class Counter:
             StreamFeatureDisabled: The stream does not have ``allow_msg_counter``
                 (or is a mirror); nothing sent.
             StreamNotFound: The stream does not exist.
+            DuplicateMessageId: ``message_id`` was counted before, for another
+                subject (or for a message that is gone, on a subject with no counter);
+                nothing added.
             PublishError: The server refused the increment, no PubAck came in time
                 (``may_be_stored``), the connection is closed, or the increment was
                 stored in another stream than this counter's.
         """
-        if isinstance(delta, bool) or not isinstance(delta, int):
-            raise TypeError(f"a counter delta is an int, got {delta!r} ({type(delta).__name__})")
+        if isinstance(delta, bool):
+            raise TypeError(f"a counter delta is an int, got {delta!r} (bool)")
+        try:
+            amount = operator.index(delta)
+        except TypeError as exc:
+            raise TypeError(
+                f"a counter delta is an int, got {delta!r} ({type(delta).__name__})"
+            ) from exc
         validate_subject(subject)
         require(self._nc, COUNTERS, f"counter add to {subject!r}", subject=subject)
         await self._check_counts(subject)
-        receipt = await self._publisher.publish(
-            subject,
-            b"",
-            message_id=message_id,
-            server_headers={_INCR: f"{delta:+d}"},
-        )
+        increment = _decimal(amount)
+        try:
+            receipt = await self._publisher.publish(
+                subject,
+                b"",
+                message_id=message_id,
+                server_headers={_INCR: increment if amount < 0 else f"+{increment}"},
+            )
+        except PublishError as exc:
+            if message_id is not None or type(exc) is not PublishError or not exc.may_be_stored:
+                raise
+            # What happened, not what to do (that differs without a message ID).
+            happened = str(exc).split(";", 1)[0].removeprefix(f"publish to {subject!r}: ")
+            raise PublishError(
+                f"counter add to {subject!r} of stream {self._stream!r}: {happened}; the "
+                "increment may or may not have been counted. Without a message_id, adding "
+                "again may count it twice; add(..., message_id=...) makes retries safe (the "
+                "server counts an ID once)",
+                subject=subject,
+                may_be_stored=True,
+            ) from exc
         if receipt.stream != self._stream:
             raise PublishError(
                 f"counter add to {subject!r}: stream {receipt.stream!r} counted it, not "
@@ -267,13 +336,54 @@ class Counter:
         if receipt.value is not None:
             return receipt.value
         if receipt.duplicate:
-            total = await self.get(subject)
-            if total is not None:
-                return total
+            return await self._counted_before(subject, message_id or "", receipt.sequence)
         raise PublishError(
             f"counter add to {subject!r}: the PubAck of stream {self._stream!r} carries no total",
             subject=subject,
             may_be_stored=True,
+        )
+
+    async def _counted_before(self, subject: str, message_id: str, sequence: int) -> int:
+        """The total of a duplicate add: what the message ID's first add stored.
+
+        Raises:
+            DuplicateMessageId: The ID counted another subject, or its message is gone
+                and ``subject`` has no counter.
+        """
+        what = f"counter add to {subject!r}"
+        with ApiCall(self._js, what, f"STREAM.MSG.GET.{self._stream}"):
+            try:
+                stored = await message_get(self._js, self._stream, {"seq": sequence})
+            except APIError as exc:
+                raise provisioning_error(exc, f"{what}: counter stream {self._stream!r}") from exc
+        if stored is not None:
+            if stored.subject != subject:
+                raise DuplicateMessageId(
+                    f"{what} of stream {self._stream!r}: nothing added: message_id "
+                    f"{message_id!r} was already counted for {stored.subject!r} (sequence "
+                    f"{sequence}); a message ID stands for one increment, give this one "
+                    "its own",
+                    subject=subject,
+                    stream=self._stream,
+                    message_id=message_id,
+                    counted_subject=stored.subject,
+                    sequence=sequence,
+                )
+            return self._entry(stored.subject, stored.sequence, stored.data, stored.headers).value
+        # The message is gone (purged, or over a limit): the subject's total now.
+        total = await self.get(subject)
+        if total is not None:
+            return total
+        raise DuplicateMessageId(
+            f"{what} of stream {self._stream!r}: nothing added: message_id {message_id!r} "
+            f"was already counted (sequence {sequence}, a message since removed), and "
+            f"{subject!r} has no counter: the ID counted another subject, or this "
+            "counter was removed since",
+            subject=subject,
+            stream=self._stream,
+            message_id=message_id,
+            counted_subject=None,
+            sequence=sequence,
         )
 
     # ------------------------------------------------------------------ reading
@@ -303,7 +413,10 @@ class Counter:
         config = await self._load()
         what = f"counter {subject!r} of stream {self._stream!r}"
         if config.direct:
-            return await self._direct_get(subject, what)
+            try:
+                return await self._direct_get(subject, what)
+            except _NoDirectGets:
+                await self._direct_gone(what)  # read the other way if no longer direct
         with ApiCall(self._js, what, f"STREAM.MSG.GET.{self._stream}"):
             try:
                 stored = await message_get(self._js, self._stream, {"last_by_subj": subject})
@@ -315,14 +428,34 @@ class Counter:
             return None
         return self._entry(stored.subject, stored.sequence, stored.data, stored.headers)
 
+    async def _direct_gone(self, what: str) -> None:
+        """After a direct get nothing answered: return if the stream no longer allows them.
+
+        Raises:
+            StreamNotFound: The stream is gone (its info says so).
+            TransportError: It still allows direct gets, yet none answered (no leader
+                at the moment, in a cluster).
+        """
+        config = await self._load(again=True)  # raises StreamNotFound if it is gone
+        if config.direct:
+            raise TransportError(
+                f"{what}: no direct get answered, though stream {self._stream!r} allows them "
+                "(no leader at the moment?)"
+            )
+
     async def _direct_get(self, subject: str, what: str) -> CounterEntry | None:
+        """The last message on ``subject`` by direct get.
+
+        Raises:
+            _NoDirectGets: Nothing answered.
+        """
         tail = f"DIRECT.GET.{self._stream}.{subject}"
         wait = api_timeout(self._js)
         try:
             with api_guard(self._js, what, tail):
                 reply = await self._nc.request(f"{api_prefix(self._js)}.{tail}", b"", timeout=wait)
         except nats.errors.NoRespondersError as exc:
-            raise self._gone(what) from exc
+            raise _NoDirectGets from exc
         except (nats.errors.Error, TimeoutError) as exc:
             raise api_error(exc, what, self._js) from exc
         headers = reply.headers or {}
@@ -353,7 +486,7 @@ class Counter:
         """
         return {entry.subject: entry.value async for entry in self.entries(pattern)}
 
-    async def entries(self, pattern: str = ">") -> AsyncIterator[CounterEntry]:
+    async def entries(self, pattern: str = ">") -> AsyncGenerator[CounterEntry, None]:
         """Yield the counter of every subject matching ``pattern`` (a wildcard or not).
 
         With ``allow_direct`` on the stream (and nats-server 2.11+), one batched
@@ -361,13 +494,15 @@ class Counter:
         point of the stream, as the messages arrive (a stream whose pattern matches
         more than 1,024 subjects, the server's limit, is read the other way). Without
         it, a short-lived consumer delivers the last message per subject (ordered by
-        sequence; works on every stream). Memory stays bounded either way.
+        sequence; works on every stream). Memory stays bounded either way. Leave it
+        early inside ``contextlib.aclosing(...)`` so its consumer goes at once.
 
         Raises:
             InvalidSubject: ``pattern`` is invalid.
             StreamNotFound: The stream does not exist.
             DecodeError: A subject's last message is not a counter value.
-            TransportError: No answer in time, or the connection failed.
+            TransportError: No answer in time, the connection failed, or the
+                messages of a batched read were removed while it read them.
         """
         validate_pattern(pattern)
         config = await self._load()
@@ -378,6 +513,8 @@ class Counter:
                         yield entry
                 except _TooManySubjects:
                     pass  # raised before any entry: read them the other way
+                except _NoDirectGets:  # raised before any entry
+                    await self._direct_gone(f"counters {pattern!r} of stream {self._stream!r}")
                 else:
                     return
         async with contextlib.aclosing(self._scan(pattern)) as scanned:
@@ -385,13 +522,21 @@ class Counter:
                 yield entry
 
     async def _multi_last(self, pattern: str) -> AsyncGenerator[CounterEntry, None]:
-        """The last message of each subject of ``pattern``, by batched direct get."""
+        """The last message of each subject of ``pattern``, by batched direct get.
+
+        Raises:
+            _TooManySubjects: The pattern matches more subjects than one batch answers.
+            _NoDirectGets: Nothing answered the request.
+            TransportError: The server failed the read after some entries (their
+                messages removed meanwhile), or the request failed.
+        """
         what = f"counters {pattern!r} of stream {self._stream!r}"
         tail = f"DIRECT.GET.{self._stream}"
-        request: dict[str, Any] = {"multi_last": [pattern]}
+        request: dict[str, Any] = {"multi_last": [pattern], "max_bytes": _BATCH_BYTES}
         inbox = self._nc.new_inbox()
         sub: Subscription | None = None
         wait = api_timeout(self._js)
+        received = 0
         try:
             with api_guard(self._js, what, tail):
                 sub = await self._nc.subscribe(inbox)
@@ -403,6 +548,7 @@ class Counter:
                     headers = msg.headers or {}
                     status = headers.get("Status")
                     if status is None:
+                        received += 1
                         yield self._entry(
                             headers.get("Nats-Subject", ""),
                             int(headers.get("Nats-Sequence", "0")),
@@ -413,8 +559,8 @@ class Counter:
                     if status == END_OF_BATCH:
                         if int(headers.get("Nats-Num-Pending", "0")) == 0:
                             return
-                        # Cut short by the server's byte limit: go on from there, up
-                        # to the same point of the stream.
+                        # Cut short by the byte limit: go on from there, up to the
+                        # same point of the stream.
                         request["seq"] = int(headers.get("Nats-Last-Sequence", "0")) + 1
                         request["up_to_seq"] = int(headers.get("Nats-UpTo-Sequence", "0"))
                         await self._nc.publish(
@@ -423,13 +569,19 @@ class Counter:
                             reply=inbox,
                         )
                         continue
+                    description = headers.get("Description", "")
+                    if received:  # a partial result would pass for the whole
+                        raise TransportError(
+                            f"{what}: the server answered {status} {description} after "
+                            f"{received} counters, with more to come (their messages removed "
+                            "meanwhile?); nothing more was read: read them again"
+                        )
                     if status == NO_MESSAGES:
                         return
                     if status == TOO_MANY_RESULTS:
                         raise _TooManySubjects
                     if status == NO_RESPONDERS:
-                        raise self._gone(what)
-                    description = headers.get("Description", "")
+                        raise _NoDirectGets
                     raise TransportError(f"{what}: the server answered {status} {description}")
         except (nats.errors.Error, TimeoutError) as exc:
             raise api_error(exc, what, self._js) from exc

@@ -11,8 +11,10 @@ Each derives from a core error (:mod:`goflux`'s ``PublishError``, ``TransportErr
      │    └── RevisionMismatch            Key-Value update: the key moved on
      ├── StreamFeatureDisabled            the stream does not allow what the publish asks
      │                                    for (a TTL, an atomic batch, ...)
-     └── InvalidSchedule                  the server refused a message schedule (its
-                                          pattern, target, TTL or time zone)
+     ├── InvalidSchedule                  the server refused a message schedule (its
+     │                                    pattern, target, TTL or time zone)
+     └── DuplicateMessageId               a counter increment's message ID was already
+                                          counted, on another subject
     TransportError
      ├── JetStreamUnavailable             JetStream is not enabled for the account
      │                                    (also PublishError, SubscribeError)
@@ -41,6 +43,7 @@ __all__ = (
     "ConfigNotApplied",
     "ConsumerNotFound",
     "DigestMismatch",
+    "DuplicateMessageId",
     "ExpectationFailed",
     "FeatureUnsupported",
     "IncompatibleConfig",
@@ -171,6 +174,39 @@ class InvalidSchedule(PublishError):
         self.reason = reason
         self.schedule = schedule
         self.target = target
+
+
+class DuplicateMessageId(PublishError):
+    """A counter increment's message ID was counted before, for another subject.
+
+    The stream de-duplicated the increment (nothing was added): within its duplicate
+    window the ID belongs to an earlier message on ``counted_subject``, or to one that
+    is gone (``counted_subject`` ``None``). Reusing a message ID for a different
+    increment is a mistake in the caller: a retry with the same ID is refused the
+    same way.
+
+    Attributes:
+        stream: The counter stream.
+        message_id: The reused message ID.
+        counted_subject: The subject the ID counted, ``None`` when its message is gone.
+        sequence: The stream sequence of the message the ID counted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str,
+        stream: str,
+        message_id: str,
+        counted_subject: str | None,
+        sequence: int,
+    ) -> None:
+        super().__init__(message, subject=subject, permanent=True)
+        self.stream = stream
+        self.message_id = message_id
+        self.counted_subject = counted_subject
+        self.sequence = sequence
 
 
 class JetStreamUnavailable(TransportError, PublishError, SubscribeError):

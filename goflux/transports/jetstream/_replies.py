@@ -12,6 +12,7 @@ stream captures the subject.
 from __future__ import annotations
 
 import asyncio
+import decimal
 import re
 from typing import Final
 
@@ -38,7 +39,11 @@ from goflux.transports.jetstream._status import (
     EXPECTED_STREAM,
     MESSAGE_HEADERS_TOO_LARGE,
     MESSAGE_TOO_LARGE,
+    MSG_COUNTER_BROKEN,
     MSG_COUNTER_DISABLED,
+    MSG_COUNTER_HAS_PAYLOAD,
+    MSG_COUNTER_INCR_INVALID,
+    MSG_COUNTER_INCR_MISSING,
     MSG_SCHEDULES_DISABLED,
     MSG_TTL_DISABLED,
     NO_RESPONDERS,
@@ -58,6 +63,9 @@ __all__ = (
 )
 
 _DECIMAL: Final = re.compile(r"[+-]?[0-9]+")
+# Digits int() reads directly: its limit (sys.set_int_max_str_digits) is 4,300 by
+# default and never below 640.
+_SHORT: Final = 640
 
 EXPECTATIONS = {
     EXPECTED_STREAM: "stream",
@@ -65,13 +73,45 @@ EXPECTATIONS = {
     EXPECTED_LAST_SEQUENCE: "last_sequence",
 }
 # Refusals of a publish that the stream's settings do not allow: what it asked for,
-# and the setting that would allow it.
-DISABLED = {
-    MSG_TTL_DISABLED: ("a per-message TTL", "allow_msg_ttl"),
-    ATOMIC_DISABLED: ("an atomic batch", "allow_atomic"),
-    ROLLUP_DISABLED: ("a rollup", "allow_rollup_hdrs"),
-    MSG_SCHEDULES_DISABLED: ("a message schedule", "allow_msg_schedules"),
-    MSG_COUNTER_DISABLED: ("a counter increment (Nats-Incr)", "allow_msg_counter"),
+# the setting that would allow it, and what to do about it ({name}: the stream).
+_SET_IT: Final = "set it with ensure_stream(js, name={name!r}, ..., {setting}=True)"
+DISABLED: Final = {
+    MSG_TTL_DISABLED: (
+        "a per-message TTL",
+        "allow_msg_ttl",
+        _SET_IT + ", unless it is a counter stream (allow_msg_counter): per-message TTLs "
+        "and counters cannot be combined in one stream",
+    ),
+    ATOMIC_DISABLED: ("an atomic batch", "allow_atomic", _SET_IT),
+    ROLLUP_DISABLED: ("a rollup", "allow_rollup_hdrs", _SET_IT),
+    MSG_SCHEDULES_DISABLED: ("a message schedule", "allow_msg_schedules", _SET_IT),
+    MSG_COUNTER_DISABLED: (
+        "a counter increment (Nats-Incr)",
+        "allow_msg_counter",
+        "{setting} can only be given when a stream is created, never changed on an "
+        "existing stream: count in a new stream created with {setting}=True",
+    ),
+}
+# Refusals of a publish to a counter stream (ADR-49) that is not a valid increment:
+# what is wrong, in words naming the stream ({name}) and subject ({subject}).
+COUNTER_REFUSALS: Final = {
+    MSG_COUNTER_INCR_MISSING: (
+        "stream {name!r} is a counter stream: every publish needs a Nats-Incr header and "
+        "an empty body; use Counter.add"
+    ),
+    MSG_COUNTER_HAS_PAYLOAD: (
+        "stream {name!r} is a counter stream: an increment (Nats-Incr) has an empty body; "
+        "use Counter.add"
+    ),
+    MSG_COUNTER_INCR_INVALID: (
+        "stream {name!r} refused the increment: Nats-Incr is a decimal integer ('+5', "
+        "'-3', '0'), and an increment carries no Nats-Rollup and no expected stream, "
+        "last sequence or last message ID; use Counter.add"
+    ),
+    MSG_COUNTER_BROKEN: (
+        "the counter {subject!r} of stream {name!r} is broken: its last message is not "
+        'a counter value ({{"val": "<decimal>"}}); purge the subject to start it again'
+    ),
 }
 # Refusals that a retry of the same message cannot overcome whatever their status
 # code: the message or its headers exceed the stream's maximum size.
@@ -88,15 +128,24 @@ def refused(
     """The error for a PubAck that refuses a publish to ``subject`` (nothing stored)."""
     disabled = DISABLED.get(err_code) if err_code is not None else None
     if disabled is not None:
-        what, setting = disabled
+        what, setting, advice = disabled
         name = stream or "(unknown)"
         return StreamFeatureDisabled(
             f"publish to {subject!r} refused, nothing stored: stream {name!r} does not "
-            f"allow {what} ({description}); set it with "
-            f"ensure_stream(js, name={name!r}, ..., {setting}=True)",
+            f"allow {what} ({description}); {advice.format(name=name, setting=setting)}",
             subject=subject,
             stream=name,
             setting=setting,
+        )
+    counter = COUNTER_REFUSALS.get(err_code) if err_code is not None else None
+    if counter is not None:
+        name = stream or "(unknown)"
+        return PublishError(
+            f"publish to {subject!r} refused, nothing stored: "
+            f"{counter.format(name=name, subject=subject)} ({description})",
+            subject=subject,
+            permanent=True,
+            err_code=err_code,
         )
     reason = SCHEDULE_REFUSALS.get(err_code) if err_code is not None else None
     if reason is not None:
@@ -131,15 +180,19 @@ def counter_value(text: object) -> int:
     """The exact int of a counter value as the server writes it: a decimal string.
 
     The server keeps counters as arbitrary-precision integers and writes them in
-    decimal (``"val": "-12"``); they are parsed as Python ints, never floats.
+    decimal (``"val": "-12"``); they are parsed as Python ints, never floats, at any
+    length (through :class:`decimal.Decimal`, exact and free of Python's 4,300-digit
+    limit on ``int(str)``).
 
     Raises:
-        ValueError: ``text`` is not a decimal string (or longer than Python's limit
-            for int conversion, 4,300 digits by default).
+        ValueError: ``text`` is not a decimal string.
     """
     if not isinstance(text, str) or not _DECIMAL.fullmatch(text):
-        raise ValueError(f"a counter value is a decimal string, got {text!r}")
-    return int(text)
+        got = repr(text[:100]) if isinstance(text, str) else type(text).__name__
+        raise ValueError(f"a counter value is a decimal string, got {got}")
+    if len(text) <= _SHORT:
+        return int(text)
+    return int(decimal.Decimal(text))  # exact: a Decimal is built from a str digit by digit
 
 
 def receipt(data: bytes, subject: str) -> PublishReceipt:

@@ -36,7 +36,11 @@ __all__ = (
     "MESSAGE_HEADERS_TOO_LARGE",
     "MESSAGE_TOO_LARGE",
     "MIRROR_NOT_UPDATABLE",
+    "MSG_COUNTER_BROKEN",
     "MSG_COUNTER_DISABLED",
+    "MSG_COUNTER_HAS_PAYLOAD",
+    "MSG_COUNTER_INCR_INVALID",
+    "MSG_COUNTER_INCR_MISSING",
     "MSG_SCHEDULES_DISABLED",
     "MSG_TTL_DISABLED",
     "NO_MESSAGES",
@@ -97,6 +101,10 @@ MESSAGE_HEADERS_TOO_LARGE: Final = 10097
 ROLLUP_DISABLED: Final = 10111
 MSG_TTL_DISABLED: Final = 10166
 MSG_COUNTER_DISABLED: Final = 10168
+MSG_COUNTER_INCR_MISSING: Final = 10169  # a publish to a counter stream without Nats-Incr
+MSG_COUNTER_HAS_PAYLOAD: Final = 10170  # an increment with a body
+MSG_COUNTER_INCR_INVALID: Final = 10171  # Nats-Incr unreadable, or with rollup/expectations
+MSG_COUNTER_BROKEN: Final = 10172  # the subject's last message is not a counter value
 ATOMIC_DISABLED: Final = 10174
 MSG_SCHEDULES_DISABLED: Final = 10188
 # A message schedule the server refuses, and what of it (ADR-51).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import decimal
 import time
 from typing import Any
 
@@ -14,18 +15,30 @@ from nats.js import JetStreamContext
 from goflux import (
     BytesCodec,
     DecodeError,
+    DuplicateMessageId,
     FeatureUnsupported,
     InvalidSubject,
+    PublishError,
     StreamFeatureDisabled,
     StreamNotFound,
+    TransportError,
 )
 from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
-from goflux.transports.jetstream import Counter
+from goflux.transports.jetstream import Counter, CounterEntry
+from goflux.transports.jetstream._replies import refused
+from goflux.transports.jetstream._status import MSG_COUNTER_BROKEN
 from tests.conftest import Otel
 from tests.nodejs import run_node
 
 BIG = 2**70
+# 20,000 digits: beyond Python's 4,300-digit limit on int/str conversion.
+HUGE = int(decimal.Decimal("9" * 20_000))
+
+
+def digits(value: int) -> str:
+    """``value`` in decimal, whatever its size (str() of a HUGE int raises)."""
+    return str(decimal.Decimal(value))
 
 
 async def until_total(counter: Counter, subject: str, total: int, within: float = 10.0) -> None:
@@ -159,6 +172,43 @@ async def test_a_repeated_message_id_counts_once(counted: JetStreamContext) -> N
     assert await counter.add("hits.once", 10, message_id="order-1") == 10
     assert await counter.add("hits.once", 10, message_id="order-1") == 10  # duplicate
     assert await counter.add("hits.once", 1) == 11
+    # A retry after others added gives the total its first add gave: the message the
+    # ID stored, not the counter's total now.
+    assert await counter.add("hits.once", 10, message_id="order-1") == 10
+    assert await counter.get("hits.once") == 11
+
+
+async def test_a_message_id_reused_for_another_subject_is_refused(
+    counted: JetStreamContext,
+) -> None:
+    counter = Counter(counted, stream="HITS")
+    assert await counter.add("hits.a", 10, message_id="m1") == 10
+    assert await counter.add("hits.b", 7) == 7
+    for subject in ("hits.b", "hits.new"):  # a counter, and a subject without one
+        with pytest.raises(DuplicateMessageId) as caught:
+            await counter.add(subject, 5, message_id="m1")
+        error = caught.value
+        assert (error.subject, error.stream, error.message_id) == (subject, "HITS", "m1")
+        assert (error.counted_subject, error.sequence) == ("hits.a", 1)
+        assert (error.may_be_stored, error.permanent) == (False, True)
+        assert "'m1'" in str(error)
+        assert "'hits.a'" in str(error)
+    assert await counter.totals() == {"hits.a": 10, "hits.b": 7}  # nothing added
+
+
+async def test_a_duplicate_whose_message_is_gone_reads_the_total(
+    counted: JetStreamContext,
+) -> None:
+    counter = Counter(counted, stream="HITS")
+    assert await counter.add("hits.a", 10, message_id="m1") == 10  # sequence 1
+    assert await counter.add("hits.a", 5) == 15  # sequence 2
+    await counted.purge_stream("HITS", seq=2)  # removes sequence 1; the ID is remembered
+    assert await counter.add("hits.a", 10, message_id="m1") == 15  # the total now
+    # On a subject without a counter it cannot be told where the ID counted.
+    with pytest.raises(DuplicateMessageId, match="has no counter") as caught:
+        await counter.add("hits.none", 10, message_id="m1")
+    assert (caught.value.counted_subject, caught.value.may_be_stored) == (None, False)
+    assert await counter.get("hits.none") is None
 
 
 async def test_aggregation_through_sources_gives_the_exact_sum(
@@ -222,7 +272,49 @@ async def test_a_stream_without_counters_is_refused_naming_stream_and_setting(
         )
     assert (answered.value.stream, answered.value.setting) == ("PLAIN", "allow_msg_counter")
     assert "message counters is disabled" in str(answered.value)
+    # The setting cannot be added to an existing stream: no hint to do so.
+    assert "only be given when a stream is created" in str(answered.value)
+    assert "ensure_stream(" not in str(answered.value)
     assert (await counted.stream_info("PLAIN")).state.messages == 0
+
+
+async def test_a_ttl_on_a_counter_stream_is_refused_saying_they_do_not_combine(
+    counted: JetStreamContext,
+) -> None:
+    publisher = jetstream.Publisher(counted, BytesCodec())
+    with pytest.raises(StreamFeatureDisabled) as caught:
+        await publisher.publish("hits.t", b"", server_headers={"Nats-Incr": "+1"}, ttl=5)
+    assert (caught.value.stream, caught.value.setting) == ("HITS", "allow_msg_ttl")
+    assert "cannot be combined" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "err_code", "says"),
+    [
+        (b"data", {}, 10169, "every publish needs a Nats-Incr header and an empty body"),
+        (b"x", {"Nats-Incr": "+1"}, 10170, "an increment (Nats-Incr) has an empty body"),
+        (b"", {"Nats-Incr": "1.5"}, 10171, "Nats-Incr is a decimal integer"),
+        (b"", {"Nats-Incr": "+1", "Nats-Rollup": "sub"}, 10171, "carries no Nats-Rollup"),
+    ],
+)
+async def test_what_a_counter_stream_refuses_is_named(
+    counted: JetStreamContext, body: bytes, headers: dict[str, str], err_code: int, says: str
+) -> None:
+    publisher = jetstream.Publisher(counted, BytesCodec())
+    with pytest.raises(PublishError) as caught:
+        await publisher.publish("hits.x", body, server_headers=headers)
+    assert (caught.value.err_code, caught.value.permanent) == (err_code, True)
+    assert says in str(caught.value)
+    assert "stream 'HITS'" in str(caught.value)
+    assert (await counted.stream_info("HITS")).state.messages == 0
+
+
+def test_a_broken_counter_is_named() -> None:
+    # No client can store a non-counter message in a counter stream (the server
+    # refuses it), so the server's answer for a broken counter is taken as it comes.
+    error = refused("hits.x", 400, MSG_COUNTER_BROKEN, "message counter is broken", "HITS")
+    assert error.permanent
+    assert "the counter 'hits.x' of stream 'HITS' is broken" in str(error)
 
 
 async def test_a_subject_outside_the_stream_is_refused(counted: JetStreamContext) -> None:
@@ -237,6 +329,37 @@ async def test_a_missing_stream_is_named(counted: JetStreamContext) -> None:
         await Counter(counted, stream="NOPE").add("nope.x", 1)
     with pytest.raises(StreamNotFound, match="NOPE"):
         await Counter(counted, stream="NOPE").get("nope.x")
+
+
+class Index:
+    """An integer type that is no int (like NumPy's): it has ``__index__``."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+class OddInt(int):
+    """An int whose formatting says something else: the number is what counts."""
+
+    def __format__(self, spec: str) -> str:
+        return "lots"
+
+    def __str__(self) -> str:
+        return "lots"
+
+
+async def test_any_integer_is_a_delta(counted: JetStreamContext) -> None:
+    counter = Counter(counted, stream="HITS")
+    assert await counter.add("hits.i", Index(3)) == 3
+    assert await counter.add("hits.i", OddInt(-5)) == -2
+    numpy = pytest.importorskip("numpy")
+    assert await counter.add("hits.i", numpy.int64(7)) == 5
+    with pytest.raises(TypeError, match="a counter delta is an int"):
+        await counter.add("hits.i", numpy.bool_(True))
+    assert await counter.get("hits.i") == 5
 
 
 @pytest.mark.parametrize("delta", [True, 1.0, "1", None, 2.5])
@@ -323,6 +446,113 @@ async def test_nats_js_and_goflux_read_and_add_to_each_others_counters(
     assert await counter.get("hits.js") == -5  # goflux reads the nats.js counter
     assert await counter.add("hits.js", 2**80) == 2**80 - 5
     assert await counter.totals() == {"hits.py": total, "hits.js": 2**80 - 5}
+
+
+# ------------------------------------------------------------------ edge cases
+
+
+@pytest.mark.parametrize("stream", ["HITS", "SLOW"])
+async def test_counters_of_20_000_digits_stay_exact(
+    nats_server: NatsServer, counted: JetStreamContext, stream: str
+) -> None:
+    counter = Counter(counted, stream=stream)
+    prefix = stream.lower()
+    assert await counter.add(f"{prefix}.huge", HUGE) == HUGE
+    assert await counter.add(f"{prefix}.huge", HUGE) == 2 * HUGE  # 20,001 digits
+    assert await counter.add(f"{prefix}.huge", -HUGE - 1) == HUGE - 1
+    assert await counter.get(f"{prefix}.huge") == HUGE - 1
+    entry = await counter.entry(f"{prefix}.huge")
+    assert entry is not None
+    assert entry.increment == -HUGE - 1
+    assert digits(HUGE - 1) in repr(entry)  # repr() of such an int would raise
+    publisher = jetstream.Publisher(counted, BytesCodec())
+    receipt = await publisher.publish(
+        f"{prefix}.huge", b"", server_headers={"Nats-Incr": "+" + digits(HUGE)}
+    )
+    assert receipt.value == 2 * HUGE - 1
+    assert digits(2 * HUGE - 1) in repr(receipt)
+    # Another client adds 20,000 digits of its own.
+    nc = await nats.connect(nats_server.url)
+    try:
+        reply = await nc.request(
+            f"{prefix}.other", b"", headers={"Nats-Incr": "-" + digits(HUGE)}, timeout=5
+        )
+        assert b'"val":"-999' in reply.data
+    finally:
+        await nc.close()
+    assert await counter.get(f"{prefix}.other") == -HUGE
+    assert await counter.totals() == {f"{prefix}.huge": 2 * HUGE - 1, f"{prefix}.other": -HUGE}
+
+
+async def test_an_add_without_message_id_left_unanswered_warns_of_counting_twice(
+    counted: JetStreamContext,
+) -> None:
+    counter = Counter(counted, stream="HITS", timeout=1e-6)  # no PubAck comes so soon
+    await counter.get("hits.t")  # read the stream's config: the add only publishes
+    with pytest.raises(PublishError) as caught:
+        await counter.add("hits.t", 1)
+    assert caught.value.may_be_stored
+    text = str(caught.value)
+    assert "may count it twice" in text
+    assert "message_id=" in text
+    assert "same message_id" not in text
+    assert isinstance(caught.value.__cause__, PublishError)
+    # With a message ID, a retry with the same ID is the advice.
+    with pytest.raises(PublishError, match="same message_id") as retried:
+        await counter.add("hits.t", 1, message_id="t-1")
+    assert retried.value.may_be_stored
+
+
+@pytest.mark.parametrize("read", ["get", "totals"])
+async def test_reads_go_on_after_allow_direct_is_turned_off(
+    counted: JetStreamContext, read: str
+) -> None:
+    counter = Counter(counted, stream="HITS")
+    await counter.add("hits.d", 4)
+    assert await counter.get("hits.d") == 4  # by direct get: cached, the stream allows it
+    config = (await counted.stream_info("HITS")).config
+    config.allow_direct = False
+    await counted.update_stream(config)
+    if read == "get":
+        assert await counter.get("hits.d") == 4
+    else:
+        assert await counter.totals() == {"hits.d": 4}
+    await counted.delete_stream("HITS")
+    with pytest.raises(StreamNotFound, match="HITS"):
+        await (counter.get("hits.d") if read == "get" else counter.totals())
+
+
+async def test_a_deleted_direct_stream_is_not_found(counted: JetStreamContext) -> None:
+    counter = Counter(counted, stream="HITS")
+    assert await counter.get("hits.d") is None  # config read: direct gets
+    await counted.delete_stream("HITS")
+    with pytest.raises(StreamNotFound, match="HITS"):
+        await counter.get("hits.d")
+    with pytest.raises(StreamNotFound, match="HITS"):
+        await counter.totals()
+
+
+async def test_a_batched_read_whose_messages_go_meanwhile_fails(
+    counted: JetStreamContext,
+) -> None:
+    # 40 counters of 20,000 digits: more bytes than one batch of the batched direct
+    # get, so it reads them in two; the stream is purged between.
+    counter = Counter(counted, stream="HITS")
+    for n in range(40):
+        await counter.add(f"hits.w.{n}", HUGE + n)
+    assert await counter.totals("hits.w.*") == {f"hits.w.{n}": HUGE + n for n in range(40)}
+    seen: list[CounterEntry] = []
+
+    async def read_purging() -> None:
+        async with contextlib.aclosing(counter.entries("hits.w.*")) as entries:
+            async for entry in entries:
+                if not seen:
+                    await counted.purge_stream("HITS")
+                seen.append(entry)
+
+    with pytest.raises(TransportError, match=r"after \d+ counters, with more to come"):
+        await read_purging()
+    assert 0 < len(seen) < 40
 
 
 async def test_entries_left_early_leave_no_consumer_behind(counted: JetStreamContext) -> None:
