@@ -35,7 +35,12 @@ from goflux.transports.jetstream._atomic import AtomicBatch, AtomicReplies, batc
 from goflux.transports.jetstream._errors import InvalidSchedule
 from goflux.transports.jetstream._features import ATOMIC_BATCH, check_headers, require
 from goflux.transports.jetstream._replies import PubAcks, receipt, send_error, timeout_error
-from goflux.transports.jetstream._schedule import Schedule, explain_refusal, schedule_headers
+from goflux.transports.jetstream._schedule import (
+    Schedule,
+    explain_batch_refusal,
+    explain_refusal,
+    schedule_headers,
+)
 from goflux.transports.jetstream._server_headers import TTL, expectations
 from goflux.transports.jetstream._server_headers import server_headers as server_headers_of
 from goflux.transports.jetstream._system import SYSTEM
@@ -506,7 +511,15 @@ class Publisher(CloseOnExit, Generic[T]):
                 accept=lambda refusal: any(refusal.names(s) for s in subjects),
             ):
                 await self._send_atomic(batch, prepared)
-                return batch.receipts(await self._committed(batch, wait))
+                try:
+                    return batch.receipts(await self._committed(batch, wait))
+                except InvalidSchedule as exc:
+                    index = batch.failure[0] if batch.failure else last
+                    pairs = [(item.subject, item.schedule, item.target) for item in items]
+                    explained = explain_batch_refusal(exc, index, pairs)
+                    if explained is exc:
+                        raise
+                    raise explained from exc
         except BaseException as exc:
             failure = exc
             raise
