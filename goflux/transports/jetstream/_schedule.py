@@ -63,6 +63,7 @@ TIME_ZONE: Final = "Nats-Schedule-Time-Zone"
 # Set from a Schedule, so refused by hand beside schedule=; Nats-Schedule-Source and
 # Nats-Schedule-Rollup (nats-server 2.14) have no Schedule field and may go by hand.
 _OWNED: Final = frozenset(name.lower() for name in (SCHEDULE, TARGET, SCHEDULE_TTL, TIME_ZONE))
+_GONE: Final = re.compile(r"no message found|not found|store EOF")  # the store's words (10057)
 _CANCEL_RETRIES: Final = 3  # a schedule replaced while being cancelled: look again
 
 PREDEFINED: Final = frozenset(
@@ -438,7 +439,8 @@ async def _cancel_matching(js: JetStreamContext, stream: str, pattern: str, what
         scan(js, stream, pattern, deliver="last_per_subject", headers_only=True),
     )
     cancelled = 0
-    with ApiCall(js, f"stream {stream!r}", f"CONSUMER.CREATE.{stream}"):
+    tails = (f"CONSUMER.CREATE.{stream}", f"CONSUMER.MSG.NEXT.{stream}")
+    with ApiCall(js, f"stream {stream!r}", *tails):
         try:
             async with contextlib.aclosing(messages):
                 async for msg in messages:
@@ -458,7 +460,7 @@ async def _delete(js: JetStreamContext, stream: str, sequence: int, what: str) -
             await api_request(js, tail, {"seq": sequence, "no_erase": True})
         except APIError as exc:
             if exc.err_code == SEQUENCE_NOT_FOUND or (
-                exc.err_code == MSG_DELETE_FAILED and "not found" in (exc.description or "")
+                exc.err_code == MSG_DELETE_FAILED and _GONE.search(exc.description or "")
             ):
                 return False
             raise provisioning_error(exc, what) from exc

@@ -32,6 +32,7 @@ from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
 from goflux.transports.jetstream import Outgoing, Schedule, cancel_schedule
 from goflux.transports.jetstream._features import header_feature
+from goflux.transports.jetstream._schedule import _delete as delete_message
 from tests.conftest import Otel
 from tests.models import Order, order
 
@@ -399,6 +400,20 @@ async def test_cancelling_deletes_schedules_only_never_other_messages(
     info = await sched_js.stream_info(STREAM, subjects_filter=">")
     assert info.state.subjects == {"orders.o1": 3, "schedules.plain": 1}
     assert (await sched_js.get_last_msg(STREAM, "schedules.plain")).seq == plain.sequence
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+async def test_a_schedule_gone_before_its_delete_counts_as_not_cancelled(
+    bare_js: JetStreamContext, storage: str
+) -> None:
+    # Between reading a schedule and deleting it, it may fire or be replaced.
+    await jetstream.ensure_stream(
+        bare_js, name="GONE", subjects=["gone.>"], allow_msg_schedules=True, storage=storage
+    )
+    receipt = await jetstream.Publisher(bare_js, CODEC).publish("gone.a", order(1))
+    assert await delete_message(bare_js, "GONE", receipt.sequence, "x") is True
+    assert await delete_message(bare_js, "GONE", receipt.sequence, "x") is False
+    assert await delete_message(bare_js, "GONE", 999, "x") is False
 
 
 # ---------------------------------------------------------------- the server's refusals
