@@ -60,6 +60,7 @@ SCHEDULE: Final = "Nats-Schedule"
 TARGET: Final = "Nats-Schedule-Target"
 SCHEDULE_TTL: Final = "Nats-Schedule-TTL"
 TIME_ZONE: Final = "Nats-Schedule-Time-Zone"
+SCHEDULER: Final = "Nats-Scheduler"  # on a produced message: the schedule's subject
 # Set from a Schedule, so refused by hand beside schedule=; Nats-Schedule-Source and
 # Nats-Schedule-Rollup (nats-server 2.14) have no Schedule field and may go by hand.
 _OWNED: Final = frozenset(name.lower() for name in (SCHEDULE, TARGET, SCHEDULE_TTL, TIME_ZONE))
@@ -419,9 +420,16 @@ async def cancel_schedule(js: JetStreamContext, *, stream: str, subject: str) ->
         if not (last.headers and SCHEDULE in last.headers):
             if attempt:  # the schedule read before is gone, replaced by no schedule
                 return 0
+            scheduler = (last.headers or {}).get(SCHEDULER)
+            produced = (
+                f" (the schedule on {scheduler!r} produced it: a schedule stored on "
+                f"{subject!r} before it may still run; delete that one by its sequence)"
+                if scheduler
+                else ""
+            )
             raise NotASchedule(
                 f"{what}: its last message (sequence {last.sequence}) has no "
-                f"{SCHEDULE} header, so it is not a schedule; nothing deleted",
+                f"{SCHEDULE} header, so it is not a schedule{produced}; nothing deleted",
                 stream=stream,
                 subject=subject,
                 sequence=last.sequence,

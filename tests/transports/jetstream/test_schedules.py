@@ -402,6 +402,24 @@ async def test_cancelling_deletes_schedules_only_never_other_messages(
     assert (await sched_js.get_last_msg(STREAM, "schedules.plain")).seq == plain.sequence
 
 
+async def test_a_target_on_another_schedules_subject_hides_it_from_cancelling(
+    sched_js: JetStreamContext,
+) -> None:
+    seen = await arrivals(sched_js, "schedules.a")
+    publisher = jetstream.Publisher(sched_js, CODEC)
+    first = await publisher.publish(
+        "schedules.a", order(1), schedule=Schedule.every(60), target="orders.a"
+    )
+    now = Schedule.at(datetime.now(UTC))
+    await publisher.publish("schedules.b", order(2), schedule=now, target="schedules.a")
+    await seen.until(2, within=10)  # the schedule, then what schedules.b produced there
+    with pytest.raises(NotASchedule, match=r"the schedule on 'schedules\.b' produced it"):
+        await cancel_schedule(sched_js, stream=STREAM, subject="schedules.a")
+    stored = await sched_js.get_msg(STREAM, first.sequence)  # not replaced: it still runs
+    assert (stored.headers or {})["Nats-Schedule"] == "@every 60s"
+    assert await cancel_schedule(sched_js, stream=STREAM, subject="schedules.>") == 0
+
+
 @pytest.mark.parametrize("storage", ["file", "memory"])
 async def test_a_schedule_gone_before_its_delete_counts_as_not_cancelled(
     bare_js: JetStreamContext, storage: str
