@@ -250,12 +250,19 @@ async def api_request(
 def to_rfc3339(moment: datetime) -> str:
     """``moment`` (timezone-aware) as the API writes times: RFC 3339 in UTC.
 
+    The year has four digits always (``0999-...``), as RFC 3339 wants.
+
     Raises:
-        ValueError: ``moment`` is naive (its timezone would be a guess).
+        ValueError: ``moment`` is naive (its timezone would be a guess), or it is
+            outside the years 1 to 9999 in UTC (``datetime.max`` west of UTC).
     """
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{moment!r} has no timezone: give an aware datetime (e.g. UTC)")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"{moment!r} is outside the years 1 to 9999 in UTC") from exc
+    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S.%f}Z"  # strftime's %Y: "999", not "0999"
 
 
 def from_rfc3339(text: str | None) -> datetime | None:

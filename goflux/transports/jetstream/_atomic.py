@@ -31,7 +31,11 @@ from nats.nuid import NUID
 from goflux._errors import PublishError
 from goflux._receipt import PublishReceipt
 from goflux.transports._refusals import Refusal
-from goflux.transports.jetstream._errors import ExpectationFailed, StreamFeatureDisabled
+from goflux.transports.jetstream._errors import (
+    ExpectationFailed,
+    InvalidSchedule,
+    StreamFeatureDisabled,
+)
 from goflux.transports.jetstream._features import ATOMIC_BATCH, unsupported
 from goflux.transports.jetstream._inbox import ReplyInbox
 from goflux.transports.jetstream._replies import no_stream, receipt, refused
@@ -40,6 +44,7 @@ from goflux.transports.jetstream._status import ATOMIC_DUPLICATE_ID, NO_RESPONDE
 __all__ = ("AtomicBatch", "AtomicReplies", "batch_headers")
 
 _IDS = NUID()
+ATOMIC_SETTING = "allow_atomic"
 
 
 def batch_headers(batch_id: str, sequence: int, *, commit: bool) -> dict[str, str]:
@@ -117,18 +122,42 @@ class AtomicBatch:
         )
 
     def error(self) -> PublishError:
-        """The error that abandoned the batch (the earliest refusal), worded for the batch."""
+        """The error that abandoned the batch (the earliest refusal), worded for the batch.
+
+        The refusal of the message is its cause (``__cause__``).
+        """
         assert self.failure is not None
         index, cause = self.failure
+        error = self._worded(index, cause)
+        error.__cause__ = cause
+        return error
+
+    def _worded(self, index: int, cause: PublishError) -> PublishError:
         subject = self.subjects[index]
         where = f"atomic batch {self.id!r} of {len(self.subjects)} messages not stored"
+        at = f"message {index + 1} (to {subject!r})"
+        if index and index == len(self.subjects) - 1:
+            at += ", the commit, where the server checks every message's headers,"
+        refused = f"{where}: {at} was refused: {cause}"
         if isinstance(cause, StreamFeatureDisabled):
+            if cause.setting != ATOMIC_SETTING:  # a TTL, schedule, ... of that message
+                return StreamFeatureDisabled(
+                    refused, subject=subject, stream=cause.stream, setting=cause.setting
+                )
             return StreamFeatureDisabled(
                 f"{where}: stream {cause.stream!r} does not allow atomic batches; set it "
-                f"with ensure_stream(js, name={cause.stream!r}, ..., allow_atomic=True)",
+                f"with ensure_stream(js, name={cause.stream!r}, ..., {ATOMIC_SETTING}=True)",
                 subject=subject,
                 stream=cause.stream,
                 setting=cause.setting,
+            )
+        if isinstance(cause, InvalidSchedule):  # the publisher names the schedule
+            return InvalidSchedule(
+                refused,
+                subject=subject,
+                stream=cause.stream,
+                reason=cause.reason,
+                err_code=cause.err_code,
             )
         if cause.err_code == ATOMIC_DUPLICATE_ID:
             # Found at the commit: the message it names is the commit, not the duplicate.
@@ -148,10 +177,7 @@ class AtomicBatch:
                 expectation=cause.expectation,
             )
         return PublishError(
-            f"{where}: message {index + 1} (to {subject!r}) was refused: {cause}",
-            subject=subject,
-            permanent=cause.permanent,
-            err_code=cause.err_code,
+            refused, subject=subject, permanent=cause.permanent, err_code=cause.err_code
         )
 
     def receipts(self, last: PublishReceipt) -> list[PublishReceipt]:

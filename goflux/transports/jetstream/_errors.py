@@ -28,6 +28,8 @@ Each derives from a core error (:mod:`goflux`'s ``PublishError``, ``TransportErr
           │    └── ConfigNotApplied       the server took the config, but not as asked
           └── FeatureUnsupported          the server's version lacks a feature asked for
                                           (also PublishError, SubscribeError)
+    NotASchedule (also ValueError)        cancel_schedule: the subject's last message is
+                                          not a schedule (nothing deleted)
     ObjectNotFound (also KeyError)        no such object in an Object store bucket
     DigestMismatch                        an object read back is not what was stored
 
@@ -51,6 +53,7 @@ __all__ = (
     "InvalidSchedule",
     "JetStreamUnavailable",
     "KeyExists",
+    "NotASchedule",
     "ObjectNotFound",
     "ProvisioningError",
     "ResourceLimit",
@@ -63,6 +66,25 @@ __all__ = (
 
 class InvalidKey(GofluxError, ValueError):
     """A Key-Value key or an object name cannot be used (empty, bad characters, ...)."""
+
+
+class NotASchedule(GofluxError, ValueError):
+    """:func:`~goflux.transports.jetstream.cancel_schedule` found no schedule to end.
+
+    The last message on the subject has no ``Nats-Schedule`` header: an ordinary
+    message (or one a schedule produced), which ``cancel_schedule`` does not delete.
+
+    Attributes:
+        stream: The stream asked.
+        subject: The subject whose last message is not a schedule.
+        sequence: That message's stream sequence.
+    """
+
+    def __init__(self, message: str, *, stream: str, subject: str, sequence: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.subject = subject
+        self.sequence = sequence
 
 
 class ExpectationFailed(PublishError):
@@ -153,7 +175,9 @@ class InvalidSchedule(PublishError):
     Attributes:
         stream: The stream that refused it.
         reason: What was refused: ``"pattern"``, ``"target"``, ``"ttl"``,
-            ``"time_zone"``, ``"rollup"`` or ``"source"``.
+            ``"time_zone"``, ``"rollup"``, ``"source"``, or ``"scheduler"`` (a
+            ``Nats-Scheduler``/``Nats-Schedule-Next`` pair set by hand that it does
+            not take).
         schedule: The schedule as sent (``"@every 1s"``, ...), ``""`` where unknown.
         target: The target subject as sent, ``""`` where unknown.
     """

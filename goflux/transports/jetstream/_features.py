@@ -86,6 +86,9 @@ RECURRING_SCHEDULES: Final = Feature(
     "recurring message schedules (Nats-Schedule other than '@at ...')", (2, 14, 0)
 )
 SCHEDULE_SAMPLING: Final = Feature("scheduled subject sampling (Nats-Schedule-Source)", (2, 14, 0))
+SCHEDULE_ROLLUP: Final = Feature(
+    "a rollup on a schedule's produced messages (Nats-Schedule-Rollup)", (2, 14, 0)
+)
 CONSUMER_RESET: Final = Feature("consumer reset", (2, 14, 0))
 
 STREAM_FIELDS: Final[Mapping[str, Feature]] = {
@@ -114,7 +117,7 @@ HEADERS: Final[Mapping[str, Feature]] = {
     "nats-schedule": SCHEDULES,
     "nats-schedule-target": SCHEDULES,
     "nats-schedule-ttl": SCHEDULES,
-    "nats-schedule-rollup": SCHEDULES,
+    "nats-schedule-rollup": SCHEDULE_ROLLUP,  # ADR-51 revision 4, not in 2.12
     "nats-schedule-source": SCHEDULE_SAMPLING,
     "nats-schedule-time-zone": RECURRING_SCHEDULES,
 }

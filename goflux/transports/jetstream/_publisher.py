@@ -42,7 +42,12 @@ from goflux.transports.jetstream._fast_batch import (
 )
 from goflux.transports.jetstream._features import ATOMIC_BATCH, check_headers, require
 from goflux.transports.jetstream._replies import PubAcks, receipt, send_error, timeout_error
-from goflux.transports.jetstream._schedule import Schedule, explain_refusal, schedule_headers
+from goflux.transports.jetstream._schedule import (
+    Schedule,
+    explain_batch_refusal,
+    explain_refusal,
+    schedule_headers,
+)
 from goflux.transports.jetstream._server_headers import TTL, expectations
 from goflux.transports.jetstream._server_headers import server_headers as server_headers_of
 from goflux.transports.jetstream._system import SYSTEM
@@ -175,7 +180,14 @@ class Publisher(CloseOnExit, Generic[T]):
                 ``Nats-Batch-*``) are refused here.
             schedule: Store the message as a schedule (:class:`Schedule`): the stream
                 publishes it to ``target`` at its time(s) (``allow_msg_schedules``;
-                ``subject`` is the schedule's own, one schedule per subject).
+                ``subject`` is the schedule's own, one schedule per subject). The
+                server stores it with ``Nats-Rollup: sub``, deleting everything else
+                on ``subject``. The schedule message itself is a message of the stream:
+                a consumer whose filter covers ``subject`` gets it at once, so keep
+                schedule subjects outside consumer filters (a prefix of their own).
+                The receipt is the schedule message's own PubAck (its sequence on
+                ``subject``), not a delivery; with a ``message_id`` already in the
+                duplicate window it says ``duplicate`` and the earlier schedule stays.
             target: The subject, of the same stream, a schedule publishes to.
             timeout: Seconds to wait for the PubAck (default: the publisher's).
 
@@ -187,7 +199,8 @@ class Publisher(CloseOnExit, Generic[T]):
                 ``schedule`` and ``target`` are not given together.
             EncodeError: ``value`` cannot be encoded.
             InvalidSchedule: The server refused the schedule (its pattern, a
-                ``target`` outside the stream, a time zone); nothing stored.
+                ``target`` outside the stream, a time zone) or a ``Nats-Scheduler``
+                header set by hand; nothing stored.
             ExpectationFailed: An ``expected_*`` condition did not hold; nothing stored.
             StreamFeatureDisabled: The stream does not allow the TTL, rollup or
                 schedule asked for; nothing stored.
@@ -457,7 +470,11 @@ class Publisher(CloseOnExit, Generic[T]):
             InvalidSubject, InvalidHeader, EncodeError, PayloadTooLarge, ValueError:
                 A message is bad input; nothing was sent.
             StreamFeatureDisabled: The stream does not allow atomic batches (or a
-                TTL, rollup or schedule a message asks for); nothing stored.
+                TTL, rollup or schedule a message asks for: ``setting`` names which);
+                nothing stored.
+            InvalidSchedule: The stream refused a message's schedule, naming it and
+                its target (the server checks schedules at the commit; with several
+                schedules in the batch the error lists them); nothing stored.
             FeatureUnsupported: The server is older than 2.12 (or lacks what a
                 message asks for); nothing was sent. Or a server on the way to the
                 stream (a leaf node's hub) turned out not to know atomic batches and
@@ -513,7 +530,15 @@ class Publisher(CloseOnExit, Generic[T]):
                 accept=lambda refusal: any(refusal.names(s) for s in subjects),
             ):
                 await self._send_atomic(batch, prepared)
-                return batch.receipts(await self._committed(batch, wait))
+                try:
+                    return batch.receipts(await self._committed(batch, wait))
+                except InvalidSchedule as exc:
+                    index = batch.failure[0] if batch.failure else last
+                    pairs = [(item.subject, item.schedule, item.target) for item in items]
+                    explained = explain_batch_refusal(exc, index, pairs)
+                    if explained is exc:
+                        raise
+                    raise explained from exc
         except BaseException as exc:
             failure = exc
             raise

@@ -12,42 +12,60 @@ the codec's content type, the user headers and the producer's trace context
 :class:`Schedule` is the typed ``Nats-Schedule`` value; :func:`schedule_headers` adds
 it to a publish's server headers (checked, so the publisher's version check and
 canonical spelling apply); :func:`explain_refusal` names the schedule in the
-server's refusal; :func:`cancel_schedule` ends a schedule by purging its subject.
+server's refusal; :func:`cancel_schedule` ends a schedule by deleting its message (by
+sequence, and only a message that is a schedule).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from goflux._errors import InvalidHeader, PublishError
-from goflux._subjects import validate_pattern, validate_subject
+from goflux._subjects import is_wildcard, validate_pattern, validate_subject
 from goflux.transports._natspy import connection
+from goflux.transports.jetstream._acker import delivery_of
 from goflux.transports.jetstream._api import (
     ApiCall,
     api_request,
     check_name,
+    message_get,
     provisioning_error,
     to_rfc3339,
 )
-from goflux.transports.jetstream._errors import InvalidSchedule
+from goflux.transports.jetstream._errors import InvalidSchedule, NotASchedule
 from goflux.transports.jetstream._features import SCHEDULES, require
 from goflux.transports.jetstream._server_headers import TTL, ttl_value
+from goflux.transports.jetstream._status import MSG_DELETE_FAILED, SEQUENCE_NOT_FOUND
+from goflux.transports.jetstream._stored import scan
 
-__all__ = ("Schedule", "cancel_schedule", "explain_refusal", "schedule_headers")
+__all__ = (
+    "Schedule",
+    "cancel_schedule",
+    "explain_batch_refusal",
+    "explain_refusal",
+    "schedule_headers",
+)
 
 SCHEDULE: Final = "Nats-Schedule"
 TARGET: Final = "Nats-Schedule-Target"
 SCHEDULE_TTL: Final = "Nats-Schedule-TTL"
 TIME_ZONE: Final = "Nats-Schedule-Time-Zone"
-_PREFIX: Final = "nats-schedule"  # every schedule header: set by schedule=, not by hand
+SCHEDULER: Final = "Nats-Scheduler"  # on a produced message: the schedule's subject
+# Set from a Schedule, so refused by hand beside schedule=; Nats-Schedule-Source and
+# Nats-Schedule-Rollup (nats-server 2.14) have no Schedule field and may go by hand.
+_OWNED: Final = frozenset(name.lower() for name in (SCHEDULE, TARGET, SCHEDULE_TTL, TIME_ZONE))
+_GONE: Final = re.compile(r"no message found|not found|store EOF")  # the store's words (10057)
+_CANCEL_RETRIES: Final = 3  # a schedule replaced while being cancelled: look again
 
 PREDEFINED: Final = frozenset(
     {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
@@ -92,8 +110,9 @@ class Schedule:
 
         Raises:
             TypeError: ``when`` is not a ``datetime``.
-            ValueError: ``when`` is naive (its time zone would be a guess), or ``ttl``
-                is out of range.
+            ValueError: ``when`` is naive (its time zone would be a guess), or outside
+                the years 1 to 9999 once in UTC (``datetime.max`` west of UTC), or
+                ``ttl`` is out of range.
         """
         if not isinstance(when, datetime):
             raise TypeError(f"Schedule.at takes a datetime, got {when!r}")
@@ -231,14 +250,17 @@ def schedule_headers(
 ) -> Mapping[str, str] | None:
     """A publish's server headers ``given`` with those of ``schedule`` to ``target`` added.
 
-    Returns ``given`` as it is when there is no schedule.
+    Returns ``given`` as it is when there is no schedule. ``given`` may hold
+    ``Nats-Schedule-Source`` and ``Nats-Schedule-Rollup`` (no :class:`Schedule` field
+    sets them), not the headers a :class:`Schedule` sets.
 
     Raises:
         TypeError: ``schedule`` is not a :class:`Schedule`.
         ValueError: ``schedule`` without ``target`` or the other way round, or
             ``target`` is ``subject`` itself (the server refuses it).
         InvalidSubject: ``target`` is not a valid publish subject.
-        InvalidHeader: ``given`` has a ``Nats-Schedule*`` header of its own as well.
+        InvalidHeader: ``given`` has a header the schedule sets as well
+            (``Nats-Schedule``, ``-Target``, ``-TTL``, ``-Time-Zone``).
     """
     if schedule is None:
         if target is not None:
@@ -262,7 +284,7 @@ def schedule_headers(
         )
     merged = dict(given) if given else {}
     for name in merged:
-        if name.lower().startswith(_PREFIX):
+        if name.lower() in _OWNED:
             raise InvalidHeader(
                 f"publish to {subject!r}: server header {name!r} is set by schedule= and "
                 "target=; leave it out"
@@ -272,9 +294,17 @@ def schedule_headers(
 
 
 def explain_refusal(
-    error: PublishError, schedule: Schedule | None, target: str | None
+    error: PublishError,
+    schedule: Schedule | None,
+    target: str | None,
+    *,
+    subject: str | None = None,
 ) -> PublishError:
-    """``error``, naming ``schedule`` and ``target`` if the server refused the schedule."""
+    """``error``, naming ``schedule`` and ``target`` if the server refused the schedule.
+
+    ``subject`` is the schedule's own subject where ``error`` names another (the
+    commit of an atomic batch).
+    """
     if schedule is None or not isinstance(error, InvalidSchedule) or error.schedule:
         return error
     what = {
@@ -289,9 +319,11 @@ def explain_refusal(
             "the server (its tzdata), or the schedule is not a cron one"
         ),
     }.get(error.reason, f"its {error.reason} is not one it takes")
+    if subject is not None and subject != error.subject:
+        what += f" (the schedule on {subject!r})"
     explained = InvalidSchedule(
         f"{error}: {what}",
-        subject=error.subject,
+        subject=subject or error.subject,
         stream=error.stream,
         reason=error.reason,
         schedule=schedule.pattern,
@@ -302,13 +334,53 @@ def explain_refusal(
     return explained
 
 
-async def cancel_schedule(js: JetStreamContext, *, stream: str, subject: str) -> int:
-    """End the schedule on ``subject`` of ``stream``: purge the subject's messages.
+def explain_batch_refusal(
+    error: InvalidSchedule,
+    index: int,
+    items: Sequence[tuple[str, Schedule | None, str | None]],
+) -> InvalidSchedule:
+    """``error`` of an atomic batch, naming the schedule and target it refused.
 
-    A schedule lives as long as its message is stored, so purging its subject stops
-    it (a one-shot schedule that has fired is gone already). A wildcard ``subject``
-    (``"schedules.orders.>"``) ends every schedule under it. Messages the schedule
-    has already produced stay on their target subject.
+    The server checks a batch's schedules at its commit, so the message ``index`` it
+    names (the commit) may not be the one whose schedule it refused: with one schedule
+    in the batch, that one is named (and its subject); with several, the error lists
+    them. A message refused before the commit is named as it is.
+    ``items`` are the batch's ``(subject, schedule, target)``, in order.
+    """
+    scheduled = [item for item in items if item[1] is not None]
+    if index < len(items) - 1 and items[index][1] is not None:
+        scheduled = [items[index]]  # refused before the commit: this message's own
+    if len(scheduled) == 1:
+        [(subject, schedule, target)] = scheduled
+        explained = explain_refusal(error, schedule, target, subject=subject)
+        return explained if isinstance(explained, InvalidSchedule) else error
+    listed = ", ".join(
+        f"message {i + 1}: {s} to {t!r}" for i, (_, s, t) in enumerate(items) if s is not None
+    )
+    named = InvalidSchedule(
+        f"{error}: one of the batch's schedules ({listed})",
+        subject=error.subject,
+        stream=error.stream,
+        reason=error.reason,
+        err_code=error.err_code,
+    )
+    named.__cause__ = error
+    return named
+
+
+async def cancel_schedule(js: JetStreamContext, *, stream: str, subject: str) -> int:
+    """End the schedule on ``subject`` of ``stream`` by deleting its schedule message.
+
+    A schedule lives as long as its message is stored, so deleting it stops it (a
+    one-shot schedule that has fired is gone already). Only a message that is a
+    schedule (it carries ``Nats-Schedule``) is deleted, by its sequence, so an
+    ordinary message on the subject, or one stored there after the schedule was
+    read, is never touched. Messages the schedule produced stay on their target.
+
+    A literal ``subject`` whose last message is not a schedule raises
+    :class:`~goflux.transports.jetstream.NotASchedule`. A wildcard ``subject``
+    (``"schedules.orders.>"``) reads the last message of every subject it matches
+    and ends those that are schedules, passing over the others.
 
     Args:
         js: The JetStream context.
@@ -316,26 +388,88 @@ async def cancel_schedule(js: JetStreamContext, *, stream: str, subject: str) ->
         subject: The schedule's subject (wildcards allowed).
 
     Returns:
-        How many messages were purged (0: no schedule was there).
+        How many schedules were ended (0: none was there).
 
     Raises:
         ValueError: ``stream`` cannot name a stream.
         InvalidSubject: ``subject`` is not a valid subject.
+        NotASchedule: ``subject`` is literal and its last message is no schedule (an
+            ordinary message, or one another schedule produced there); nothing
+            deleted.
         FeatureUnsupported: The server is older than 2.12 (it has no schedules).
         StreamNotFound: No such stream.
-        PermissionDenied: The server refused the purge.
+        PermissionDenied: The server refused a request.
         ProvisioningError: Any other refusal by the server (a stream that denies
-            purges).
+            deletes).
         TransportError: No answer in time, or the connection closed.
     """
     check_name("stream", stream)
     validate_pattern(subject)
     what = f"cancelling the schedule {subject!r} of stream {stream!r}"
     require(connection(js), SCHEDULES, what, subject=subject)
-    tail = f"STREAM.PURGE.{stream}"
-    with ApiCall(js, f"stream {stream!r}", tail):
+    if is_wildcard(subject):
+        return await _cancel_matching(js, stream, subject, what)
+    for attempt in range(_CANCEL_RETRIES):
+        with ApiCall(js, f"stream {stream!r}", f"STREAM.MSG.GET.{stream}"):
+            try:
+                last = await message_get(js, stream, {"last_by_subj": subject})
+            except APIError as exc:
+                raise provisioning_error(exc, what) from exc
+        if last is None:
+            return 0
+        if not (last.headers and SCHEDULE in last.headers):
+            if attempt:  # the schedule read before is gone, replaced by no schedule
+                return 0
+            scheduler = (last.headers or {}).get(SCHEDULER)
+            produced = (
+                f" (the schedule on {scheduler!r} produced it: a schedule stored on "
+                f"{subject!r} before it may still run; delete that one by its sequence)"
+                if scheduler
+                else ""
+            )
+            raise NotASchedule(
+                f"{what}: its last message (sequence {last.sequence}) has no "
+                f"{SCHEDULE} header, so it is not a schedule{produced}; nothing deleted",
+                stream=stream,
+                subject=subject,
+                sequence=last.sequence,
+            )
+        if await _delete(js, stream, last.sequence, what):
+            return 1
+    return 0
+
+
+async def _cancel_matching(js: JetStreamContext, stream: str, pattern: str, what: str) -> int:
+    """End every schedule that is the last message of a subject matching ``pattern``."""
+    # scan() is an async generator: closed, it deletes its consumer at once.
+    messages = cast(
+        "AsyncGenerator[Msg, None]",
+        scan(js, stream, pattern, deliver="last_per_subject", headers_only=True),
+    )
+    cancelled = 0
+    tails = (f"CONSUMER.CREATE.{stream}", f"CONSUMER.MSG.NEXT.{stream}")
+    with ApiCall(js, f"stream {stream!r}", *tails):
         try:
-            reply = await api_request(js, tail, {"filter": subject})
+            async with contextlib.aclosing(messages):
+                async for msg in messages:
+                    if msg.headers and SCHEDULE in msg.headers:
+                        sequence = delivery_of(msg.reply).stream_sequence
+                        cancelled += await _delete(js, stream, sequence, what)
         except APIError as exc:
             raise provisioning_error(exc, what) from exc
-    return int(reply.get("purged", 0))
+    return cancelled
+
+
+async def _delete(js: JetStreamContext, stream: str, sequence: int, what: str) -> bool:
+    """Delete message ``sequence``; False if it is gone already (fired, replaced)."""
+    tail = f"STREAM.MSG.DELETE.{stream}"
+    with ApiCall(js, f"stream {stream!r}", tail):
+        try:
+            await api_request(js, tail, {"seq": sequence, "no_erase": True})
+        except APIError as exc:
+            if exc.err_code == SEQUENCE_NOT_FOUND or (
+                exc.err_code == MSG_DELETE_FAILED and _GONE.search(exc.description or "")
+            ):
+                return False
+            raise provisioning_error(exc, what) from exc
+    return True

@@ -41,6 +41,7 @@ __all__ = (
     "MSG_COUNTER_HAS_PAYLOAD",
     "MSG_COUNTER_INCR_INVALID",
     "MSG_COUNTER_INCR_MISSING",
+    "MSG_DELETE_FAILED",
     "MSG_SCHEDULES_DISABLED",
     "MSG_TTL_DISABLED",
     "NO_MESSAGES",
@@ -52,6 +53,7 @@ __all__ = (
     "RESOURCE_LIMITS",
     "ROLLUP_DISABLED",
     "SCHEDULE_REFUSALS",
+    "SEQUENCE_NOT_FOUND",
     "STREAM_NAME_IN_USE",
     "STREAM_NOT_FOUND",
     "SUBJECTS_OVERLAP",
@@ -86,8 +88,10 @@ NO_RESPONDERS: Final = "503"
 CONSUMER_NOT_FOUND: Final = 10014
 CONSUMER_INVALID_RESET: Final = 10204  # a reset the consumer's deliver policy forbids
 NO_MESSAGE_FOUND: Final = 10037
+SEQUENCE_NOT_FOUND: Final = 10043  # a message delete found no message at the sequence
 JETSTREAM_NOT_ENABLED_FOR_ACCOUNT: Final = 10039
 MESSAGE_TOO_LARGE: Final = 10054
+MSG_DELETE_FAILED: Final = 10057  # the store's error: "no message found", ...
 MIRROR_NOT_UPDATABLE: Final = 10055
 STREAM_NAME_IN_USE: Final = 10058
 STREAM_NOT_FOUND: Final = 10059
@@ -114,6 +118,7 @@ SCHEDULE_REFUSALS: Final = {
     10191: "ttl",
     10192: "rollup",
     10203: "source",
+    10212: "scheduler",  # Nats-Scheduler / Nats-Schedule-Next set by hand, wrongly
     10223: "time_zone",
 }
 ATOMIC_DUPLICATE_ID: Final = 10201

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import nats
 import pytest
@@ -24,12 +24,15 @@ from goflux import (
     InvalidSubject,
     JsonCodec,
     Message,
+    NotASchedule,
     PublishError,
     StreamFeatureDisabled,
 )
 from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
 from goflux.transports.jetstream import Outgoing, Schedule, cancel_schedule
+from goflux.transports.jetstream._features import header_feature
+from goflux.transports.jetstream._schedule import _delete as delete_message
 from tests.conftest import Otel
 from tests.models import Order, order
 
@@ -226,6 +229,25 @@ def test_each_form_renders_its_header_value() -> None:
     assert (Schedule.at(moment).recurring, cron.recurring) == (False, True)
 
 
+def test_an_at_schedule_writes_a_four_digit_year_and_refuses_one_out_of_range() -> None:
+    assert Schedule.at(datetime(999, 1, 1, tzinfo=UTC)).pattern == "@at 0999-01-01T00:00:00.000000Z"
+    west = timezone(timedelta(hours=-5))
+    with pytest.raises(ValueError, match="outside the years 1 to 9999 in UTC") as caught:
+        Schedule.at(datetime(9999, 12, 31, 23, tzinfo=west))
+    assert isinstance(caught.value.__cause__, OverflowError)
+    with pytest.raises(ValueError, match="outside the years 1 to 9999"):
+        Schedule.at(datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5))))
+
+
+def test_only_the_headers_a_schedule_sets_need_its_version_and_rollup_needs_2_14() -> None:
+    rollup = header_feature("Nats-Schedule-Rollup", "sub")
+    assert rollup is not None
+    assert rollup.since_text == "2.14.0"  # ADR-51 revision 4; 2.12 has no such header
+    target = header_feature("Nats-Schedule-Target", "orders.a")
+    assert target is not None
+    assert target.since_text == "2.12.0"
+
+
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
@@ -275,6 +297,141 @@ async def test_a_schedule_and_its_target_go_together(sched_js: JetStreamContext)
     with pytest.raises(TypeError, match="must be a Schedule"):
         await publisher.publish("schedules.a", order(1), schedule="@hourly", target="orders.a")  # type: ignore[arg-type]
     assert (await sched_js.stream_info(STREAM)).state.messages == 0
+
+
+async def test_source_and_rollup_headers_go_by_hand_beside_a_schedule(
+    sched_js: JetStreamContext,
+) -> None:
+    publisher = jetstream.Publisher(sched_js, CODEC)
+    await publisher.publish(
+        "schedules.sampled",
+        order(1),
+        schedule=Schedule.every(60),
+        target="orders.sampled",
+        server_headers={"Nats-Schedule-Source": "orders.raw", "Nats-Schedule-Rollup": "sub"},
+    )
+    stored = await sched_js.get_last_msg(STREAM, "schedules.sampled")
+    assert (stored.headers or {})["Nats-Schedule-Source"] == "orders.raw"
+    assert (stored.headers or {})["Nats-Schedule-Rollup"] == "sub"
+    for owned in ("Nats-Schedule", "Nats-Schedule-Target", "Nats-Schedule-Time-Zone"):
+        with pytest.raises(InvalidHeader, match=f"'{owned}' is set by schedule="):
+            await publisher.publish(
+                "schedules.x",
+                order(1),
+                schedule=Schedule.every(60),
+                target="orders.x",
+                server_headers={owned: "x"},
+            )
+
+
+async def test_a_schedule_replaces_what_its_subject_held_and_its_receipt_is_its_own(
+    sched_js: JetStreamContext,
+) -> None:
+    publisher = jetstream.Publisher(sched_js, CODEC)
+    for n in range(3):
+        await publisher.publish("orders.o1", order(n))
+    later = Schedule.at(datetime.now(UTC) + timedelta(hours=1))
+    receipt = await publisher.publish(
+        "orders.o1", order(9), schedule=later, target="orders.o2", message_id="s1"
+    )
+    # The server rolls the subject up (Nats-Rollup: sub): the three orders are gone.
+    assert await held(sched_js, "orders.o1") == 1
+    stored = await sched_js.get_last_msg(STREAM, "orders.o1")
+    assert (receipt.stream, receipt.sequence, receipt.duplicate) == (STREAM, 4, False)
+    assert stored.seq == receipt.sequence
+    assert (stored.headers or {})["Nats-Rollup"] == "sub"
+    # The same message ID within the duplicate window: a duplicate, nothing replaced.
+    again = await publisher.publish(
+        "orders.o1", order(10), schedule=Schedule.every(60), target="orders.o3", message_id="s1"
+    )
+    assert (again.sequence, again.duplicate) == (4, True)
+    kept = await sched_js.get_last_msg(STREAM, "orders.o1")
+    assert (kept.seq, (kept.headers or {})["Nats-Schedule"]) == (4, later.pattern)
+
+
+async def test_a_subscriber_on_the_schedule_subject_gets_the_schedule_itself_at_once(
+    sched_js: JetStreamContext,
+) -> None:
+    got: list[Message[Order]] = []
+    arrived = asyncio.Event()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.append(msg)
+        arrived.set()
+
+    subscription = await jetstream.Subscriber(sched_js, CODEC, stream=STREAM).start(
+        "schedules.>", handle
+    )
+    later = Schedule.at(datetime.now(UTC) + timedelta(hours=1))
+    await jetstream.Publisher(sched_js, CODEC).publish(
+        "schedules.r1", order(1), schedule=later, target="orders.due"
+    )
+    await asyncio.wait_for(arrived.wait(), 5)
+    await subscription.stop()
+    [msg] = got  # an hour early: the schedule message, not what it will produce
+    assert msg.wire_headers.get("Nats-Schedule") == later.pattern
+    assert msg.wire_headers.get("Nats-Scheduler") is None
+
+
+# ---------------------------------------------------------------- cancelling
+
+
+async def test_cancelling_deletes_schedules_only_never_other_messages(
+    sched_js: JetStreamContext,
+) -> None:
+    publisher = jetstream.Publisher(sched_js, CODEC)
+    for n in range(3):
+        await publisher.publish("orders.o1", order(n))
+    later = Schedule.at(datetime.now(UTC) + timedelta(hours=1))
+    await publisher.publish("schedules.a", order(1), schedule=later, target="orders.a")
+    await publisher.publish(
+        "schedules.deep.b", order(2), schedule=Schedule.every(60), target="orders.b"
+    )
+    plain = await publisher.publish("schedules.plain", order(3))
+    with pytest.raises(NotASchedule, match=r"'orders\.o1' of stream 'SCHED'.*sequence 3") as no:
+        await cancel_schedule(sched_js, stream=STREAM, subject="orders.o1")
+    assert (no.value.stream, no.value.subject, no.value.sequence) == (STREAM, "orders.o1", 3)
+    assert isinstance(no.value, ValueError)
+    with pytest.raises(NotASchedule):
+        await cancel_schedule(sched_js, stream=STREAM, subject="schedules.plain")
+    assert await cancel_schedule(sched_js, stream=STREAM, subject="schedules.>") == 2
+    assert await cancel_schedule(sched_js, stream=STREAM, subject="schedules.a") == 0
+    assert await cancel_schedule(sched_js, stream=STREAM, subject="orders.*") == 0
+    info = await sched_js.stream_info(STREAM, subjects_filter=">")
+    assert info.state.subjects == {"orders.o1": 3, "schedules.plain": 1}
+    assert (await sched_js.get_last_msg(STREAM, "schedules.plain")).seq == plain.sequence
+
+
+async def test_a_target_on_another_schedules_subject_hides_it_from_cancelling(
+    sched_js: JetStreamContext,
+) -> None:
+    seen = await arrivals(sched_js, "schedules.a")
+    publisher = jetstream.Publisher(sched_js, CODEC)
+    first = await publisher.publish(
+        "schedules.a", order(1), schedule=Schedule.every(60), target="orders.a"
+    )
+    now = Schedule.at(datetime.now(UTC))
+    await publisher.publish("schedules.b", order(2), schedule=now, target="schedules.a")
+    await seen.until(2, within=10)  # the schedule, then what schedules.b produced there
+    with pytest.raises(NotASchedule, match=r"the schedule on 'schedules\.b' produced it"):
+        await cancel_schedule(sched_js, stream=STREAM, subject="schedules.a")
+    stored = await sched_js.get_msg(STREAM, first.sequence)  # not replaced: it still runs
+    assert (stored.headers or {})["Nats-Schedule"] == "@every 60s"
+    assert await cancel_schedule(sched_js, stream=STREAM, subject="schedules.>") == 0
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+async def test_a_schedule_gone_before_its_delete_counts_as_not_cancelled(
+    bare_js: JetStreamContext, storage: str
+) -> None:
+    # Between reading a schedule and deleting it, it may fire or be replaced.
+    await jetstream.ensure_stream(
+        bare_js, name="GONE", subjects=["gone.>"], allow_msg_schedules=True, storage=storage
+    )
+    receipt = await jetstream.Publisher(bare_js, CODEC).publish("gone.a", order(1))
+    assert await delete_message(bare_js, "GONE", receipt.sequence, "x") is True
+    assert await delete_message(bare_js, "GONE", receipt.sequence, "x") is False
+    assert await delete_message(bare_js, "GONE", 999, "x") is False
 
 
 # ---------------------------------------------------------------- the server's refusals
@@ -347,6 +504,72 @@ async def test_a_produced_ttl_needs_allow_msg_ttl(bare_js: JetStreamContext) -> 
             "nottl.s", order(1), schedule=Schedule.every(60, ttl=5), target="nottl.t"
         )
     assert caught.value.stream == "NOTTL"
+
+
+async def test_a_bad_schedule_in_an_atomic_batch_is_named(bare_js: JetStreamContext) -> None:
+    await jetstream.ensure_stream(
+        bare_js,
+        name="ATOMS",
+        subjects=["atoms.>"],
+        allow_atomic=True,
+        allow_msg_schedules=True,
+    )
+    publisher = jetstream.Publisher(bare_js, CODEC)
+    bad = Schedule.cron("61 * * * * *")
+    with pytest.raises(InvalidSchedule, match="the schedule '61") as caught:
+        await publisher.publish_atomic(
+            [
+                Outgoing("atoms.s", order(1), schedule=bad, target="atoms.t"),
+                Outgoing("atoms.plain", order(2)),
+            ]
+        )
+    error = caught.value
+    # The server names the commit (message 2); the error names the schedule.
+    assert (error.reason, error.schedule, error.target) == ("pattern", bad.pattern, "atoms.t")
+    assert (error.subject, error.stream, error.err_code) == ("atoms.s", "ATOMS", 10189)
+    assert isinstance(error.__cause__, InvalidSchedule)
+    assert isinstance(error.__cause__.__cause__, InvalidSchedule)  # the server's reply
+    with pytest.raises(InvalidSchedule, match=r"one of the batch's schedules.*message 2") as two:
+        await publisher.publish_atomic(
+            [
+                Outgoing("atoms.plain", order(2)),
+                Outgoing("atoms.s1", order(1), schedule=bad, target="atoms.t"),
+                Outgoing("atoms.s2", order(1), schedule=Schedule.every(5), target="atoms.t"),
+            ]
+        )
+    assert two.value.__cause__ is not None
+    assert (await bare_js.stream_info("ATOMS")).state.messages == 0
+
+
+async def test_an_atomic_batch_names_the_setting_its_stream_lacks(
+    bare_js: JetStreamContext,
+) -> None:
+    await jetstream.ensure_stream(bare_js, name="ATOMS", subjects=["atoms.>"], allow_atomic=True)
+    publisher = jetstream.Publisher(bare_js, CODEC)
+    later = Schedule.at(datetime.now(UTC) + timedelta(hours=1))
+    cases = [
+        (Outgoing("atoms.s", order(1), schedule=later, target="atoms.t"), "allow_msg_schedules"),
+        (Outgoing("atoms.ttl", order(1), ttl=5), "allow_msg_ttl"),
+    ]
+    for item, setting in cases:
+        with pytest.raises(StreamFeatureDisabled, match=f"{setting}=True") as caught:
+            await publisher.publish_atomic([Outgoing("atoms.plain", order(2)), item])
+        assert (caught.value.stream, caught.value.setting) == ("ATOMS", setting)
+        assert "does not allow atomic batches" not in str(caught.value)
+        assert isinstance(caught.value.__cause__, StreamFeatureDisabled)
+    assert (await bare_js.stream_info("ATOMS")).state.messages == 0
+
+
+async def test_a_scheduler_header_the_server_refuses_is_an_invalid_schedule(
+    sched_js: JetStreamContext,
+) -> None:
+    with pytest.raises(InvalidSchedule, match="invalid scheduler") as caught:
+        await jetstream.Publisher(sched_js, CODEC).publish(
+            "orders.cancelled",
+            order(1),
+            server_headers={"Nats-Scheduler": "orders.cancelled", "Nats-Schedule-Next": "purge"},
+        )
+    assert (caught.value.reason, caught.value.err_code) == ("scheduler", 10212)
 
 
 async def test_cancelling_on_a_missing_stream_says_so(sched_js: JetStreamContext) -> None:
