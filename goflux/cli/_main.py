@@ -42,7 +42,7 @@ def _server(args: argparse.Namespace) -> int:
     store = Path(args.store).resolve() if args.store else None
     if store is not None:
         store.mkdir(parents=True, exist_ok=True)
-    server = NatsServer(jetstream=True, port=args.port, store_dir=store)
+    server = NatsServer(jetstream=True, port=args.port or None, store_dir=store)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -364,7 +364,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_command(commands)
     add_asyncapi_command(commands)
     server = commands.add_parser("server", help="run a development JetStream server")
-    server.add_argument("--port", type=_port, default=4222, help="client port (default 4222)")
+    server.add_argument(
+        "--port", type=_any_port, default=4222, help="client port (default 4222; 0: any free port)"
+    )
     server.add_argument("--store", help="JetStream store directory (default: temporary)")
     server.set_defaults(run=_server)
     demo = commands.add_parser("demo", help="run the end-to-end pipeline")

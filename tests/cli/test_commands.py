@@ -6,7 +6,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -145,18 +144,20 @@ def test_a_refused_connection_prints_the_servers_reason(tmp_path: Path) -> None:
 
 
 def test_server_runs_in_the_foreground_until_interrupted(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a free port, picked by the OS
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
     store = tmp_path / "store"
+    # Port 0: the server picks a free one itself and the first line says which (a port
+    # picked here and handed over could be taken by another test's server meanwhile).
     with subprocess.Popen(
-        [sys.executable, "-m", "goflux", "server", "--port", str(free), "--store", str(store)],
+        [sys.executable, "-m", "goflux", "server", "--port", "0", "--store", str(store)],
         stdout=subprocess.PIPE,
         text=True,
     ) as process:
         assert process.stdout is not None
         first = process.stdout.readline()  # printed once the server is ready
-        assert first.startswith(f"nats-server with JetStream on nats://127.0.0.1:{free}")
+        found = re.match(r"nats-server with JetStream on nats://127\.0\.0\.1:(\d+),", first)
+        assert found is not None, first
+        free = int(found.group(1))
+        assert free != 0
 
         async def use() -> int:
             nc = await nats.connect(f"nats://127.0.0.1:{free}")
