@@ -90,6 +90,7 @@ if TYPE_CHECKING:
         ConsumerNotFound,
         DigestMismatch,
         ExpectationFailed,
+        FastBatchError,
         FeatureUnsupported,
         IncompatibleConfig,
         InvalidKey,
@@ -102,6 +103,7 @@ if TYPE_CHECKING:
         RevisionMismatch,
         StreamFeatureDisabled,
         StreamNotFound,
+        SubjectOutsideStream,
         SubjectOverlap,
     )
 
@@ -129,6 +131,7 @@ __all__ = (
     "EncodeError",
     "Endpoint",
     "ExpectationFailed",
+    "FastBatchError",
     "FeatureUnsupported",
     "GenericMiddleware",
     "GenericPublisherMiddleware",
@@ -185,6 +188,7 @@ __all__ = (
     "SubjectError",
     "SubjectEvent",
     "SubjectMismatch",
+    "SubjectOutsideStream",
     "SubjectOverlap",
     "SubjectTemplate",
     "Subjects",

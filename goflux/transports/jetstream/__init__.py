@@ -25,6 +25,7 @@ from goflux.transports.jetstream._errors import (
     ConsumerNotFound,
     DigestMismatch,
     ExpectationFailed,
+    FastBatchError,
     FeatureUnsupported,
     IncompatibleConfig,
     InvalidKey,
@@ -37,6 +38,7 @@ from goflux.transports.jetstream._errors import (
     RevisionMismatch,
     StreamFeatureDisabled,
     StreamNotFound,
+    SubjectOutsideStream,
     SubjectOverlap,
 )
 
@@ -49,11 +51,7 @@ else:
     from goflux.transports.jetstream._acker import JetStreamAcker
     from goflux.transports.jetstream._batch_get import get_batch, get_last_many
     from goflux.transports.jetstream._counter import Counter, CounterEntry
-    from goflux.transports.jetstream._fast_batch import (
-        FastBatchError,
-        FastBatchReceipt,
-        SubjectOutsideStream,
-    )
+    from goflux.transports.jetstream._fast_batch import FastBatchReceipt
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
