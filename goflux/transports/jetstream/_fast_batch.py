@@ -63,6 +63,7 @@ from goflux.transports.jetstream._features import FAST_BATCH, require, unsupport
 from goflux.transports.jetstream._replies import no_stream, refused, send_error
 from goflux.transports.jetstream._status import (
     FAST_BATCH_DISABLED,
+    FAST_BATCH_TOO_MANY,
     FAST_BATCH_UNKNOWN,
     NO_RESPONDERS,
 )
@@ -92,7 +93,6 @@ _SUFFIX: Final = "$FI"
 _START, _APPEND, _COMMIT, _END_BATCH, _PING = 0, 1, 2, 3, 4
 _END: Final[Any] = object()  # the end of a plain iterable
 _SUBJECTS_KEPT: Final = 4_096
-_TOO_MANY_BATCHES: Final = 10211  # the stream has as many batches open as the server allows
 _FORGOT: Final = (
     "the server forgot the batch: it forgets one after its batch timeout without a "
     "message (10 s unless the server's jetstream.limits.batch.timeout says otherwise; "
@@ -236,7 +236,7 @@ class _Control:
         subject = self.subject_of(seq)
         err_code = error.get("err_code")
         description = error.get("description", "")
-        if err_code == _TOO_MANY_BATCHES:
+        if err_code == FAST_BATCH_TOO_MANY:
             # A 400, but it passes: a batch of the stream's ends, or times out.
             return PublishError(
                 f"publish to {subject!r} refused: {description} (stream "
@@ -475,8 +475,7 @@ class FastBatchSender(Generic[T]):
             if self._sent and not self._ended and not control.ended and not self._nc.is_closed:
                 # Ended without its commit (cancelled, the source or a send failed):
                 # the server commits what came instead of holding the batch open.
-                with contextlib.suppress(nats.errors.Error):
-                    await self._end(base)
+                await self._end(base)
             if sub is not None and not self._nc.is_closed:
                 with contextlib.suppress(nats.errors.Error):
                     await sub.unsubscribe()
@@ -586,8 +585,9 @@ class FastBatchSender(Generic[T]):
         self._waiting = True
         if seq == 1 and self._no_ack and not control.first:
             # A no_ack stream sends no go-ahead: ask for the first ack at once.
-            await self._ping(seq, base)
             pinged = True
+            if not await self._ping(seq, base):
+                control.stopped = True
         while not control.stopped:
             if seq == 1 and not control.first:
                 due = True  # the server's go-ahead comes first
@@ -599,10 +599,9 @@ class FastBatchSender(Generic[T]):
             try:
                 await asyncio.wait_for(control.wake.wait(), self._timeout)
             except TimeoutError:
-                if pinged:
+                if pinged or not await self._ping(seq, base):  # lost acks: ask again
                     control.stopped = True  # no answer: what was stored is unknown
                     break
-                await self._ping(seq, base)  # lost acks: ask for the latest again
                 pinged = True
         self._waiting = False
         self._settle_scopes(control.acked)
@@ -623,24 +622,24 @@ class FastBatchSender(Generic[T]):
             if sent != seen:
                 seen = sent
             elif sent and not self._ended and not self._waiting:
-                with contextlib.suppress(nats.errors.Error):
-                    await self._ping(sent, base)
+                await self._ping(sent, base)
 
-    async def _ping(self, seq: int, base: str) -> None:
-        reply = f"{base}{seq}.{_PING}.{_SUFFIX}"
-        try:
-            await self._nc.publish(self._first_subject, b"", reply=reply)
-        except nats.errors.Error as exc:
-            raise send_error(self._first_subject, exc, self._nc) from exc
+    async def _ping(self, seq: int, base: str) -> bool:
+        """Ask for the latest ack (and keep the batch alive); False if it cannot go."""
+        return await self._signal(f"{base}{seq}.{_PING}.{_SUFFIX}")
 
-    async def _end(self, base: str) -> None:
+    async def _end(self, base: str) -> bool:
         """End the batch after the messages sent: the server commits what came."""
         self._ended = True
-        reply = f"{base}{self._sent + 1}.{_END_BATCH}.{_SUFFIX}"
+        return await self._signal(f"{base}{self._sent + 1}.{_END_BATCH}.{_SUFFIX}")
+
+    async def _signal(self, reply: str) -> bool:
+        """Send a message without a body (a ping, an end); False if it could not go."""
         try:
             await self._nc.publish(self._first_subject, b"", reply=reply)
-        except nats.errors.Error as exc:
-            raise send_error(self._first_subject, exc, self._nc) from exc
+        except nats.errors.Error:
+            return False
+        return True
 
     async def _finish(self, control: _Control, seq: int, base: str) -> None:
         """Wait for the batch's PubAck.
@@ -648,17 +647,22 @@ class FastBatchSender(Generic[T]):
         A batch the server has not ended (no answer came in time) gets an end, so its
         PubAck says how many messages it stored; one ping follows if nothing comes.
         """
-        if not self._ended and not control.ended and control.problem is None and not control.gap:
-            await self._end(base)
+        if (
+            not self._ended
+            and not control.ended
+            and control.problem is None
+            and not control.gap
+            and not await self._end(base)
+        ):
+            return
         pinged = False
         while not control.ended:
             control.wake.clear()
             try:
                 await asyncio.wait_for(control.wake.wait(), self._timeout)
             except TimeoutError:
-                if pinged:
+                if pinged or not await self._ping(seq, base):
                     return
-                await self._ping(seq, base)
                 pinged = True
 
     # -------------------------------------------------------------- telemetry

@@ -31,6 +31,7 @@ from goflux import (
     StrCodec,
     StreamFeatureDisabled,
 )
+from goflux._wire import check_size, outgoing
 from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
 from goflux.transports.jetstream import (
@@ -519,3 +520,28 @@ def test_the_errors_are_the_projects_own() -> None:
     assert goflux.SubjectOutsideStream is SubjectOutsideStream
     assert issubclass(SubjectOutsideStream, InvalidSubject)
     assert issubclass(FastBatchError, PublishError)
+
+
+async def test_an_item_tipped_over_max_payload_by_its_trace_context_ends_the_batch(
+    fast_js: JetStreamContext, nc: Client, otel: Otel
+) -> None:
+    """An item that fits before its trace context is injected, but not after: the
+    batch is ended after the item before it (an end without a message), not raised
+    past with the batch left open."""
+    limit = nc.max_payload
+    wire = outgoing("fast.big", None, None, jetstream=True)
+    size = limit - 1_000
+    while True:  # the largest body that fits with the headers before the trace context
+        try:
+            check_size("fast.big", wire, b"x" * (size + 1), limit)
+        except PayloadTooLarge:
+            break
+        size += 1
+    publisher = jetstream.Publisher(fast_js, CODEC, telemetry=otel.telemetry)
+    batch = [*items(5), Outgoing("fast.big", "x" * size), *items(5, ids="after")]
+    with pytest.raises(FastBatchError, match=r"item 5 is bad input") as caught:
+        await publisher.publish_fast(batch)
+    gap = caught.value
+    assert (gap.stored, gap.sent, gap.index, gap.may_be_stored) == (5, 5, 5, False)
+    assert isinstance(gap.__cause__, PayloadTooLarge)
+    assert await messages_in(fast_js, "FAST") == 5
