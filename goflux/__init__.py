@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         DigestMismatch,
         DuplicateMessageId,
         ExpectationFailed,
+        FastBatchError,
         FeatureUnsupported,
         IncompatibleConfig,
         InvalidKey,
@@ -104,6 +105,7 @@ if TYPE_CHECKING:
         RevisionMismatch,
         StreamFeatureDisabled,
         StreamNotFound,
+        SubjectOutsideStream,
         SubjectOverlap,
     )
 
@@ -132,6 +134,7 @@ __all__ = (
     "EncodeError",
     "Endpoint",
     "ExpectationFailed",
+    "FastBatchError",
     "FeatureUnsupported",
     "GenericMiddleware",
     "GenericPublisherMiddleware",
@@ -189,6 +192,7 @@ __all__ = (
     "SubjectError",
     "SubjectEvent",
     "SubjectMismatch",
+    "SubjectOutsideStream",
     "SubjectOverlap",
     "SubjectTemplate",
     "Subjects",

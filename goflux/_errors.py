@@ -10,9 +10,10 @@ it raises, under these, in its own package (marked below with its name)::
      │    ├── EncodeError           a value could not be encoded (wrong type, NaN, ...)
      │    └── DecodeError           bytes could not be decoded into the payload type
      ├── InvalidSubject (also ValueError)    a subject or pattern breaks NATS rules
-     │    └── SubjectError                   a subject segment, template or template
-     │         │                             value breaks a rule (the segment, the rule)
-     │         └── SubjectMismatch           a subject does not fit a template
+     │    ├── SubjectError                   a subject segment, template or template
+     │    │    │                             value breaks a rule (the segment, the rule)
+     │    │    └── SubjectMismatch           a subject does not fit a template
+     │    └── SubjectOutsideStream           a subject its stream does not take [jetstream]
      ├── InvalidHeader (also ValueError)     a header name or value cannot travel on the wire
      ├── InvalidKey (also ValueError)        a Key-Value key or object name is bad [jetstream]
      ├── SettlementError                     a message could not be settled
@@ -29,6 +30,7 @@ it raises, under these, in its own package (marked below with its name)::
      │    ├── InvalidSchedule                the server refused a message schedule [jetstream]
      │    ├── DuplicateMessageId             a counter increment's message ID was counted
      │    │                                  before, on another subject [jetstream]
+     │    ├── FastBatchError                 a fast batch ended early: the gap report [jetstream]
      │    ├── PayloadTooLarge                headers and body exceed the server's limit
      │    └── MaxPayloadLowered              the server lowered its limit and closed the
      │                                       connection for an earlier, larger message

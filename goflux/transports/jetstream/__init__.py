@@ -26,6 +26,7 @@ from goflux.transports.jetstream._errors import (
     DigestMismatch,
     DuplicateMessageId,
     ExpectationFailed,
+    FastBatchError,
     FeatureUnsupported,
     IncompatibleConfig,
     InvalidKey,
@@ -39,6 +40,7 @@ from goflux.transports.jetstream._errors import (
     RevisionMismatch,
     StreamFeatureDisabled,
     StreamNotFound,
+    SubjectOutsideStream,
     SubjectOverlap,
 )
 
@@ -51,11 +53,7 @@ else:
     from goflux.transports.jetstream._acker import JetStreamAcker
     from goflux.transports.jetstream._batch_get import get_batch, get_last_many
     from goflux.transports.jetstream._counter import Counter, CounterEntry
-    from goflux.transports.jetstream._fast_batch import (
-        FastBatchError,
-        FastBatchReceipt,
-        SubjectOutsideStream,
-    )
+    from goflux.transports.jetstream._fast_batch import FastBatchReceipt
     from goflux.transports.jetstream._kv.bucket import KeyValue, key_value
     from goflux.transports.jetstream._kv.entry import Entry, Operation
     from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher

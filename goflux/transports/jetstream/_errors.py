@@ -4,6 +4,8 @@ Each derives from a core error (:mod:`goflux`'s ``PublishError``, ``TransportErr
 ``GofluxError``), so code that catches those catches these too::
 
     InvalidKey (also ValueError)          a Key-Value key or object name breaks the rules
+    InvalidSubject (also ValueError)
+     └── SubjectOutsideStream             a subject the stream does not take
     PublishError
      ├── ExpectationFailed                optimistic concurrency: the stream was not in
      │    │                               the expected state
@@ -13,8 +15,10 @@ Each derives from a core error (:mod:`goflux`'s ``PublishError``, ``TransportErr
      │                                    for (a TTL, an atomic batch, ...)
      ├── InvalidSchedule                  the server refused a message schedule (its
      │                                    pattern, target, TTL or time zone)
-     └── DuplicateMessageId               a counter increment's message ID was already
-                                          counted, on another subject
+     ├── DuplicateMessageId               a counter increment's message ID was already
+     │                                    counted, on another subject
+     └── FastBatchError                   a fast batch ended early: which of its
+                                          messages are stored (the gap report)
     TransportError
      ├── JetStreamUnavailable             JetStream is not enabled for the account
      │                                    (also PublishError, SubscribeError)
@@ -38,7 +42,13 @@ They are importable from :mod:`goflux` too: the same objects.
 
 from __future__ import annotations
 
-from goflux._errors import GofluxError, PublishError, SubscribeError, TransportError
+from goflux._errors import (
+    GofluxError,
+    InvalidSubject,
+    PublishError,
+    SubscribeError,
+    TransportError,
+)
 
 __all__ = (
     "BucketNotFound",
@@ -47,6 +57,7 @@ __all__ = (
     "DigestMismatch",
     "DuplicateMessageId",
     "ExpectationFailed",
+    "FastBatchError",
     "FeatureUnsupported",
     "IncompatibleConfig",
     "InvalidKey",
@@ -60,6 +71,7 @@ __all__ = (
     "RevisionMismatch",
     "StreamFeatureDisabled",
     "StreamNotFound",
+    "SubjectOutsideStream",
     "SubjectOverlap",
 )
 
@@ -85,6 +97,25 @@ class NotASchedule(GofluxError, ValueError):
         self.stream = stream
         self.subject = subject
         self.sequence = sequence
+
+
+class SubjectOutsideStream(InvalidSubject):
+    """A message goes to a subject its stream does not take; nothing of it was sent.
+
+    A fast batch goes to one stream: every message's subject must be one of that
+    stream's subjects. An :class:`~goflux.InvalidSubject`, so ``except
+    InvalidSubject`` catches it too.
+
+    Attributes:
+        subject: The subject the message goes to.
+        stream: The stream.
+        subjects: The stream's subjects.
+    """
+
+    def __init__(self, message: str, *, subject: str, stream: str, subjects: tuple[str, ...]):
+        super().__init__(message, subject=subject)
+        self.stream = stream
+        self.subjects = subjects
 
 
 class ExpectationFailed(PublishError):
@@ -231,6 +262,56 @@ class DuplicateMessageId(PublishError):
         self.message_id = message_id
         self.counted_subject = counted_subject
         self.sequence = sequence
+
+
+class FastBatchError(PublishError):
+    """A fast batch ended before all its messages were stored: the gap report.
+
+    The batch's first ``stored`` messages are stored, in order, none missing (the
+    server ends a batch at its first lost or refused message). When ``may_be_stored``
+    is False, none after them is. When it is True the outcome of the messages from
+    ``stored`` up to (not including) ``unknown_until`` is unknown (no answer came: a
+    timeout, a closed connection, a server that forgot the batch): each may or may
+    not be stored; publish them again with their message IDs so the server
+    de-duplicates them. None from ``unknown_until`` on is stored.
+
+    Attributes:
+        stream: The batch's stream.
+        batch_id: The batch's ID.
+        stored: How many of the batch's first messages are known to be stored.
+        sent: How many messages were sent; any after them were not.
+        unknown_until: The position of the first message known not to be stored
+            (``stored`` when every other one is known not to be).
+        index: The position (from 0) of the message that ended the batch (refused,
+            lost, bad input, or the one the message source raised at), if one did.
+        last_sequence: The stream sequence of the last message stored, when the
+            server said (its PubAck).
+        err_code: The JetStream error code of the server's refusal, if it refused.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str,
+        stream: str,
+        batch_id: str,
+        stored: int,
+        sent: int,
+        index: int | None,
+        last_sequence: int | None,
+        may_be_stored: bool,
+        unknown_until: int | None = None,
+        err_code: int | None = None,
+    ) -> None:
+        super().__init__(message, subject=subject, may_be_stored=may_be_stored, err_code=err_code)
+        self.stream = stream
+        self.batch_id = batch_id
+        self.stored = stored
+        self.sent = sent
+        self.unknown_until = stored if unknown_until is None else unknown_until
+        self.index = index
+        self.last_sequence = last_sequence
 
 
 class JetStreamUnavailable(TransportError, PublishError, SubscribeError):

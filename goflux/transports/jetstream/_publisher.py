@@ -35,6 +35,7 @@ from goflux.transports.jetstream._atomic import AtomicBatch, AtomicReplies, batc
 from goflux.transports.jetstream._errors import InvalidSchedule
 from goflux.transports.jetstream._fast_batch import (
     DEFAULT_FLOW,
+    DEFAULT_KEEPALIVE,
     DEFAULT_OUTSTANDING,
     FastBatchReceipt,
     FastBatchSender,
@@ -558,6 +559,7 @@ class Publisher(CloseOnExit, Generic[T]):
         flow: int = DEFAULT_FLOW,
         outstanding: int = DEFAULT_OUTSTANDING,
         timeout: float | None = None,
+        keepalive: float = DEFAULT_KEEPALIVE,
     ) -> FastBatchReceipt:
         """Publish ``messages`` as one fast batch: high rate, flow-controlled, in order.
 
@@ -579,12 +581,20 @@ class Publisher(CloseOnExit, Generic[T]):
             outstanding: Acks to be waiting for at once before sending more (1 to 3).
             timeout: Seconds to wait for each ack and for the batch's PubAck (default:
                 the publisher's).
+            keepalive: Most seconds the batch goes without a message while ``messages``
+                makes it wait: then the client pings it, as the server forgets a batch
+                after its batch timeout without one (10 s unless the server's
+                ``jetstream.limits.batch.timeout`` says otherwise). Default 5; keep it
+                below half the server's timeout.
 
         Returns:
             The batch's receipt: its count and the sequence of its last message.
 
         Raises:
-            ValueError: No messages, or ``flow`` or ``outstanding`` out of range.
+            ValueError: No messages, ``flow`` or ``outstanding`` out of range, or
+                ``timeout`` or ``keepalive`` not above 0; nothing was sent.
+            TypeError: ``flow`` or ``outstanding`` not an int, or ``timeout`` or
+                ``keepalive`` not a number; nothing was sent.
             TypeError, InvalidSubject, InvalidHeader, EncodeError, PayloadTooLarge:
                 The first message is bad input; nothing was sent. (A later bad message
                 ends the batch before it: :class:`FastBatchError`.)
@@ -597,7 +607,9 @@ class Publisher(CloseOnExit, Generic[T]):
             StreamNotFound: ``stream`` does not exist.
             FastBatchError: The batch ended early: a message was refused (a stream
                 limit, an expectation, too large), lost, bad input, or not the
-                stream's, or no answer came in time (``may_be_stored``); its
+                stream's; ``messages`` raised (the exception is the cause; what came
+                before it is committed); the publisher was closed; the server forgot
+                the batch; or no answer came in time (``may_be_stored``). Its
                 ``stored`` first messages are stored, and it says which are not.
             PermissionDenied: The server refused a subject or the batch's inbox.
             PublishError: No stream takes the first subject, or the connection is closed.
@@ -608,10 +620,12 @@ class Publisher(CloseOnExit, Generic[T]):
             self._scopes,
             self._refusals,
             self._prepare_item,
+            lambda: self._closed,
             stream=stream,
             flow=flow,
             outstanding=outstanding,
             timeout=self._timeout if timeout is None else timeout,
+            keepalive=keepalive,
         )
         self._batches += 1
         try:

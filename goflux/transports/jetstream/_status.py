@@ -124,6 +124,7 @@ SCHEDULE_REFUSALS: Final = {
 ATOMIC_DUPLICATE_ID: Final = 10201
 FAST_BATCH_DISABLED: Final = 10205  # a fast batch to a stream without allow_batched
 FAST_BATCH_UNKNOWN: Final = 10208  # a fast batch the stream does not know (ended, timed out)
+FAST_BATCH_TOO_MANY: Final = 10211  # the stream has as many batches open as the server allows
 
 RESOURCE_LIMITS: Final = frozenset(
     {
