@@ -5,7 +5,8 @@
     goflux kv ls [BUCKET]                 buckets (key counts, TTLs), or a bucket's keys
     goflux kv get BUCKET KEY              the value's bytes on stdout (revision, TTL on stderr)
     goflux kv put BUCKET KEY [VALUE]      set it (VALUE, else stdin); prints the revision
-    goflux kv watch BUCKET [PATTERN]      print changes until interrupted (--history)
+    goflux kv watch BUCKET [PATTERN]      print changes until interrupted (--history);
+                                          a server marker as purge(MaxAge)
 
 Values are bytes as stored; nothing is created: a missing bucket is an error.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from goflux._codecs import BytesCodec
@@ -112,9 +113,14 @@ async def _get(nc: Any, args: argparse.Namespace) -> int:
         print(f"goflux kv: key {args.key!r} not found in bucket {args.bucket!r}", file=sys.stderr)
         return 1
     expires = ""
-    if entry.ttl is not None:
-        left = (entry.created + entry.ttl - datetime.now(UTC)).total_seconds()
-        expires = f", expires in {max(0, round(left))}s (ttl {span(entry.ttl.total_seconds())})"
+    if entry.ttl == "never":
+        expires = ", ttl never (kept past the bucket's ttl)"
+    elif entry.ttl == timedelta.max:  # another client's TTL, beyond what Python counts
+        expires = ", ttl too long to show (another client's)"
+    elif entry.ttl is not None:
+        total = entry.ttl.total_seconds()
+        left = total - (datetime.now(UTC) - entry.created).total_seconds()
+        expires = f", expires in {max(0, round(left))}s (ttl {span(total)})"
     print(f"revision {entry.revision}, {entry.created.isoformat()}{expires}", file=sys.stderr)
     sys.stdout.buffer.write(entry.value or b"")
     if sys.stdout.isatty():  # a newline for the prompt; piped, the bytes as stored
@@ -134,10 +140,10 @@ async def _watch(nc: Any, args: argparse.Namespace) -> int:
     kv = await _bucket(nc, args.bucket)
     async with kv.watch(args.pattern, include_history=args.history) as entries:
         async for entry in entries:
-            print(
-                f"{entry.revision}  {entry.key}  {entry.operation}  {_text(entry.value)}",
-                flush=True,
-            )
+            operation = entry.operation
+            if entry.marker_reason:  # the server's own marker: why (MaxAge, ...)
+                operation = f"{operation}({entry.marker_reason})"
+            print(f"{entry.revision}  {entry.key}  {operation}  {_text(entry.value)}", flush=True)
     return 0
 
 

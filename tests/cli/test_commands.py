@@ -89,6 +89,9 @@ def test_kv_shows_ttls(nats_server: NatsServer, capsys: pytest.CaptureFixture[st
         kv = await jetstream.key_value(js, "sessions", BytesCodec(), ttl=3600, limit_marker_ttl=90)
         await kv.create("session.a", b"token", ttl=120)
         await kv.put("plain", b"kept")
+        await kv.create("schema", b"v1", ttl="never")
+        # Another client's TTL too long for a timedelta: shown, not a crash.
+        await js.publish("$KV.sessions.huge", b"v", headers={"Nats-TTL": "100000000000000"})
         await jetstream.key_value(js, "config", BytesCodec())
         await nc.close()
 
@@ -97,7 +100,7 @@ def test_kv_shows_ttls(nats_server: NatsServer, capsys: pytest.CaptureFixture[st
     assert main([*url, "ls"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "config  keys=0  writes=0",
-        "sessions  keys=2  writes=2  ttl=1h  markers=90s",
+        "sessions  keys=4  writes=4  ttl=1h  markers=90s",
     ]
     assert main([*url, "get", "sessions", "session.a"]) == 0
     got = capsys.readouterr()
@@ -105,6 +108,14 @@ def test_kv_shows_ttls(nats_server: NatsServer, capsys: pytest.CaptureFixture[st
     assert re.fullmatch(r"revision 1, \S+, expires in (119|120)s \(ttl 2m\)\n", got.err), got.err
     assert main([*url, "get", "sessions", "plain"]) == 0
     assert "expires" not in capsys.readouterr().err
+    assert main([*url, "get", "sessions", "schema"]) == 0
+    assert re.fullmatch(
+        r"revision 3, \S+, ttl never \(kept past the bucket's ttl\)\n", capsys.readouterr().err
+    )
+    assert main([*url, "get", "sessions", "huge"]) == 0
+    assert re.fullmatch(
+        r"revision 4, \S+, ttl too long to show \(another client's\)\n", capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow
@@ -268,6 +279,37 @@ def test_kv_watch_prints_changes_until_interrupted(nats_server: NatsServer) -> N
         asyncio.run(change())
         assert watcher.stdout.readline().split() == ["2", "b", "put", "2"]
         assert watcher.stdout.readline().split() == ["3", "a", "delete", "-"]
+        watcher.send_signal(signal.SIGINT)
+        watcher.wait(timeout=30)
+    assert watcher.returncode == 130
+
+
+def test_kv_watch_shows_why_the_server_purged_a_key(nats_server: NatsServer) -> None:
+    async def make() -> None:
+        nc = await nats.connect(nats_server.url)
+        kv = await jetstream.key_value(nc.jetstream(), "tokens", BytesCodec(), limit_marker_ttl=30)
+        await kv.put("ready", b"r")
+        await nc.close()
+
+    async def expiring() -> None:
+        nc = await nats.connect(nats_server.url)
+        kv = await jetstream.key_value(nc.jetstream(), "tokens", BytesCodec())
+        await kv.create("t", b"x", ttl=1)
+        await nc.close()
+
+    asyncio.run(make())
+    with subprocess.Popen(
+        [sys.executable, "-m", "goflux", "kv", "--url", nats_server.url, "watch", "tokens"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as watcher:
+        assert watcher.stdout is not None
+        assert watcher.stdout.readline().split() == ["1", "ready", "put", "r"]  # watching
+        asyncio.run(expiring())
+        assert watcher.stdout.readline().split() == ["2", "t", "put", "x"]
+        # About a second later, the server's limit marker: a purge, and why.
+        assert watcher.stdout.readline().split() == ["3", "t", "purge(MaxAge)", "-"]
         watcher.send_signal(signal.SIGINT)
         watcher.wait(timeout=30)
     assert watcher.returncode == 130

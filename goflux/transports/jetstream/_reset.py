@@ -2,8 +2,9 @@
 
 ``$JS.API.CONSUMER.RESET.<stream>.<consumer>`` takes ``{"seq": N}`` (or nothing, for
 the ack floor) and answers with the consumer's info plus ``reset_seq``: the stream
-sequence it delivers next. Everything delivered but not acknowledged is forgotten, so
-the consumer delivers again from there, to the clients already bound to it.
+sequence it delivers next. The consumer's delivery state is forgotten (pending acks,
+redelivery counts, naks waiting out a delay), so it delivers everything from there
+again, acknowledged or not, to the clients already bound to it.
 
 The consumer itself serves that subject, so a request about a stream or consumer that
 does not exist goes unanswered: goflux asks ``CONSUMER.INFO`` first, which names the
@@ -40,7 +41,8 @@ class ConsumerReset:
         sequence: The stream sequence the consumer delivers next.
         delivered: The last stream sequence counted as delivered (``sequence - 1``).
         ack_floor: The stream sequence up to which everything counts as acknowledged
-            (``sequence - 1``: what was pending is forgotten).
+            (``sequence - 1``: what was pending, or acknowledged above it, is
+            forgotten).
         num_pending: Messages of the stream left to deliver from ``sequence`` on.
         num_ack_pending: Messages delivered and not yet acknowledged (0 after a reset).
         info: The whole consumer info the server answered with.
@@ -86,11 +88,14 @@ async def reset_consumer(
 ) -> ConsumerReset:
     """Reset the durable ``consumer`` of ``stream`` to deliver again (nats-server 2.14+).
 
-    Without ``sequence`` the consumer goes back to its ack floor: every message
-    delivered but not acknowledged is delivered again. With one, it delivers from that
-    stream sequence on (earlier or later than where it was). What was pending is
-    forgotten either way, and subscribers bound to the consumer keep running: they
-    receive the messages from the new position.
+    Without ``sequence`` the consumer goes back to its ack floor and delivers again
+    from the sequence after it: every later message, acknowledged or not (one
+    acknowledged out of order above the floor comes again too), at once, without
+    waiting for ``ack_wait`` or a nak's delay. With ``sequence``, it delivers from that
+    stream sequence on (earlier or later than where it was). Either way the
+    consumer's delivery state is forgotten: delivery counts start again at 1, so each
+    message has its whole ``max_deliver`` again, and subscribers bound to the consumer
+    keep running: they receive the messages from the new position.
 
     The server allows a ``sequence`` for a consumer delivering ``all``, or one delivering
     from a start sequence or time when ``sequence`` is not before that start; it

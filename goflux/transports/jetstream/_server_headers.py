@@ -17,10 +17,19 @@ from typing import Final, Literal, TypeAlias
 from goflux._errors import InvalidHeader
 from goflux._headers import Headers
 
-__all__ = ("TTL", "expectations", "server_headers", "ttl_value")
+__all__ = ("MAX_TTL", "TTL", "expectations", "server_headers", "ttl_value")
 
 TTL: TypeAlias = float | timedelta | Literal["never"]
-"""A per-message TTL: whole seconds (at least 1), a ``timedelta``, or ``"never"``."""
+"""A per-message TTL: whole seconds (1 to :data:`MAX_TTL`), a ``timedelta``, or ``"never"``."""
+
+MAX_TTL: Final = 100 * 365 * 86_400
+"""The longest TTL goflux sends, in seconds (100 years of 365 days: 3,153,600,000).
+
+The server adds a TTL, in nanoseconds, to the store time (nanoseconds since 1970) in a
+64-bit integer, which ends in the year 2262: a TTL of ~7.4e9 s or more today wraps
+around and the message expires at once; from ~9.2e9 s the TTL itself overflows. 100
+years leaves room until the year 2162. Longer: ``"never"``.
+"""
 
 _TTL_HEADER: Final = "Nats-TTL"
 _SERVER_PREFIX: Final = "nats-"
@@ -64,20 +73,29 @@ def ttl_value(ttl: TTL) -> str:
     """The ``Nats-TTL`` value of ``ttl``.
 
     The server keeps TTLs in whole seconds and refuses less than one; a fraction
-    would be cut off without a word, so it is refused here.
+    would be cut off without a word, so it is refused here. A TTL beyond
+    :data:`MAX_TTL` (100 years) would overflow the server's nanosecond clock and
+    expire the message at once: it is refused too (``"never"`` keeps it for good).
 
     Raises:
-        ValueError: ``ttl`` is below one second, not whole seconds, or not a number.
+        ValueError: ``ttl`` is below one second, above :data:`MAX_TTL`, not whole
+            seconds, or not a number.
     """
     if ttl == "never":
         return "never"
     if isinstance(ttl, timedelta):
         seconds = ttl.total_seconds()
     elif isinstance(ttl, int | float) and not isinstance(ttl, bool):
-        seconds = float(ttl)
+        seconds = math.inf if isinstance(ttl, int) and ttl > MAX_TTL else float(ttl)
     else:
         raise ValueError(f'ttl must be seconds, a timedelta or "never", got {ttl!r}')
-    if not math.isfinite(seconds) or seconds < 1 or seconds != int(seconds):
+    if seconds > MAX_TTL:  # infinity too
+        raise ValueError(
+            f"ttl must be at most {MAX_TTL} seconds (100 years: beyond, the server's "
+            f'nanosecond clock overflows and the message expires at once; use "never" to '
+            f"keep it), got {ttl!r}"
+        )
+    if math.isnan(seconds) or seconds < 1 or seconds != int(seconds):
         raise ValueError(
             f"ttl must be whole seconds, at least 1 (the server keeps TTLs in seconds), got {ttl!r}"
         )

@@ -117,8 +117,109 @@ async def test_ttls_are_refused_where_they_cannot_work(bare_js: JetStreamContext
         await plain.purge("k", ttl=5)
 
     marked = await jetstream.key_value(bare_js, "marked", CODEC, limit_marker_ttl=5)
-    for bad in (0.5, 1.5, 0, timedelta(milliseconds=10), "never"):
+    for bad in (0.5, 1.5, 0, timedelta(milliseconds=10), "forever", True):
         with pytest.raises(ValueError, match="ttl"):
             await marked.create("k", "v", ttl=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="limit_marker_ttl must be 1 second or more"):
         await jetstream.key_value(bare_js, "tiny", CODEC, limit_marker_ttl=0.5)
+    # Each error names the setting it is about.
+    with pytest.raises(ValueError, match=r"^limit_marker_ttl must be seconds or a timedelta"):
+        await jetstream.key_value(bare_js, "tiny", CODEC, limit_marker_ttl="60s")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^limit_marker_ttl must be 0 or None \(no limit markers"):
+        await jetstream.key_value(bare_js, "tiny", CODEC, limit_marker_ttl=1e10)
+    with pytest.raises(ValueError, match=r"^ttl must be 0 or None \(keep forever"):
+        await jetstream.key_value(bare_js, "tiny", CODEC, ttl=1e10)
+
+
+async def test_a_ttl_the_server_would_raise_to_the_marker_ttl_is_refused(
+    bare_js: JetStreamContext,
+) -> None:
+    """With history > 1 the server raises a TTL below limit_marker_ttl to it, silently."""
+    kv = await jetstream.key_value(bare_js, "kept", CODEC, history=5, limit_marker_ttl=30)
+    with pytest.raises(
+        IncompatibleConfig,
+        match=r"bucket 'kept': key 'k' with ttl=1s: the bucket keeps history=5 .*"
+        r"limit_marker_ttl \(30s\)",
+    ):
+        await kv.create("k", "v", ttl=1)
+    with pytest.raises(IncompatibleConfig, match=r"key 'p' with ttl=29s.*history=5"):
+        await kv.purge("p", ttl=timedelta(seconds=29))
+    assert (await bare_js.stream_info("KV_kept")).state.messages == 0  # nothing sent
+    bound = await jetstream.key_value(bare_js, "kept", CODEC)  # history found, not given
+    with pytest.raises(IncompatibleConfig, match="history=5"):
+        await bound.create("k", "v", ttl=2)
+
+    revision = await kv.create("k", "v", ttl=30)  # as long as the markers: kept as asked
+    purged = await kv.purge("p", ttl=timedelta(minutes=1))
+    forever = await kv.create("f", "v", ttl="never")
+    seqs = (revision, purged, forever)
+    stored = [(await bare_js.get_msg("KV_kept", seq)).headers for seq in seqs]
+    assert [(h or {}).get("Nats-TTL") for h in stored] == ["30", "60", "never"]
+
+    single = await jetstream.key_value(bare_js, "single", CODEC, limit_marker_ttl=30)
+    one = await single.create("k", "v", ttl=1)  # history=1: the server keeps 1 s
+    assert (await bare_js.get_msg("KV_single", one)).headers["Nats-TTL"] == "1"  # type: ignore[index]
+
+
+async def test_a_huge_ttl_of_another_client_reads_as_timedelta_max(
+    bare_js: JetStreamContext,
+) -> None:
+    kv = await jetstream.key_value(bare_js, "huge", CODEC, limit_marker_ttl=5)
+    # The server takes it (it wraps around to ~6 years in its clock); no timedelta holds it.
+    await bare_js.publish("$KV.huge.big", b"v", headers={"Nats-TTL": "100000000000000"})
+    got = await kv.get("big")
+    assert got is not None
+    assert (got.value, got.ttl) == ("v", timedelta.max)
+    assert [e.ttl for e in await kv.history("big")] == [timedelta.max]
+    async with kv.watch() as entries:
+        async with asyncio.timeout(5):  # not dropped by the watcher
+            watched = await anext(entries)
+    assert (watched.key, watched.ttl) == ("big", timedelta.max)
+
+
+async def test_ttls_beyond_100_years_are_refused_on_keys_and_stream_publishes(
+    bare_js: JetStreamContext,
+) -> None:
+    """Beyond, the server's nanosecond clock overflows and the write expires at once."""
+    from goflux.transports.jetstream._server_headers import MAX_TTL  # noqa: PLC0415
+
+    assert MAX_TTL == 100 * 365 * 86_400
+    kv = await jetstream.key_value(bare_js, "long", CODEC, limit_marker_ttl=5)
+    for too_long in (MAX_TTL + 1, 9_300_000_000, 10**30, timedelta.max):
+        with pytest.raises(ValueError, match=f"ttl must be at most {MAX_TTL} seconds"):
+            await kv.create("k", "v", ttl=too_long)
+        with pytest.raises(ValueError, match=f"ttl must be at most {MAX_TTL} seconds"):
+            await kv.purge("k", ttl=too_long)
+    assert (await bare_js.stream_info("KV_long")).state.messages == 0
+
+    await jetstream.ensure_stream(bare_js, name="LONG", subjects=["long.>"], allow_msg_ttl=True)
+    publisher = jetstream.Publisher(bare_js, CODEC)
+    with pytest.raises(ValueError, match=f"ttl must be at most {MAX_TTL} seconds"):
+        await publisher.publish("long.a", "v", ttl=MAX_TTL + 1)
+    assert (await bare_js.stream_info("LONG")).state.messages == 0
+
+    # The bound itself is kept: a write that overflowed would be gone at the
+    # server's next expiry pass, before a later write expiring after ~1 s.
+    await kv.create("k", "v", ttl=MAX_TTL)
+    receipt = await publisher.publish("long.a", "v", ttl=MAX_TTL)
+    await kv.create("short", "v", ttl=1)
+    async with asyncio.timeout(DEADLINE):
+        while await kv.get("short") is not None:
+            await bare_js._nc.flush()
+    assert (await kv.get("k")) is not None
+    assert (await bare_js.get_msg("LONG", receipt.sequence)).data == b"v"
+
+
+async def test_a_key_with_ttl_never_outlives_the_buckets_max_age(
+    bare_js: JetStreamContext,
+) -> None:
+    kv = await jetstream.key_value(bare_js, "aging", CODEC, ttl=1, limit_marker_ttl=5)
+    revision = await kv.create("schema", "v1", ttl="never")
+    await kv.put("plain", "p")  # written later: gone before "schema" would be
+    assert (await bare_js.get_msg("KV_aging", revision)).headers["Nats-TTL"] == "never"  # type: ignore[index]
+    async with asyncio.timeout(DEADLINE):
+        while await kv.get("plain") is not None:
+            await bare_js._nc.flush()
+    kept = await kv.get("schema")
+    assert kept is not None
+    assert (kept.value, kept.ttl) == ("v1", "never")

@@ -73,6 +73,34 @@ async def test_without_a_sequence_it_redelivers_from_the_ack_floor(
     await pull.unsubscribe()
 
 
+async def test_the_ack_floor_reset_delivers_everything_after_it_with_counts_from_1(
+    js: JetStreamContext, stream: str
+) -> None:
+    """After the floor, acknowledged or not; each message's max_deliver budget restarts."""
+    await jetstream.ensure_consumer(js, stream=stream, name="budget", ack_wait=3600, max_deliver=2)
+    pull = await js.pull_subscribe_bind("budget", stream)
+    (first,) = await pull.fetch(1, timeout=5)
+    await first.ack_sync()  # the floor: 1
+    for delivery in (1, 2):  # job-2 refused once, then held at its last allowed delivery
+        (held,) = await pull.fetch(1, timeout=5)
+        assert (held.data, held.metadata.num_delivered) == (b"job-2", delivery)
+        if delivery == 1:
+            await js._nc.request(held.reply, b"-NAK", timeout=5)  # answered once taken
+    rest = await pull.fetch(2, timeout=5)
+    assert [m.data for m in rest] == [b"job-3", b"job-4"]
+    await rest[0].ack_sync()  # job-3 acknowledged out of order: the floor stays at 1
+    assert (await js.consumer_info(stream, "budget")).ack_floor.stream_seq == 1
+
+    state = await jetstream.reset_consumer(js, stream, "budget")
+    assert (state.sequence, state.ack_floor, state.num_pending) == (2, 1, 4)
+    again = await pull.fetch(4, timeout=5)
+    assert [(m.data, m.metadata.num_delivered) for m in again] == [
+        (f"job-{n}".encode(), 1)
+        for n in range(2, 6)  # job-3 too; job-2 at 1 of 2 again
+    ]
+    await pull.unsubscribe()
+
+
 async def test_a_reset_names_what_is_missing_or_refused(js: JetStreamContext, stream: str) -> None:
     with pytest.raises(jetstream.StreamNotFound, match="consumer 'c' on stream 'NOPE'"):
         await jetstream.reset_consumer(js, "NOPE", "c")

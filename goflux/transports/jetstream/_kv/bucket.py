@@ -62,7 +62,7 @@ from goflux.transports.jetstream._kv.entry import (
 from goflux.transports.jetstream._kv.watch import EntryFeed, KeyWatcher
 from goflux.transports.jetstream._provision import ensure_stream
 from goflux.transports.jetstream._replies import receipt, send_error, timeout_error
-from goflux.transports.jetstream._server_headers import ttl_value
+from goflux.transports.jetstream._server_headers import TTL, ttl_value
 from goflux.transports.jetstream._status import NO_MESSAGES, STREAM_NOT_FOUND
 from goflux.transports.jetstream._stored import scan
 from goflux.transports.jetstream._system import SYSTEM
@@ -101,6 +101,7 @@ class _Keep:
 
 KEEP: Final = _Keep()
 _MIN_TTL: Final = 0.1  # the server's shortest max_age
+_OFF: Final = {"ttl": "keep forever", _MARKERS: "no limit markers"}
 
 
 _PROPAGATION: Final = ("traceparent", "tracestate", "baggage")
@@ -116,36 +117,48 @@ def _fit(wire: dict[str, str], data: bytes, limit: int) -> None:
             wire.pop(name, None)
 
 
-def _seconds(ttl: object) -> float:
-    if ttl is None:
+def _seconds(value: object, setting: str = "ttl") -> float:
+    """Seconds of the bucket setting ``setting`` (0 for None or 0: off).
+
+    Raises:
+        ValueError: Not seconds or a timedelta, or out of range (the message names
+            ``setting``).
+    """
+    if value is None:
         return 0.0
-    if isinstance(ttl, timedelta):
-        seconds = ttl.total_seconds()
-    elif isinstance(ttl, int | float) and not isinstance(ttl, bool):
-        seconds = float(ttl)
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
     else:
-        raise ValueError(f"ttl must be seconds or a timedelta, got {ttl!r}")
+        raise ValueError(f"{setting} must be seconds or a timedelta, got {value!r}")
     if not (seconds == 0 or _MIN_TTL <= seconds < 1e9):  # also refuses NaN
         raise ValueError(
-            f"ttl must be 0 or None (keep forever), or from {_MIN_TTL} seconds, got {ttl!r}"
+            f"{setting} must be 0 or None ({_OFF[setting]}), or from {_MIN_TTL} seconds "
+            f"to less than 1e9 seconds, got {value!r}"
         )
     return seconds
 
 
 def _key_ttl(ttl: object) -> str:
-    """The ``Nats-TTL`` value of a key's ``ttl`` (whole seconds, at least 1).
+    """The ``Nats-TTL`` value of a key's ``ttl`` (whole seconds, at least 1, or never).
 
     Raises:
-        ValueError: Below a second, not whole seconds, or not seconds or a timedelta.
+        ValueError: Below a second, above 100 years, not whole seconds, or not seconds,
+            a timedelta or ``"never"``.
     """
-    if ttl == "never" or not isinstance(ttl, int | float | timedelta):
-        raise ValueError(f"ttl must be whole seconds or a timedelta (1 s or more), got {ttl!r}")
+    if ttl == "never":
+        return "never"
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float | timedelta):
+        raise ValueError(
+            f'ttl must be whole seconds or a timedelta (1 s or more), or "never", got {ttl!r}'
+        )
     return ttl_value(ttl)
 
 
 def _marker_ttl(value: object) -> float:
     """Seconds of a ``limit_marker_ttl`` (at least 1; 0 or None: no limit markers)."""
-    seconds = _seconds(value)
+    seconds = _seconds(value, _MARKERS)
     if seconds and seconds < 1:
         raise ValueError(f"{_MARKERS} must be 1 second or more (or None), got {value!r}")
     return seconds
@@ -263,6 +276,7 @@ async def key_value(
         timeout=timeout,
         max_value_size=info.config.max_msg_size,
         limit_marker_ttl=markers or None,
+        history=history,
     )
 
 
@@ -283,6 +297,10 @@ class KeyValue(Generic[T]):
             that fits is not refused because of the trace context travelling with it
             (the server counts headers in), which is then left off.
         limit_marker_ttl: The bucket's ``limit_marker_ttl`` in seconds (None: off).
+        history: The writes the bucket keeps per key (its stream's
+            ``max_msgs_per_subject``; None: not known). With more than 1, the server
+            raises a key's TTL below ``limit_marker_ttl`` to it, so :meth:`create`
+            and :meth:`purge` refuse such a TTL.
 
     Attributes:
         limit_marker_ttl: How long the bucket keeps limit markers, as a
@@ -301,9 +319,11 @@ class KeyValue(Generic[T]):
         timeout: float | None = None,
         max_value_size: int | None = None,
         limit_marker_ttl: float | None = None,
+        history: int | None = None,
     ) -> None:
         self._js = js
         self.limit_marker_ttl = timedelta(seconds=limit_marker_ttl) if limit_marker_ttl else None
+        self._max_per_key = history
         self._max_value_size = max_value_size if max_value_size and max_value_size > 0 else None
         self._nc = connection(js)
         self._refusals = refusals(self._nc)
@@ -335,28 +355,36 @@ class KeyValue(Generic[T]):
         """
         return await self._write(key, self._codec.encode(value), None, None)
 
-    async def create(self, key: str, value: T, *, ttl: float | timedelta | None = None) -> int:
+    async def create(self, key: str, value: T, *, ttl: TTL | None = None) -> int:
         """Set ``key`` to ``value`` only if it has no value; return the revision.
 
         A deleted or purged key counts as having none. With ``ttl`` the key is gone
         after that long (ADR-48): it reads as None, and a watcher sees a purge entry
         with ``marker_reason`` ``"MaxAge"``. A later write of the key has no TTL.
+        ``ttl="never"`` keeps the key even past the bucket's ``ttl`` (max age), until
+        it is written again, deleted or purged.
 
         Args:
             key: The key.
             value: Its value.
-            ttl: How long the key lives: whole seconds (1 or more) or a ``timedelta``;
-                the bucket needs ``limit_marker_ttl``.
+            ttl: How long the key lives: whole seconds (1 s to 100 years), a
+                ``timedelta``, or ``"never"``; the bucket needs ``limit_marker_ttl``.
+                In a bucket keeping more than one write per key (``history``), at
+                least ``limit_marker_ttl``.
 
         Raises:
             KeyExists: ``key`` has a value (the error names its revision).
-            ValueError: ``ttl`` below a second or not whole seconds.
+            ValueError: ``ttl`` below a second, above 100 years, or not whole seconds.
+            IncompatibleConfig: ``ttl`` below the bucket's ``limit_marker_ttl`` while
+                the bucket keeps more than one write per key: the server would raise
+                it to ``limit_marker_ttl`` (the error names bucket, key, both and
+                ``history``); nothing sent.
             StreamFeatureDisabled: ``ttl`` on a bucket without ``limit_marker_ttl``
                 (the error names the bucket and the setting); nothing written.
             FeatureUnsupported: ``ttl`` on a server older than 2.11; nothing sent.
             InvalidKey, EncodeError, BucketNotFound, PublishError: As for :meth:`put`.
         """
-        header = None if ttl is None else {_TTL_HEADER: _key_ttl(ttl)}
+        header = None if ttl is None else {_TTL_HEADER: self._ttl(key, ttl)}
         data = self._codec.encode(value)
         try:
             return await self._write(key, data, header, 0)
@@ -401,24 +429,51 @@ class KeyValue(Generic[T]):
         """
         return await self._write(key, b"", _DELETE, None)
 
-    async def purge(self, key: str, *, ttl: float | timedelta | None = None) -> int:
+    async def purge(self, key: str, *, ttl: TTL | None = None) -> int:
         """Delete ``key`` and its whole history (a purge marker is all that stays).
 
         With ``ttl`` the purge marker itself goes after that long (ADR-48), so a
         purged key leaves nothing behind: no compaction needed. The bucket needs
-        ``limit_marker_ttl``.
+        ``limit_marker_ttl``; in a bucket keeping more than one write per key
+        (``history``), ``ttl`` must be at least ``limit_marker_ttl``. ``"never"``
+        keeps the marker even past the bucket's ``ttl``.
 
         Returns:
             The revision of the purge marker.
 
         Raises:
-            ValueError: ``ttl`` below a second or not whole seconds.
+            ValueError: ``ttl`` below a second, above 100 years, or not whole seconds.
+            IncompatibleConfig: ``ttl`` below ``limit_marker_ttl`` in a bucket keeping
+                more than one write per key (see :meth:`create`); nothing sent.
             StreamFeatureDisabled: ``ttl`` on a bucket without ``limit_marker_ttl``.
             FeatureUnsupported: ``ttl`` on a server older than 2.11; nothing sent.
             InvalidKey, BucketNotFound, PublishError: As for :meth:`put`.
         """
-        headers = _PURGE if ttl is None else {**_PURGE, _TTL_HEADER: _key_ttl(ttl)}
+        headers = _PURGE if ttl is None else {**_PURGE, _TTL_HEADER: self._ttl(key, ttl)}
         return await self._write(key, b"", headers, None)
+
+    def _ttl(self, key: str, ttl: object) -> str:
+        """The ``Nats-TTL`` of a write of ``key``, refused where the server would change it.
+
+        The server raises a TTL below ``subject_delete_marker_ttl`` to it when the
+        stream keeps more than one message per subject (so that a limit marker is
+        not missed): the key would live longer than asked without a word.
+        """
+        value = _key_ttl(ttl)
+        markers = self.limit_marker_ttl
+        kept = self._max_per_key
+        if value == "never" or markers is None or kept is None or kept == 1:
+            return value
+        floor = int(markers.total_seconds())  # the server compares whole seconds
+        if int(value) < floor:
+            raise IncompatibleConfig(
+                f"bucket {self.bucket!r}: key {key!r} with ttl={value}s: the bucket keeps "
+                f"history={kept} writes per key, and then the server raises a TTL "
+                f"below its limit_marker_ttl ({markers.total_seconds():g}s) to "
+                f"{floor}s; use a ttl of {floor}s or more, or a bucket with history=1; "
+                "nothing written"
+            )
+        return value
 
     async def _write(
         self, key: str, data: bytes, headers: Mapping[str, str] | None, expected: int | None

@@ -13,6 +13,7 @@ other clients share buckets.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -59,6 +60,7 @@ _UNIT_SECONDS: Final = {
     "m": 60.0,
     "h": 3600.0,
 }
+_MAX_SECONDS: Final = timedelta.max.total_seconds()
 _BUCKET: Final = re.compile(r"[a-zA-Z0-9_-]+")
 _KEY: Final = re.compile(r"[-/_=.a-zA-Z0-9]+")
 _PATTERN: Final = re.compile(r"[-/_=.a-zA-Z0-9*>]+")
@@ -82,8 +84,12 @@ class Entry(Generic[T_co]):
             bucket's ``ttl`` removed it; a purge), ``"Purge"`` (a purge) or
             ``"Remove"`` (a delete). None for a client's own write.
         ttl: The write's own TTL (``create(..., ttl=)``, ``purge(..., ttl=)``, and
-            the server's markers): it is gone ``ttl`` after ``created``. None: kept
-            as long as the bucket keeps writes.
+            the server's markers): it is gone ``ttl`` after ``created``.
+            ``"never"``: written with ``ttl="never"``, kept even past the bucket's
+            ``ttl`` (until a later write, delete or purge of the key, or the bucket's
+            ``history``, removes it). None: no TTL of its own, kept as long as the
+            bucket keeps writes. A TTL too long for a ``timedelta`` (another client's
+            write; ~2.7 million years) reads as ``timedelta.max``.
     """
 
     bucket: str
@@ -94,7 +100,7 @@ class Entry(Generic[T_co]):
     operation: Operation
     delta: int = 0
     marker_reason: str | None = None
-    ttl: timedelta | None = None
+    ttl: timedelta | Literal["never"] | None = None
 
 
 def _header(headers: object, name: str) -> str | None:
@@ -110,20 +116,32 @@ def marker_reason_of(headers: object) -> str | None:
     return _header(headers, MARKER_HEADER) or None
 
 
-def ttl_of(headers: object) -> timedelta | None:
-    """A write's ``Nats-TTL``: whole seconds (``"60"``) or a Go duration (``"1m0s"``).
+def ttl_of(headers: object) -> timedelta | Literal["never"] | None:
+    """A write's ``Nats-TTL``: whole seconds (``"60"``), a Go duration (``"1m0s"``) or never.
 
-    None without one, for ``"never"``, or for a value the server would not have taken.
+    Returns ``"never"`` for ``never`` (any case, as the server reads it), None without
+    a TTL or for a value the server would not have taken, and ``timedelta.max`` for
+    a TTL longer than a ``timedelta`` holds (the server takes any 64-bit number of
+    seconds from another client). Never raises.
     """
     text = _header(headers, _TTL_HEADER)
-    if not text or text == "never":
+    if not text:
         return None
-    if text.isdigit():
-        return timedelta(seconds=int(text))
-    parts = _GO_DURATION.findall(text)
-    if not parts or "".join(number + unit for number, unit in parts) != text:
-        return None
-    return timedelta(seconds=sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts))
+    if text.lower() == "never":
+        return "never"
+    if text.isascii() and text.isdigit():
+        seconds = float(int(text)) if len(text) < 300 else math.inf
+    else:
+        parts = _GO_DURATION.findall(text)
+        if not parts or "".join(number + unit for number, unit in parts) != text:
+            return None
+        seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+    if seconds >= _MAX_SECONDS:
+        return timedelta.max
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:  # rounded up at the very edge
+        return timedelta.max
 
 
 def operation_of(headers: object) -> Operation:
