@@ -187,6 +187,11 @@ class DirectReplies:
         return self._sub is not None
 
     @property
+    def ready(self) -> bool:
+        """Whether a reply is queued (:meth:`next` then returns without waiting)."""
+        return bool(self._queue.replies)
+
+    @property
     def what(self) -> str:
         """What the reads are, for error messages."""
         return self._what
@@ -493,6 +498,22 @@ async def _send(js: JetStreamContext, replies: DirectReplies, request: Mapping[s
             raise api_error(exc, replies.what, js) from exc
 
 
+async def _receive(js: JetStreamContext, replies: DirectReplies) -> Msg | EndOfBatch | None:
+    """The next reply (see :meth:`DirectReplies.next`), a raw error mapped.
+
+    Raises:
+        PermissionDenied: The server refused the request.
+        TransportError: No answer in time, or the connection failed.
+    """
+    if replies.ready:  # queued already: nothing to wait for, no refusal to listen for
+        return await replies.next()
+    with replies.guard():
+        try:
+            return await replies.next()
+        except nats.errors.Error as exc:
+            raise api_error(exc, replies.what, js) from exc
+
+
 def _check_positive(name: str, value: object, most: int = _MAX_INT) -> None:
     """Raise ValueError unless ``value`` is an int from 1 to ``most``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -616,11 +637,7 @@ async def _batches(
                 request["next_by_subj"] = subjects
             await _send(js, replies, request)
             while True:
-                with replies.guard():
-                    try:
-                        reply = await replies.next()
-                    except nats.errors.Error as exc:
-                        raise api_error(exc, replies.what, js) from exc
+                reply = await _receive(js, replies)
                 if reply is None:  # 404: nothing (more) to read
                     return
                 if isinstance(reply, EndOfBatch):
@@ -752,11 +769,7 @@ async def _read_last(
         await _send(js, replies, request)
         page = 0
         while True:
-            with replies.guard():
-                try:
-                    reply = await replies.next()
-                except nats.errors.Error as exc:
-                    raise api_error(exc, replies.what, js) from exc
+            reply = await _receive(js, replies)
             if reply is None:  # 404: none of the subjects has a message
                 return up_to
             if isinstance(reply, EndOfBatch):
