@@ -1,11 +1,14 @@
 """Batch direct get: goflux's ``get_batch`` against one get per message, on one server.
 
 One stream (direct gets allowed) holds the messages, the 10-field JSON order of the
-other suites. Three ways to read all of them, each decoding every message with the
+other suites. Four ways to read all of them, each decoding every message with the
 same pydantic model:
 
 - ``get_batch``: goflux's batched direct get (ADR-31), 1,000 messages (or 1 MiB) a
   request, typed :class:`~goflux.transports.jetstream.StoredMessage`\\ s;
+- a raw batched direct get by hand: the same requests sent with nats-py on a
+  connection of its own (nats-py's header parsing), replies taken from a callback's
+  queue, the ``TypeAdapter`` on each body: the floor of what ``get_batch`` does;
 - one goflux get per message: the stream's message-get API by sequence (what
   ``get_last`` sends, by sequence), decoded into a ``StoredMessage``;
 - raw nats-py: ``js.get_msg(stream, seq, direct=True)`` per message, then the
@@ -18,9 +21,12 @@ round in reverse order.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 
 import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from bench.harness import Table, interleave
@@ -36,6 +42,7 @@ STREAM = "BENCH_READS"
 RAW_EACH = "raw js.get_msg(direct=True) per message + decode"
 GOFLUX_EACH = "goflux get per message (STREAM.MSG.GET by sequence)"
 GOFLUX_BATCH = "goflux get_batch"
+RAW_BATCH = "raw batched direct get by hand (nats-py) + decode"
 CODEC = JsonCodec(Order)
 
 
@@ -59,6 +66,37 @@ async def goflux_each(js: JetStreamContext, count: int) -> int:
             _stored(STREAM, CODEC, stored)
             got += 1
     return got
+
+
+async def raw_batch(nc: Client, count: int) -> int:
+    """nats-py: batched direct gets by hand, 1,000 a request, decoded; returns the count."""
+    replies: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def arrive(msg: Msg) -> None:
+        replies.put_nowait(msg)
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=arrive)
+    subject = f"$JS.API.DIRECT.GET.{STREAM}"
+    seq, got = 1, 0
+    try:
+        while got < count:
+            request = {"seq": seq, "batch": min(1_000, count - got), "max_bytes": 1 << 20}
+            await nc.publish(subject, json.dumps(request).encode(), reply=inbox)
+            while True:
+                msg = await replies.get()
+                headers = msg.headers or {}
+                sequence = headers.get("Nats-Sequence")
+                if sequence is None:
+                    break  # the end of the batch (or nothing left)
+                ADAPTER.validate_json(msg.data)
+                got += 1
+                seq = int(sequence) + 1
+            if headers.get("Status") != "204" or headers.get("Nats-Num-Pending") == "0":
+                return got
+        return got
+    finally:
+        await sub.unsubscribe()
 
 
 async def goflux_batch(js: JetStreamContext, count: int) -> int:
@@ -95,6 +133,8 @@ def run(rounds: int, sizes: Sizes) -> list[Table]:
     server = NatsServer().start()
     try:
         nc = loop.run_until_complete(nats.connect(server.url))
+        # Its own connection: get_batch keeps header lines on its (goflux's parsing).
+        raw_nc = loop.run_until_complete(nats.connect(server.url))
         js = nc.jetstream(publish_async_max_pending=sizes.window)
         loop.run_until_complete(fill(js, count, sizes.window))
 
@@ -111,6 +151,7 @@ def run(rounds: int, sizes: Sizes) -> list[Table]:
                         RAW_EACH: on(lambda: raw_each(js, count)),
                         GOFLUX_EACH: on(lambda: goflux_each(js, count)),
                         GOFLUX_BATCH: on(lambda: goflux_batch(js, count)),
+                        RAW_BATCH: on(lambda: raw_batch(raw_nc, count)),
                     },
                     rounds,
                     expected=count,
@@ -118,12 +159,13 @@ def run(rounds: int, sizes: Sizes) -> list[Table]:
                 ),
                 RAW_EACH,
                 note="Each case reads every message of the stream from sequence 1 and "
-                "decodes it with the same pydantic model. get_batch asks for 1,000 "
-                "messages (at most 1 MiB) a request; the others send one request per "
-                "message and wait for its reply.",
+                "decodes it with the same pydantic model. get_batch and the raw batch by "
+                "hand ask for 1,000 messages (at most 1 MiB) a request; the others send "
+                "one request per message and wait for its reply.",
             ),
         ]
         loop.run_until_complete(nc.close())
+        loop.run_until_complete(raw_nc.close())
         return tables
     finally:
         server.stop()

@@ -186,6 +186,15 @@ def _server_feature_goals(tables: dict[str, Table]) -> list[Goal]:
                 times=True,
             )
         )
+        found.append(
+            _ratio_goal(
+                tables["batch_get"],
+                batch_get.GOFLUX_BATCH,
+                0.75,
+                "batch direct get (get_batch, typed) vs a raw batched direct get by hand",
+                against=batch_get.RAW_BATCH,
+            )
+        )
     return found
 
 

@@ -138,6 +138,7 @@ CASES = (
     batch_get.RAW_EACH,
     batch_get.GOFLUX_EACH,
     batch_get.GOFLUX_BATCH,
+    batch_get.RAW_BATCH,
 )
 # Each results table's title, and the operations each of its cases must report per round.
 COUNTS = {
@@ -203,6 +204,7 @@ GOALS = (
     "fast ingest: publish_fast vs publish_many",
     "fast ingest: publish_fast (typed, checked, traced) vs a raw fast batch by hand",
     "batch direct get (get_batch) vs one raw direct get per message",
+    "batch direct get (get_batch, typed) vs a raw batched direct get by hand",
 )
 
 

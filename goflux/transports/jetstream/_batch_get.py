@@ -18,13 +18,22 @@ Two batched forms of that request are used here:
   (``up_to_seq``), so the chunks and pages read the stream as it was then.
 
 Every message carries ``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence``,
-``Nats-Time-Stamp``, ``Nats-Num-Pending`` and ``Nats-Last-Sequence`` (these are taken
-off again: the stored headers remain). A batch ends with an empty message of status
-``204`` (``EOB``) whose ``Nats-Num-Pending`` says how many matching messages the
-stream holds after the batch (0: the end), ``Nats-Last-Sequence`` the last sequence
-sent. Nothing to send at all is status ``404``. A stream without direct gets has no
-responder: the request's status ``503`` (no responders) is then explained with the
-stream's info (missing, or ``allow_direct`` off).
+``Nats-Time-Stamp``, ``Nats-Num-Pending`` and ``Nats-Last-Sequence``, appended after
+its stored headers: the last line of each of these names is taken off again, so
+stored headers of the same names (a republished message has them) remain. A batch
+ends with an empty message of status ``204`` (``EOB``) whose ``Nats-Num-Pending``
+says how many matching messages the stream holds after the batch (0: the end),
+``Nats-Last-Sequence`` the last sequence sent. Nothing to send at all is status
+``404``. A reply with ``Nats-Sequence`` is a message even when its stored headers
+hold a ``Status`` (a message published with one by another client): only a reply
+without it is a status. A stream without direct gets has no responder: the
+request's status ``503`` (no responders) is then explained with the stream's info
+(missing, or ``allow_direct`` off).
+
+nats-server 2.11 counts ``Nats-Num-Pending`` of a ``multi_last`` answer one short
+(fixed in 2.12): an answer cut by ``max_bytes`` just before its last subject says 0
+left. On those servers :func:`get_last_many` asks again after every answer that
+held messages, until one holds none.
 
 :class:`DirectReplies` is the plumbing both use, and the Object store's chunk
 reader too: one reply inbox, requests out, replies classified.
@@ -37,7 +46,7 @@ import contextlib
 import json
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -51,7 +60,6 @@ from goflux._codecs import Codec
 from goflux._errors import GofluxError, TransportError
 from goflux._subjects import validate_pattern
 from goflux.transports._natspy import (
-    HeaderLines,
     api_prefix,
     api_timeout,
     connection,
@@ -72,6 +80,7 @@ from goflux.transports.jetstream._errors import (
     StreamNotFound,
 )
 from goflux.transports.jetstream._features import BATCH_DIRECT_GET, require
+from goflux.transports.jetstream._server import connected_server
 from goflux.transports.jetstream._status import (
     END_OF_BATCH,
     NO_MESSAGES,
@@ -87,6 +96,7 @@ __all__ = (
     "MAX_SUBJECTS",
     "DirectReplies",
     "EndOfBatch",
+    "explain_missing",
     "get_batch",
     "get_last_many",
     "stored_of",
@@ -108,10 +118,14 @@ _UP_TO: Final = "Nats-UpTo-Sequence"
 _SUBJECT: Final = "Nats-Subject"
 _SEQUENCE: Final = "Nats-Sequence"
 _TIME: Final = "Nats-Time-Stamp"
-_ADDED: Final = frozenset(
-    name.lower() for name in ("Nats-Stream", _SUBJECT, _SEQUENCE, _TIME, _PENDING, _LAST, _UP_TO)
-)
-"""The headers a direct get adds to the stored ones."""
+_ADDED: Final = frozenset(("Nats-Stream", _SUBJECT, _SEQUENCE, _TIME, _PENDING, _LAST))
+"""The headers a batched direct get appends to a message's stored ones (as it spells them)."""
+_MAX_SEQUENCE: Final = 2**64 - 1
+"""The largest stream sequence (the server's ``uint64``)."""
+_MAX_INT: Final = 2**63 - 1
+"""The largest ``batch`` or ``max_bytes`` the server reads (its ``int``)."""
+_PENDING_COUNTED: Final = (2, 12, 0)
+"""From this nats-server on, a ``multi_last`` answer's pending count is right."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +164,7 @@ class DirectReplies:
         "_js",
         "_missing",
         "_queue",
+        "_seen",
         "_stream",
         "_sub",
         "_what",
@@ -163,12 +178,18 @@ class DirectReplies:
         self._sub: Subscription | None = None
         self._queue = _Queue()
         self._inbox = ""
+        self._seen = ""  # the sequence of the last reply that had one
         self._finalizer: weakref.finalize[[Subscription], DirectReplies] | None = None
 
     @property
     def is_open(self) -> bool:
         """Whether the inbox is subscribed."""
         return self._sub is not None
+
+    @property
+    def ready(self) -> bool:
+        """Whether a reply is queued (:meth:`next` then returns without waiting)."""
+        return bool(self._queue.replies)
 
     @property
     def what(self) -> str:
@@ -224,23 +245,42 @@ class DirectReplies:
             StreamNotFound: Nothing answers and the stream does not exist.
             StreamFeatureDisabled: Nothing answers: the stream does not allow direct gets.
             ResourceLimit: A ``multi_last`` request matched too many subjects (413).
-            TransportError: Another status from the server.
-            nats.errors.TimeoutError: No reply in time.
+            TransportError: Another status from the server, or no reply in time after
+                earlier replies (naming the last sequence received).
+            nats.errors.TimeoutError: No reply in time, none before either.
         """
         if self._sub is None:
             raise TransportError(f"{self._what}: not open")
-        msg = await self._queue.take(api_timeout(self._js))
+        wait = api_timeout(self._js)
+        try:
+            msg = await self._queue.take(wait)
+        except nats.errors.TimeoutError as exc:
+            if not self._seen:
+                raise
+            raise TransportError(
+                f"{self._what}: the server stopped answering at sequence {self._seen} "
+                f"(the last one received; nothing more within {wait}s)"
+            ) from exc
         headers = msg.headers
         if not headers:
+            return msg
+        # A message has its sequence; a status has none, whatever the message's stored
+        # headers say (a "Status" header of its own is no status).
+        sequence = headers.get(_SEQUENCE)
+        if sequence is not None:
+            self._seen = sequence
             return msg
         status = headers.get(_STATUS)
         if status is None:
             return msg
         if status == END_OF_BATCH:
             up_to = headers.get(_UP_TO)
+            last = int(headers.get(_LAST, "0"))
+            if last:
+                self._seen = str(last)
             return EndOfBatch(
                 pending=int(headers.get(_PENDING, "0")),
-                last_sequence=int(headers.get(_LAST, "0")),
+                last_sequence=last,
                 up_to_sequence=int(up_to) if up_to else None,
             )
         if status == NO_MESSAGES:
@@ -339,26 +379,64 @@ def stored_of(stream: str, codec: Codec[T], msg: Msg) -> StoredMessage[T]:
     return _stored(stream, codec, Stored(subject, sequence, time, msg.data, _kept(headers)))
 
 
+class _Kept(dict[str, str]):
+    """The stored headers of a reply (last value wins), with every line (``lines``)."""
+
+    __slots__ = ("lines", "repeated")
+
+    def __init__(self, lines: list[tuple[str, str]]) -> None:
+        super().__init__(lines)
+        self.lines = lines
+        self.repeated = len(lines) > len(self)
+
+
 def _kept(headers: Mapping[str, str]) -> Mapping[str, str] | None:
-    """The stored headers of a direct get reply: without the ones the get added."""
-    # Every line only where a name repeats (parsing them costs; the dict has the rest).
-    repeated = getattr(headers, "repeated", False)
-    lines: Iterable[tuple[str, str]] = headers.lines if repeated else headers.items()  # type: ignore[attr-defined]
-    kept = [(name, value) for name, value in lines if name.lower() not in _ADDED]
-    if not kept:
-        return None
-    block = "NATS/1.0\r\n" + "".join(f"{name}: {value}\r\n" for name, value in kept)
-    return HeaderLines.parsed(block.encode())
+    """The stored headers of a direct get reply: without the lines the get appended.
+
+    The server appends one line of each name in ``_ADDED`` after the stored lines: the
+    last line of each such name is its, any before it a stored one.
+    """
+    if not getattr(headers, "repeated", False):  # each name once: the dict has every line
+        if len(headers) == len(_ADDED):  # nothing but the appended ones (most messages)
+            return None
+        kept = [(name, value) for name, value in headers.items() if name not in _ADDED]
+    else:
+        kept = list(headers.lines)  # type: ignore[attr-defined]
+        dropped: set[str] = set()
+        for index in range(len(kept) - 1, -1, -1):
+            name = kept[index][0]
+            if name in _ADDED and name not in dropped:
+                dropped.add(name)
+                del kept[index]
+                if len(dropped) == len(_ADDED):
+                    break
+    return _Kept(kept) if kept else None
 
 
-def _missing(js: JetStreamContext, stream: str, what: str, subject: str) -> Missing:
-    """Explains a direct get nobody answers: no such stream, or no direct gets on it."""
+def explain_missing(
+    js: JetStreamContext,
+    stream: str,
+    what: str,
+    subject: str,
+    not_found: Callable[[], GofluxError] | None = None,
+) -> Missing:
+    """Explains a direct get nobody answers: no such stream, or no direct gets on it.
+
+    Args:
+        js: The JetStream context.
+        stream: The stream read.
+        what: What the read is, for the messages.
+        subject: The subject read, for StreamFeatureDisabled.
+        not_found: The error for a missing stream (None: StreamNotFound).
+    """
 
     async def explain() -> GofluxError:
         try:
             info = await api_request(js, f"STREAM.INFO.{stream}")
         except APIError as exc:
             if exc.err_code == STREAM_NOT_FOUND:
+                if not_found is not None:
+                    return not_found()
                 return StreamNotFound(
                     f"{what}: stream not found", code=exc.code, err_code=exc.err_code
                 )
@@ -367,8 +445,9 @@ def _missing(js: JetStreamContext, stream: str, what: str, subject: str) -> Miss
             return api_error(exc, what, js)
         if not info.get("config", {}).get("allow_direct"):
             return StreamFeatureDisabled(
-                f"{what}: the stream does not allow direct gets; create it with "
-                f"ensure_stream(..., allow_direct=True) (the setting 'allow_direct')",
+                f"{what}: stream {stream!r} does not allow direct gets (its setting "
+                f"'allow_direct' is off); turn it on, e.g. with ensure_stream(..., "
+                "allow_direct=True)",
                 subject=subject,
                 stream=stream,
                 setting="allow_direct",
@@ -378,13 +457,75 @@ def _missing(js: JetStreamContext, stream: str, what: str, subject: str) -> Miss
     return explain
 
 
+async def _last_sequence(js: JetStreamContext, stream: str, what: str) -> int:
+    """The stream's last sequence now (STREAM.INFO).
+
+    Raises:
+        StreamNotFound: The stream does not exist.
+        PermissionDenied: The server refused the request.
+        TransportError: No answer in time, or the connection failed.
+    """
+    with api_guard(js, what, f"STREAM.INFO.{stream}"):
+        try:
+            info = await api_request(js, f"STREAM.INFO.{stream}")
+        except APIError as exc:
+            if exc.err_code == STREAM_NOT_FOUND:
+                raise StreamNotFound(
+                    f"{what}: stream not found", code=exc.code, err_code=exc.err_code
+                ) from exc
+            raise api_error(exc, what, js) from exc
+        except nats.errors.Error as exc:
+            raise api_error(exc, what, js) from exc
+    return int(info.get("state", {}).get("last_seq", 0))
+
+
 # ------------------------------------------------------------------ get_batch
 
 
-def _check_positive(name: str, value: object) -> None:
-    """Raise ValueError unless ``value`` is a positive int."""
+async def _send(js: JetStreamContext, replies: DirectReplies, request: Mapping[str, Any]) -> None:
+    """Open the reply inbox (once) and send ``request``.
+
+    Raises:
+        FeatureUnsupported: The server is older than 2.11 (nothing is sent).
+        PermissionDenied: The server refused the inbox or the request.
+        TransportError: The connection failed.
+    """
+    with replies.guard():
+        try:
+            await replies.open()
+            await replies.ask(request)
+        except nats.errors.Error as exc:
+            raise api_error(exc, replies.what, js) from exc
+
+
+async def _receive(js: JetStreamContext, replies: DirectReplies) -> Msg | EndOfBatch | None:
+    """The next reply (see :meth:`DirectReplies.next`), a raw error mapped.
+
+    Raises:
+        PermissionDenied: The server refused the request.
+        TransportError: No answer in time, or the connection failed.
+    """
+    if replies.ready:  # queued already: nothing to wait for, no refusal to listen for
+        return await replies.next()
+    with replies.guard():
+        try:
+            return await replies.next()
+        except nats.errors.Error as exc:
+            raise api_error(exc, replies.what, js) from exc
+
+
+def _check_positive(name: str, value: object, most: int = _MAX_INT) -> None:
+    """Raise ValueError unless ``value`` is an int from 1 to ``most``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    if value > most:
+        raise ValueError(f"{name} must be at most {most}, not {value!r}")
+
+
+def _check_sequence(name: str, value: object) -> None:
+    """Raise ValueError unless ``value`` is a stream sequence (1 to 2**64 - 1)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_SEQUENCE:
+        raise ValueError(f"{name} must be a sequence from 1 to {_MAX_SEQUENCE}, not {value!r}")
 
 
 def get_batch(
@@ -394,21 +535,26 @@ def get_batch(
     stream: str,
     subjects: str | None = None,
     start_seq: int = 1,
+    up_to_seq: int | None = None,
     max_messages: int | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     batch: int = DEFAULT_BATCH,
-) -> AsyncIterator[StoredMessage[T]]:
+) -> AsyncGenerator[StoredMessage[T], None]:
     """The messages ``stream`` stores, decoded, in stream order, read in batches.
 
-    Use it as ``async for message in get_batch(...)``. Each request asks for at most
-    ``batch`` messages and about ``max_bytes`` bytes (the server sends at least one
-    message, however large), from ``start_seq`` or the sequence after the last one
-    received; the next request goes out when a batch has ended. Memory stays bounded by
-    one batch, whatever the stream holds. The read ends after ``max_messages``
-    messages or at the end of the stream (messages stored while reading are read
-    too, until a batch ends with none left); a stream with nothing to read yields
-    nothing. The stream must allow direct gets (``allow_direct``) and the server be
-    nats-server 2.11 or later.
+    Use it as ``async for message in get_batch(...)``; to leave the loop early and
+    remove its reply subscription at once, inside ``contextlib.aclosing(...)`` (else
+    the subscription goes when the generator is collected). Each request asks for at
+    most ``batch`` messages and about ``max_bytes`` bytes (the server sends at least
+    one message, however large), from ``start_seq`` or the sequence after the last
+    one received; the next request goes out when a batch has ended. Memory stays
+    bounded by one batch, whatever the stream holds. The read ends after
+    ``max_messages`` messages, after sequence ``up_to_seq``, or at the end of the
+    stream: without ``up_to_seq``, messages stored while reading are read too, until
+    a batch ends with none left (a writer that keeps ahead keeps the read going:
+    give ``up_to_seq``, e.g. the stream's last sequence before the read, to stop
+    there). A stream with nothing to read yields nothing. The stream must allow
+    direct gets (``allow_direct``) and the server be nats-server 2.11 or later.
 
     The arguments are checked when it is called (nothing is sent then); the server
     is asked on the first iteration.
@@ -420,13 +566,16 @@ def get_batch(
         subjects: Only messages on subjects matching this subject or wildcard pattern
             (the server takes one filter per request); None: every subject.
         start_seq: The first sequence to read (1: from the start).
-        max_messages: Stop after this many messages; None: read to the end.
+        up_to_seq: The last sequence to read; None: up to the end of the stream,
+            however far it grows while being read.
+        max_messages: Stop after this many messages; None: no limit.
         max_bytes: About how many bytes one request asks for.
         batch: How many messages one request asks for at most.
 
     Raises (when called):
-        ValueError: Invalid stream name, ``subjects`` not a string, ``start_seq < 1``,
-            ``max_messages``, ``max_bytes`` or ``batch`` not positive.
+        ValueError: Invalid stream name, ``subjects`` not a string, ``start_seq`` or
+            ``up_to_seq`` not a sequence (1 to 2**64 - 1), ``max_messages`` not
+            positive, ``max_bytes`` or ``batch`` not from 1 to 2**63 - 1.
         InvalidSubject: Invalid subject pattern.
         FeatureUnsupported: The server is older than 2.11 (nothing is sent).
 
@@ -436,7 +585,8 @@ def get_batch(
         DecodeError: A message's data is not a valid ``T`` (naming stream, subject
             and sequence); the messages before it were yielded.
         PermissionDenied: The server refused the request.
-        TransportError: No answer in time, or the connection failed.
+        TransportError: No answer in time (after some messages: naming the sequence
+            it stopped at), or the connection failed.
     """
     check_name("stream", stream)
     if subjects is not None:
@@ -446,16 +596,20 @@ def get_batch(
                 f"filter per request), not {subjects!r}"
             )
         validate_pattern(subjects)
-    if isinstance(start_seq, bool) or not isinstance(start_seq, int) or start_seq < 1:
-        raise ValueError(f"start_seq must be a sequence of 1 or more, not {start_seq!r}")
-    for name, value in (("max_messages", max_messages), ("max_bytes", max_bytes), ("batch", batch)):
-        if value is not None:
-            _check_positive(name, value)
+    _check_sequence("start_seq", start_seq)
+    if up_to_seq is not None:
+        _check_sequence("up_to_seq", up_to_seq)
+    if max_messages is not None:
+        _check_positive("max_messages", max_messages, most=_MAX_SEQUENCE)
+    _check_positive("max_bytes", max_bytes)
+    _check_positive("batch", batch)
     on = f" on {subjects!r}" if subjects is not None else ""
     what = f"reading the messages{on} of stream {stream!r} from sequence {start_seq}"
-    replies = DirectReplies(js, stream, what, _missing(js, stream, what, subjects or ""))
+    replies = DirectReplies(js, stream, what, explain_missing(js, stream, what, subjects or ""))
     replies.check()
-    return _batches(js, codec, replies, stream, subjects, start_seq, max_messages, max_bytes, batch)
+    return _batches(
+        js, codec, replies, stream, subjects, start_seq, up_to_seq, max_messages, max_bytes, batch
+    )
 
 
 async def _batches(
@@ -465,36 +619,31 @@ async def _batches(
     stream: str,
     subjects: str | None,
     seq: int,
+    up_to: int | None,
     max_messages: int | None,
     max_bytes: int,
     batch: int,
-) -> AsyncIterator[StoredMessage[T]]:
+) -> AsyncGenerator[StoredMessage[T], None]:
     left = max_messages
     try:
         while left is None or left > 0:
-            request: dict[str, Any] = {
-                "seq": seq,
-                "batch": batch if left is None else min(batch, left),
-                "max_bytes": max_bytes,
-            }
+            size = batch if left is None else min(batch, left)
+            if up_to is not None:
+                if seq > up_to:
+                    return
+                size = min(size, up_to - seq + 1)  # no more than there are up to there
+            request: dict[str, Any] = {"seq": seq, "batch": size, "max_bytes": max_bytes}
             if subjects is not None:
                 request["next_by_subj"] = subjects
-            with replies.guard():
-                try:
-                    await replies.open()
-                    await replies.ask(request)
-                except nats.errors.Error as exc:
-                    raise api_error(exc, replies.what, js) from exc
+            await _send(js, replies, request)
             while True:
-                with replies.guard():
-                    try:
-                        reply = await replies.next()
-                    except nats.errors.Error as exc:
-                        raise api_error(exc, replies.what, js) from exc
+                reply = await _receive(js, replies)
                 if reply is None:  # 404: nothing (more) to read
                     return
                 if isinstance(reply, EndOfBatch):
                     break
+                if up_to is not None and int(reply.headers[_SEQUENCE]) > up_to:  # type: ignore[index]
+                    return  # (filtered: the next match is past the end)
                 message = stored_of(stream, codec, reply)
                 seq = message.sequence + 1
                 yield message
@@ -524,20 +673,21 @@ async def get_last_many(
     last message. A subject the stream holds nothing on is absent from the result.
     The server answers with one read for at most 1024 matched subjects: more subjects
     are sent in chunks of 1024, and a chunk whose wildcards match more than 1024 is
-    split. The chunks (and the pages of a chunk too big for one answer) read the
-    stream as it was at the first answer (``up_to_seq``), so the result is one
-    point in time as soon as a chunk found something. An answer stops after about
-    ``max_bytes`` bytes and the read goes on from there. The stream must allow direct
-    gets (``allow_direct``) and the server be nats-server 2.11 or later.
+    split. The result is one point in time: every chunk and page reads the stream up
+    to the same sequence (``up_to_seq``): the stream's last one before the first
+    request where more than one chunk is needed, else the first answer's. An answer
+    stops after about ``max_bytes`` bytes and the read goes on from there. The
+    stream must allow direct gets (``allow_direct``) and the server be nats-server
+    2.11 or later.
 
     Raises:
         ValueError: Invalid stream name, ``subjects`` empty or a single string, or
-            ``max_bytes`` not positive.
+            ``max_bytes`` not from 1 to 2**63 - 1.
         InvalidSubject: An invalid subject or pattern.
         FeatureUnsupported: The server is older than 2.11 (nothing is sent).
         StreamNotFound: The stream does not exist.
         StreamFeatureDisabled: The stream does not allow direct gets (``allow_direct``).
-        ResourceLimit: A single pattern matches more than 1024 subjects.
+        ResourceLimit: A single pattern matches more than 1024 subjects (naming it).
         DecodeError: A message's data is not a valid ``T`` (naming stream, subject
             and sequence).
         PermissionDenied: The server refused the request.
@@ -554,19 +704,38 @@ async def get_last_many(
     _check_positive("max_bytes", max_bytes)
     shown = repr(wanted[0]) if len(wanted) == 1 else f"{wanted[0]!r} and {len(wanted) - 1} more"
     what = f"reading the last messages of {shown} in stream {stream!r}"
-    replies = DirectReplies(js, stream, what, _missing(js, stream, what, wanted[0]))
+    replies = DirectReplies(js, stream, what, explain_missing(js, stream, what, wanted[0]))
     replies.check()
+    # Before 2.12 a cut answer may say nothing is left with one subject to go.
+    short_count = not connected_server(connection(js)).has(_PENDING_COUNTED)
     found: dict[str, StoredMessage[T]] = {}
-    up_to: list[int | None] = [None]
     chunks = [wanted[i : i + MAX_SUBJECTS] for i in range(0, len(wanted), MAX_SUBJECTS)]
+    up_to: int | None = None
     try:
+        if len(chunks) > 1:
+            # A first chunk with nothing (404) would not say how far it read: every
+            # chunk reads up to where the stream is now.
+            up_to = await _last_sequence(js, stream, what)
+            if up_to == 0:  # nothing stored yet
+                return found
         while chunks:
             chunk = chunks.pop(0)
             try:
-                await _read_last(js, codec, replies, stream, chunk, max_bytes, up_to, found)
-            except ResourceLimit:
+                up_to = await _read_last(
+                    js, codec, replies, stream, chunk, max_bytes, up_to, short_count, found
+                )
+            except ResourceLimit as exc:
                 if len(chunk) == 1:
-                    raise
+                    raise ResourceLimit(
+                        f"{what}: {chunk[0]!r} matches more than {MAX_SUBJECTS} subjects, "
+                        "the most one read may match; ask for narrower subjects, or read "
+                        "them with a consumer",
+                        code=exc.code,
+                    ) from exc
+                if up_to is None:  # nothing read yet: the halves read up to here
+                    up_to = await _last_sequence(js, stream, what)
+                    if up_to == 0:
+                        return found
                 half = len(chunk) // 2
                 chunks[:0] = [chunk[:half], chunk[half:]]
     finally:
@@ -581,37 +750,36 @@ async def _read_last(
     stream: str,
     chunk: list[str],
     max_bytes: int,
-    up_to: list[int | None],
+    up_to: int | None,
+    short_count: bool,
     found: dict[str, StoredMessage[T]],
-) -> None:
-    """Read the last messages of ``chunk`` (page by page) into ``found``."""
+) -> int | None:
+    """Read the last messages of ``chunk`` (page by page) into ``found``.
+
+    Returns:
+        The sequence the read went up to (``up_to``, else the first answer's).
+    """
     seq = 0
     while True:
         request: dict[str, Any] = {"multi_last": chunk, "max_bytes": max_bytes}
-        if up_to[0] is not None:
-            request["up_to_seq"] = up_to[0]
+        if up_to is not None:
+            request["up_to_seq"] = up_to
         if seq:
             request["seq"] = seq
-        with replies.guard():
-            try:
-                await replies.open()
-                await replies.ask(request)
-            except nats.errors.Error as exc:
-                raise api_error(exc, replies.what, js) from exc
+        await _send(js, replies, request)
+        page = 0
         while True:
-            with replies.guard():
-                try:
-                    reply = await replies.next()
-                except nats.errors.Error as exc:
-                    raise api_error(exc, replies.what, js) from exc
+            reply = await _receive(js, replies)
             if reply is None:  # 404: none of the subjects has a message
-                return
+                return up_to
             if isinstance(reply, EndOfBatch):
                 break
             message = stored_of(stream, codec, reply)
             found[message.subject] = message
-        if up_to[0] is None:
-            up_to[0] = reply.up_to_sequence
-        if reply.pending == 0:
-            return
+            page += 1
+        if up_to is None:
+            up_to = reply.up_to_sequence
+        # A server counting one short: go on until an answer holds nothing.
+        if reply.pending == 0 and not (short_count and page):
+            return up_to
         seq = reply.last_sequence + 1

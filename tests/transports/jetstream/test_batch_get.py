@@ -8,9 +8,13 @@ check how much each request asks for, and that a refused call sends nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
+import os
+import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -19,7 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from goflux import DecodeError, Headers, JsonCodec, StrCodec
+from goflux import DecodeError, Headers, JsonCodec, StrCodec, TransportError
 from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
 from goflux.transports.jetstream import (
@@ -205,7 +209,9 @@ async def test_get_last_many_pages_an_answer_cut_by_max_bytes(
 ) -> None:
     await stream(bare_js)
     await fill(bare_js, [f"r.k.{i}" for i in range(30)] * 2, data=b"x" * 100)
-    await bare_js.publish("r.k.0", b"newer")  # sequence 61, after the first page was cut
+    # r.k.0's last message is now the stream's last (sequence 61): in stream order it
+    # comes last, in the third page.
+    await bare_js.publish("r.k.0", b"newer")
     wanted = [f"r.k.{i}" for i in range(30)]
     last = await jetstream.get_last_many(
         bare_js, CODEC, stream=STREAM, subjects=wanted, max_bytes=1_000
@@ -230,8 +236,8 @@ async def test_get_last_many_sends_more_than_1024_subjects_in_chunks(
     assert sorted(last) == sorted(f"r.k.{i}" for i in range(0, 2_000, 3))
     bodies = await synced(nc, requests)
     assert [len(b["multi_last"]) for b in bodies] == [1024, 976]
-    assert "up_to_seq" not in bodies[0]
-    assert bodies[1]["up_to_seq"] == 667  # the second chunk reads as of the first
+    # Both chunks read up to the stream's last sequence before the first request.
+    assert [b["up_to_seq"] for b in bodies] == [667, 667]
 
 
 async def test_get_last_many_takes_wildcards_and_splits_a_chunk_that_matches_too_many(
@@ -251,6 +257,11 @@ async def test_get_last_many_takes_wildcards_and_splits_a_chunk_that_matches_too
     assert sorted(both) == sorted(subjects)
     bodies = await synced(nc, requests)
     assert [b["multi_last"] for b in bodies] == [["r.a.*", "r.b.*"], ["r.a.*"], ["r.b.*"]]
+    # The refused request read nothing; the halves read up to where the stream was then.
+    assert [b.get("up_to_seq") for b in bodies] == [None, 1_203, 1_203]
+    # Of several subjects, the one that matches too many is named.
+    with pytest.raises(ResourceLimit, match=r"'r\.b\.\*' and 1 more.*: 'r\.>' matches more"):
+        await jetstream.get_last_many(bare_js, CODEC, stream=STREAM, subjects=["r.b.*", "r.>"])
 
 
 # ---------------------------------------------------------------- refusals
@@ -283,7 +294,12 @@ async def test_a_missing_stream_is_stream_not_found(bare_js: JetStreamContext) -
         ({"max_messages": -3}, "max_messages must be a positive integer"),
         ({"max_bytes": 0}, "max_bytes must be a positive integer"),
         ({"batch": 0}, "batch must be a positive integer"),
-        ({"start_seq": 0}, "start_seq must be a sequence of 1 or more"),
+        ({"start_seq": 0}, "start_seq must be a sequence from 1 to"),
+        ({"start_seq": 2**64}, "start_seq must be a sequence from 1 to 18446744073709551615"),
+        ({"up_to_seq": 0}, "up_to_seq must be a sequence from 1 to"),
+        ({"up_to_seq": 2**64}, "up_to_seq must be a sequence from 1 to"),
+        ({"max_bytes": 2**63}, "max_bytes must be at most 9223372036854775807"),
+        ({"batch": 2**63}, "batch must be at most 9223372036854775807"),
         ({"stream": "A.B"}, "invalid stream name"),
         ({"subjects": ["r.a", "r.b"]}, "one subject or wildcard pattern"),
     ],
@@ -304,6 +320,10 @@ async def test_get_last_many_refuses_no_subjects_and_a_string(
         await jetstream.get_last_many(bare_js, CODEC, stream=STREAM, subjects=[])
     with pytest.raises(ValueError, match=r"not the string 'r\.a'"):
         await jetstream.get_last_many(bare_js, CODEC, stream=STREAM, subjects="r.a")
+    with pytest.raises(ValueError, match="max_bytes must be at most 9223372036854775807"):
+        await jetstream.get_last_many(
+            bare_js, CODEC, stream=STREAM, subjects=["r.a"], max_bytes=2**63
+        )
     assert await synced(nc, requests) == []
 
 
@@ -359,3 +379,214 @@ async def test_a_read_left_early_leaves_no_subscription(
     async with asyncio.timeout(10):
         while len(nc._subs) > before:
             await nc.flush()
+
+
+# ---------------------------------------------------------------- what a message holds
+
+
+async def test_a_message_with_a_status_header_of_its_own_is_read_as_a_message(
+    bare_js: JetStreamContext,
+) -> None:
+    # Another client (a bridge, nats.go) stores messages with a "Status" header.
+    await stream(bare_js)
+    await bare_js.publish("r.a", b"one")
+    await bare_js.publish("r.a", b"two", headers={"Status": "404"})
+    await bare_js.publish("r.b", b"bee", headers={"Status": "204", "Description": "EOB"})
+    await bare_js.publish("r.c", b"cee", headers={"Status": "200"})
+    await bare_js.publish("r.a", b"three")
+    got = await read(bare_js)
+    assert [(m.sequence, m.payload) for m in got] == [
+        (1, "one"),
+        (2, "two"),
+        (3, "bee"),
+        (4, "cee"),
+        (5, "three"),
+    ]
+    assert got[1].wire_headers.get_all("Status") == ["404"]
+    assert [m.payload for m in await read(bare_js, subjects="r.c")] == ["cee"]
+    assert [m.payload for m in await read(bare_js, subjects="r.b", batch=1)] == ["bee"]
+    last = await jetstream.get_last_many(
+        bare_js, CODEC, stream=STREAM, subjects=["r.a", "r.b", "r.c"]
+    )
+    assert {s: m.payload for s, m in last.items()} == {"r.a": "three", "r.b": "bee", "r.c": "cee"}
+    assert dict(last["r.b"].wire_headers.multi_items()) == {"Status": "204", "Description": "EOB"}
+    # get_last (STREAM.MSG.GET) keeps the header too.
+    single = await jetstream.get_last(bare_js, CODEC, stream=STREAM, subject="r.c")
+    assert single is not None
+    assert single.wire_headers.get_all("Status") == ["200"]
+
+
+async def test_stored_headers_named_like_the_direct_get_ones_are_kept(
+    bare_js: JetStreamContext,
+) -> None:
+    # A republished message stores Nats-Stream, Nats-Subject, Nats-Sequence,
+    # Nats-Time-Stamp and Nats-Last-Sequence of its origin; the direct get appends its own.
+    await jetstream.ensure_stream(
+        bare_js, name="ORIGIN", subjects=["o.>"], republish={"src": "o.>", "dest": "r.o.>"}
+    )
+    await stream(bare_js)
+    await bare_js.publish("o.x", b"hello")
+    await bare_js.publish("o.x", b"again")
+    async with asyncio.timeout(10):  # republished after the origin's ack
+        while (await bare_js.stream_info(STREAM)).state.messages < 2:
+            await bare_js._nc.flush()
+    single = await jetstream.get_last(bare_js, CODEC, stream=STREAM, subject="r.o.x")
+    assert single is not None
+    stored = list(single.wire_headers.multi_items())
+    assert [name for name, _ in stored] == [
+        "Nats-Stream",
+        "Nats-Subject",
+        "Nats-Sequence",
+        "Nats-Time-Stamp",
+        "Nats-Last-Sequence",
+    ]
+    assert ("Nats-Stream", "ORIGIN") in stored
+    batch = await read(bare_js)
+    assert list(batch[-1].wire_headers.multi_items()) == stored
+    assert (batch[-1].stream, batch[-1].sequence, batch[-1].subject) == (STREAM, 2, "r.o.x")
+    many = await jetstream.get_last_many(bare_js, CODEC, stream=STREAM, subjects=["r.o.x"])
+    assert list(many["r.o.x"].wire_headers.multi_items()) == stored
+    assert many["r.o.x"].sequence == 2
+
+
+# ---------------------------------------------------------------- ending a read
+
+
+async def test_up_to_seq_ends_the_read_there_while_a_writer_keeps_ahead(
+    nc: Client, bare_js: JetStreamContext, requests: Requests
+) -> None:
+    await stream(bare_js)
+    await fill(bare_js, [f"r.{i % 2}" for i in range(30)])
+    got = await read(bare_js, up_to_seq=25, batch=10)
+    assert [m.sequence for m in got] == list(range(1, 26))
+    bodies = await synced(nc, requests)
+    assert [(b["seq"], b["batch"]) for b in bodies] == [(1, 10), (11, 10), (21, 5)]
+    filtered = await read(bare_js, subjects="r.1", up_to_seq=20, batch=4)
+    assert [m.sequence for m in filtered] == list(range(2, 21, 2))
+    # A writer that keeps ahead of the read: it still ends at up_to_seq.
+    written = 30
+    async with contextlib.aclosing(
+        jetstream.get_batch(bare_js, CODEC, stream=STREAM, up_to_seq=60, batch=5)
+    ) as reads:
+        sequences = []
+        async for message in reads:
+            sequences.append(message.sequence)
+            await bare_js.publish("r.more", b"x")
+            written += 1
+    assert sequences == list(range(1, 61))
+    assert written == 90
+
+
+async def test_aclosing_a_read_left_early_removes_its_subscription_at_once(
+    nc: Client, bare_js: JetStreamContext
+) -> None:
+    await stream(bare_js)
+    await fill(bare_js, [f"r.{i}" for i in range(50)])
+    before = len(nc._subs)
+    async with contextlib.aclosing(
+        jetstream.get_batch(bare_js, CODEC, stream=STREAM, batch=10)
+    ) as reads:
+        async for message in reads:
+            assert len(nc._subs) == before + 1
+            if message.sequence == 3:
+                break
+    assert len(nc._subs) == before
+
+
+async def test_a_server_that_stops_answering_mid_read_is_named_with_the_sequence() -> None:
+    async with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream(timeout=0.5)
+            await stream(js)
+            await fill(js, [f"r.{i}" for i in range(10)])
+            assert server.pid is not None
+            reads = jetstream.get_batch(js, CODEC, stream=STREAM, batch=3)
+            async with contextlib.aclosing(reads):
+                for sequence in (1, 2, 3):
+                    assert (await anext(reads)).sequence == sequence
+                await nc.flush()  # the first batch's end is in: the next request is next
+                os.kill(server.pid, signal.SIGSTOP)
+                try:
+                    await stopped(server.pid)
+                    with pytest.raises(
+                        TransportError,
+                        match=r"from sequence 1: the server stopped answering at sequence 3 ",
+                    ):
+                        await anext(reads)
+                finally:
+                    os.kill(server.pid, signal.SIGCONT)
+        finally:
+            await nc.close()
+
+
+def all_stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped."""
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    states = [(task / "stat").read_text().rpartition(")")[2].split()[0] for task in tasks]
+    return all(state in ("T", "t") for state in states)
+
+
+async def stopped(pid: int) -> None:
+    """Wait until every thread of process ``pid`` is stopped (SIGSTOP takes a moment)."""
+    async with asyncio.timeout(10):
+        while not all_stopped(pid):  # noqa: ASYNC110 - no event for it: ask the kernel
+            await asyncio.sleep(0)
+
+
+# ---------------------------------------------------------------- one point in time
+
+
+async def test_get_last_many_over_several_chunks_reads_one_point_in_time(
+    nats_server: NatsServer, nc: Client, bare_js: JetStreamContext, requests: Requests
+) -> None:
+    await stream(bare_js)
+    await bare_js.publish("r.k.1500", b"old")  # only the second chunk finds something
+    wanted = [f"r.k.{i}" for i in range(2_000)]
+    writer = await nats.connect(nats_server.url)
+
+    async def write_when_asked(msg: Msg) -> None:
+        # Another client writes while the read is under way.
+        if json.loads(msg.data).get("multi_last") and not written.done():
+            written.set_result(None)
+            wjs = writer.jetstream()
+            await wjs.publish("r.k.0", b"new-0")
+            await wjs.publish("r.k.1500", b"new-1500")
+
+    written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    spy = await writer.subscribe(f"$JS.API.DIRECT.GET.{STREAM}", cb=write_when_asked)
+    await writer.flush()
+    try:
+        last = await jetstream.get_last_many(bare_js, CODEC, stream=STREAM, subjects=wanted)
+    finally:
+        await spy.unsubscribe()
+    # The first chunk found nothing: without the stream's last sequence asked for first,
+    # the second chunk would read later than the first.
+    assert {s: (m.sequence, m.payload) for s, m in last.items()} == {"r.k.1500": (1, "old")}
+    bodies = await synced(nc, requests)
+    assert [(len(b["multi_last"]), b["up_to_seq"]) for b in bodies] == [(1024, 1), (976, 1)]
+    await writer.close()
+
+
+# ---------------------------------------------------------------- nats-server 2.11
+
+
+async def test_get_last_many_on_2_11_reads_the_subject_after_a_cut_answer() -> None:
+    # nats-server 2.11 counts the pending subjects of a multi_last answer one short:
+    # an answer cut just before the last subject says none is left.
+    binary = await asyncio.to_thread(server_binary, "2.11.11")
+    async with NatsServer(binary=binary) as server:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await stream(js)
+            await fill(js, [f"r.k.{i}" for i in range(11)], data=b"x" * 100)
+            wanted = [f"r.k.{i}" for i in range(11)]
+            for max_bytes in (1_000, 1, 10_000):
+                last = await jetstream.get_last_many(
+                    js, CODEC, stream=STREAM, subjects=wanted, max_bytes=max_bytes
+                )
+                assert sorted(last) == sorted(wanted), max_bytes
+            assert len(await read(js, max_bytes=1_000)) == 11
+        finally:
+            await nc.close()

@@ -32,6 +32,7 @@ from goflux import (
 )
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
+from goflux.transports.jetstream import StreamFeatureDisabled
 from tests.models import Customer, Order
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -547,6 +548,36 @@ async def test_a_reader_dropped_unclosed_leaves_no_subscription(
     async with asyncio.timeout(10):
         while len(nc._subs) > before:
             await nc.flush()
+
+
+async def test_a_bucket_without_direct_gets_names_the_setting(bare_js: JetStreamContext) -> None:
+    store = await jetstream.object_store(bare_js, "files")
+    await store.put("doc", DATA)
+    info = await bare_js.stream_info("OBJ_files")
+    info.config.allow_direct = False  # turned off by hand: the chunks read with direct gets
+    await bare_js.update_stream(info.config)
+    with pytest.raises(StreamFeatureDisabled, match=r"'doc' of bucket 'files'.*allow_direct") as e:
+        await store.get("doc")
+    assert (e.value.stream, e.value.setting) == ("OBJ_files", "allow_direct")
+    assert (await store.info("doc")).size == len(DATA)  # the meta message still reads
+
+
+async def test_a_bucket_deleted_while_being_read_is_bucket_not_found(
+    bare_js: JetStreamContext,
+) -> None:
+    store = await jetstream.object_store(bare_js, "files")
+    await store.put("doc", os.urandom(1_000_000), chunk_size=50_000)
+    async with store.open("doc", window_bytes=100_000) as reader:
+        await anext(reader)
+        await bare_js.delete_stream("OBJ_files")
+
+        async def rest() -> None:
+            async for _ in reader:
+                pass
+
+        with pytest.raises(BucketNotFound, match="the bucket's stream is gone") as caught:
+            await rest()
+    assert caught.value.bucket == "files"
 
 
 async def test_an_object_replaced_while_being_read_says_so(bare_js: JetStreamContext) -> None:

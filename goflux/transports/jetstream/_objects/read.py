@@ -23,7 +23,7 @@ from nats.js import JetStreamContext
 from goflux._errors import GofluxError
 from goflux._lifecycle import AcloseOnExit, CloseOnExit
 from goflux.transports.jetstream._api import api_error
-from goflux.transports.jetstream._batch_get import DirectReplies, EndOfBatch
+from goflux.transports.jetstream._batch_get import DirectReplies, EndOfBatch, explain_missing
 from goflux.transports.jetstream._errors import BucketNotFound, DigestMismatch, ObjectNotFound
 from goflux.transports.jetstream._objects.info import ObjectInfo
 from goflux.transports.jetstream._objects.names import (
@@ -107,9 +107,12 @@ class ChunkReader(CloseOnExit):
         self._sha = hashlib.sha256()
         self._size = 0
         self._what = f"reading object {info.name!r} of bucket {info.bucket!r}"
-        self._replies = DirectReplies(js, stream_name(info.bucket), self._what, self._gone)
+        chunks = chunk_subject(info.bucket, info.nuid)
+        stream = stream_name(info.bucket)
+        missing = explain_missing(js, stream, self._what, chunks, not_found=self._gone)
+        self._replies = DirectReplies(js, stream, self._what, missing)
 
-    async def _gone(self) -> GofluxError:
+    def _gone(self) -> GofluxError:
         return BucketNotFound(
             f"{self._what}: the bucket's stream is gone", bucket=self._info.bucket
         )
@@ -147,8 +150,11 @@ class ChunkReader(CloseOnExit):
             DigestMismatch: All chunks are read and their size or digest is not the
                 object's (a chunk is missing, changed or extra).
             BucketNotFound: The bucket's stream is gone.
+            StreamFeatureDisabled: The bucket's stream does not allow direct gets
+                (its ``allow_direct`` was turned off).
             PermissionDenied: The server refused a request.
-            TransportError: No answer in time, or the connection failed.
+            TransportError: No answer in time (after some chunks: naming the
+                sequence it stopped at), or the connection failed.
         """
         if self._closed:
             return None
@@ -244,6 +250,8 @@ class ObjectReader(AcloseOnExit):
 
     Raises (while iterating):
         DigestMismatch: The bytes read are not the object's.
+        StreamFeatureDisabled: The bucket's stream does not allow direct gets (its
+            ``allow_direct`` was turned off).
         PermissionDenied: The server refused a request.
         TransportError: No answer in time, or the connection failed.
     """
