@@ -459,7 +459,7 @@ class Counter:
         except (nats.errors.Error, TimeoutError) as exc:
             raise api_error(exc, what, self._js) from exc
         headers = reply.headers or {}
-        status = headers.get("Status")
+        status = _status_of(headers)
         if status == NO_MESSAGES:
             return None
         if status is not None:
@@ -546,7 +546,7 @@ class Counter:
                 while True:
                     msg: Msg = await sub.next_msg(timeout=wait)
                     headers = msg.headers or {}
-                    status = headers.get("Status")
+                    status = _status_of(headers)
                     if status is None:
                         received += 1
                         yield self._entry(
@@ -639,3 +639,15 @@ class Counter:
         return CounterEntry(
             subject=subject, value=value, sequence=sequence, increment=increment, sources=sources
         )
+
+
+def _status_of(headers: dict[str, str]) -> str | None:
+    """The server's status of a direct get reply; None for a stored message.
+
+    A stored message carries ``Nats-Sequence`` (the server adds it) and may carry a
+    ``Status`` header of its own, written by another client: only a reply without
+    ``Nats-Sequence`` is a status.
+    """
+    if "Nats-Sequence" in headers:
+        return None
+    return headers.get("Status")

@@ -140,6 +140,18 @@ async def test_totals_reads_every_counter_of_a_pattern(
     assert [(e.value, e.increment) for e in entries] == [(4, 1)]
 
 
+@pytest.mark.parametrize("status", ["404", "204", "408"])
+async def test_a_counter_written_with_a_status_header_of_its_own_is_read(
+    counted: JetStreamContext, status: str
+) -> None:
+    """Another client's increment may carry a ``Status`` header: it is data, not a reply status."""
+    await counted.publish("hits.raw.a", b"", headers={"Nats-Incr": "+5", "Status": status})
+    await counted.publish("hits.raw.b", b"", headers={"Nats-Incr": "+7"})
+    counter = Counter(counted, stream="HITS")
+    assert await counter.get("hits.raw.a") == 5
+    assert await counter.totals("hits.raw.*") == {"hits.raw.a": 5, "hits.raw.b": 7}
+
+
 async def test_totals_over_more_subjects_than_one_batched_get_answers(
     counted: JetStreamContext,
 ) -> None:
