@@ -136,7 +136,10 @@ class AtomicBatch:
         subject = self.subjects[index]
         where = f"atomic batch {self.id!r} of {len(self.subjects)} messages not stored"
         at = f"message {index + 1} (to {subject!r})"
-        if index and index == len(self.subjects) - 1:
+        header_check = isinstance(cause, InvalidSchedule | StreamFeatureDisabled)
+        if header_check and index and index == len(self.subjects) - 1:
+            # The server checks every message's headers at the commit: the refusal may
+            # be another message's.
             at += ", the commit, where the server checks every message's headers,"
         refused = f"{where}: {at} was refused: {cause}"
         if isinstance(cause, StreamFeatureDisabled):
