@@ -36,7 +36,10 @@ left. On those servers :func:`get_last_many` asks again after every answer that
 held messages, until one holds none.
 
 :class:`DirectReplies` is the plumbing both use, and the Object store's chunk
-reader too: one reply inbox, requests out, replies classified.
+reader too: one reply inbox, requests out, replies classified. :func:`last_replies`
+is one ``multi_last`` read, page by page, for :func:`get_last_many` and the batched
+reads of counters; a page the server said more were left for answering 404 (their
+messages removed meanwhile) fails the read rather than pass a part for the whole.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ __all__ = (
     "explain_missing",
     "get_batch",
     "get_last_many",
+    "last_replies",
     "stored_of",
 )
 
@@ -143,8 +147,8 @@ class EndOfBatch:
     up_to_sequence: int | None
 
 
-Missing = Callable[[], Awaitable[GofluxError]]
-"""Says why nothing answers direct gets of a stream (called on status 503)."""
+Missing = Callable[[], Awaitable[Exception]]
+"""Says why nothing answers direct gets of a stream (called on status 503; raised)."""
 
 
 class DirectReplies:
@@ -244,6 +248,8 @@ class DirectReplies:
         Raises:
             StreamNotFound: Nothing answers and the stream does not exist.
             StreamFeatureDisabled: Nothing answers: the stream does not allow direct gets.
+                (Both as :func:`explain_missing` says: nothing answering raises what
+                the missing callback gives.)
             ResourceLimit: A ``multi_last`` request matched too many subjects (413).
             TransportError: Another status from the server, or no reply in time after
                 earlier replies (naming the last sequence received).
@@ -691,7 +697,8 @@ async def get_last_many(
         DecodeError: A message's data is not a valid ``T`` (naming stream, subject
             and sequence).
         PermissionDenied: The server refused the request.
-        TransportError: No answer in time, or the connection failed.
+        TransportError: No answer in time, the connection failed, or a page the
+            server said more were left for found nothing (messages removed meanwhile).
     """
     check_name("stream", stream)
     if isinstance(subjects, str):
@@ -712,18 +719,21 @@ async def get_last_many(
     chunks = [wanted[i : i + MAX_SUBJECTS] for i in range(0, len(wanted), MAX_SUBJECTS)]
     up_to: int | None = None
     try:
-        if len(chunks) > 1:
-            # A first chunk with nothing (404) would not say how far it read: every
-            # chunk reads up to where the stream is now.
-            up_to = await _last_sequence(js, stream, what)
-            if up_to == 0:  # nothing stored yet
-                return found
         while chunks:
+            if up_to is None and len(chunks) > 1:
+                # A first chunk with nothing (404), or refused and halved (413), would
+                # not say how far it read: every chunk reads up to where the stream is now.
+                up_to = await _last_sequence(js, stream, what)
+                if up_to == 0:  # nothing stored yet
+                    return found
             chunk = chunks.pop(0)
             try:
-                up_to = await _read_last(
-                    js, codec, replies, stream, chunk, max_bytes, up_to, short_count, found
-                )
+                async for reply in last_replies(js, replies, chunk, max_bytes, up_to, short_count):
+                    if isinstance(reply, EndOfBatch):  # later chunks read up to the first's end
+                        up_to = reply.up_to_sequence if up_to is None else up_to
+                    else:
+                        message = stored_of(stream, codec, reply)
+                        found[message.subject] = message
             except ResourceLimit as exc:
                 if len(chunk) == 1:
                     raise ResourceLimit(
@@ -732,10 +742,6 @@ async def get_last_many(
                         "them with a consumer",
                         code=exc.code,
                     ) from exc
-                if up_to is None:  # nothing read yet: the halves read up to here
-                    up_to = await _last_sequence(js, stream, what)
-                    if up_to == 0:
-                        return found
                 half = len(chunk) // 2
                 chunks[:0] = [chunk[:half], chunk[half:]]
     finally:
@@ -743,25 +749,34 @@ async def get_last_many(
     return found
 
 
-async def _read_last(
+async def last_replies(
     js: JetStreamContext,
-    codec: Codec[T],
     replies: DirectReplies,
-    stream: str,
-    chunk: list[str],
+    subjects: list[str],
     max_bytes: int,
-    up_to: int | None,
-    short_count: bool,
-    found: dict[str, StoredMessage[T]],
-) -> int | None:
-    """Read the last messages of ``chunk`` (page by page) into ``found``.
+    up_to: int | None = None,
+    short_count: bool = False,
+) -> AsyncGenerator[Msg | EndOfBatch, None]:
+    """The replies of one ``multi_last`` read of ``subjects``: its messages, each page's end.
 
-    Returns:
-        The sequence the read went up to (``up_to``, else the first answer's).
+    A page cut after about ``max_bytes`` is followed by the next, from the sequence
+    after its last message, up to ``up_to`` (None: the first answer's). With
+    ``short_count`` (a server counting one short, before 2.12) it asks again after
+    every page that held messages, until one holds none. Nothing on the subjects
+    (404) ends it. The caller closes ``replies``.
+
+    Raises:
+        ResourceLimit: The subjects match more than 1024 subjects (413).
+        TransportError: A page the server said more were left for had none (their
+            messages removed meanwhile: what was read would pass for the whole),
+            another status, no answer in time, or the connection failed.
+        PermissionDenied: The server refused the request.
+        Exception: What ``replies``' missing callback gives, when nothing answers.
     """
-    seq = 0
+    seq = received = 0
+    more = False  # the last page's end said more are left
     while True:
-        request: dict[str, Any] = {"multi_last": chunk, "max_bytes": max_bytes}
+        request: dict[str, Any] = {"multi_last": subjects, "max_bytes": max_bytes}
         if up_to is not None:
             request["up_to_seq"] = up_to
         if seq:
@@ -770,16 +785,22 @@ async def _read_last(
         page = 0
         while True:
             reply = await _receive(js, replies)
-            if reply is None:  # 404: none of the subjects has a message
-                return up_to
+            if reply is None:  # 404: nothing (more) on the subjects
+                if more:
+                    raise TransportError(
+                        f"{replies.what}: the server found nothing after {received} messages, "
+                        "with more to come (their messages removed meanwhile?); nothing "
+                        "more was read: read them again"
+                    )
+                return
+            yield reply
             if isinstance(reply, EndOfBatch):
                 break
-            message = stored_of(stream, codec, reply)
-            found[message.subject] = message
             page += 1
-        if up_to is None:
-            up_to = reply.up_to_sequence
+        received += page
+        up_to = reply.up_to_sequence if up_to is None else up_to
+        more = reply.pending > 0
         # A server counting one short: go on until an answer holds nothing.
-        if reply.pending == 0 and not (short_count and page):
-            return up_to
+        if not more and not (short_count and page):
+            return
         seq = reply.last_sequence + 1

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import decimal
-import json
 import operator
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ from typing import Any, Final, SupportsIndex, cast
 
 import nats.errors
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 from pydantic_core import from_json
@@ -53,8 +51,10 @@ from goflux.transports.jetstream._api import (
     message_get,
     provisioning_error,
 )
+from goflux.transports.jetstream._batch_get import DirectReplies, last_replies
 from goflux.transports.jetstream._errors import (
     DuplicateMessageId,
+    ResourceLimit,
     StreamFeatureDisabled,
     StreamNotFound,
 )
@@ -62,13 +62,7 @@ from goflux.transports.jetstream._features import BATCH_DIRECT_GET, COUNTERS, re
 from goflux.transports.jetstream._publisher import DEFAULT_TIMEOUT, Publisher
 from goflux.transports.jetstream._replies import counter_value
 from goflux.transports.jetstream._server import connected_server
-from goflux.transports.jetstream._status import (
-    END_OF_BATCH,
-    NO_MESSAGES,
-    NO_RESPONDERS,
-    STREAM_NOT_FOUND,
-    TOO_MANY_RESULTS,
-)
+from goflux.transports.jetstream._status import NO_MESSAGES, STREAM_NOT_FOUND
 from goflux.transports.jetstream._stored import scan
 
 __all__ = ("Counter", "CounterEntry")
@@ -76,6 +70,8 @@ __all__ = ("Counter", "CounterEntry")
 _INCR: Final = "Nats-Incr"
 _SOURCES: Final = "Nats-Counter-Sources"
 _VALUE_TYPE: Final = "CounterValue"
+_SUBJECT: Final = "Nats-Subject"
+_SEQUENCE: Final = "Nats-Sequence"
 # The bytes one batched direct get sends before it ends a batch (and the next goes on
 # from there): bounds what waits in the client's queue, ~25 counters of 20,000 digits.
 _BATCH_BYTES: Final = 1 << 20
@@ -126,10 +122,6 @@ class CounterEntry:
             f"CounterEntry(subject={self.subject!r}, value={_decimal(self.value)}, "
             f"sequence={self.sequence}, increment={increment}, sources={{{sources}}})"
         )
-
-
-class _TooManySubjects(Exception):
-    """A batched direct get matched more subjects than the server answers at once."""
 
 
 class _NoDirectGets(Exception):
@@ -466,8 +458,8 @@ class Counter:
             description = headers.get("Description", "")
             raise TransportError(f"{what}: the server answered {status} {description}")
         return self._entry(
-            headers.get("Nats-Subject", subject),
-            int(headers.get("Nats-Sequence", "0")),
+            headers.get(_SUBJECT, subject),
+            int(headers.get(_SEQUENCE, "0")),
             reply.data,
             headers,
         )
@@ -507,88 +499,48 @@ class Counter:
         validate_pattern(pattern)
         config = await self._load()
         if config.direct and connected_server(self._nc).has(BATCH_DIRECT_GET.since):
-            async with contextlib.aclosing(self._multi_last(pattern)) as many:
+            what = f"counters {pattern!r} of stream {self._stream!r}"
+            read = 0
+            async with contextlib.aclosing(self._multi_last(pattern, what)) as many:
                 try:
                     async for entry in many:
+                        read += 1
                         yield entry
-                except _TooManySubjects:
-                    pass  # raised before any entry: read them the other way
-                except _NoDirectGets:  # raised before any entry
-                    await self._direct_gone(f"counters {pattern!r} of stream {self._stream!r}")
+                except ResourceLimit:
+                    pass  # refused at once (later pages match no more): read the other way
+                except _NoDirectGets as exc:
+                    await self._direct_gone(what)  # raises unless no longer direct
+                    if read:  # read the other way, the entries read would come twice
+                        raise TransportError(
+                            f"{what}: stream {self._stream!r} stopped allowing direct gets "
+                            f"after {read} counters; nothing more was read: read them again"
+                        ) from exc
                 else:
                     return
         async with contextlib.aclosing(self._scan(pattern)) as scanned:
             async for entry in scanned:
                 yield entry
 
-    async def _multi_last(self, pattern: str) -> AsyncGenerator[CounterEntry, None]:
+    async def _multi_last(self, pattern: str, what: str) -> AsyncGenerator[CounterEntry, None]:
         """The last message of each subject of ``pattern``, by batched direct get.
 
         Raises:
-            _TooManySubjects: The pattern matches more subjects than one batch answers.
+            ResourceLimit: The pattern matches more subjects than one batch answers.
             _NoDirectGets: Nothing answered the request.
             TransportError: The server failed the read after some entries (their
                 messages removed meanwhile), or the request failed.
         """
-        what = f"counters {pattern!r} of stream {self._stream!r}"
-        tail = f"DIRECT.GET.{self._stream}"
-        request: dict[str, Any] = {"multi_last": [pattern], "max_bytes": _BATCH_BYTES}
-        inbox = self._nc.new_inbox()
-        sub: Subscription | None = None
-        wait = api_timeout(self._js)
-        received = 0
+        replies = DirectReplies(self._js, self._stream, what, _no_direct_gets)
         try:
-            with api_guard(self._js, what, tail):
-                sub = await self._nc.subscribe(inbox)
-                await self._nc.publish(
-                    f"{api_prefix(self._js)}.{tail}", json.dumps(request).encode(), reply=inbox
-                )
-                while True:
-                    msg: Msg = await sub.next_msg(timeout=wait)
-                    headers = msg.headers or {}
-                    status = _status_of(headers)
-                    if status is None:
-                        received += 1
-                        yield self._entry(
-                            headers.get("Nats-Subject", ""),
-                            int(headers.get("Nats-Sequence", "0")),
-                            msg.data,
-                            headers,
-                        )
-                        continue
-                    if status == END_OF_BATCH:
-                        if int(headers.get("Nats-Num-Pending", "0")) == 0:
-                            return
-                        # Cut short by the byte limit: go on from there, up to the
-                        # same point of the stream.
-                        request["seq"] = int(headers.get("Nats-Last-Sequence", "0")) + 1
-                        request["up_to_seq"] = int(headers.get("Nats-UpTo-Sequence", "0"))
-                        await self._nc.publish(
-                            f"{api_prefix(self._js)}.{tail}",
-                            json.dumps(request).encode(),
-                            reply=inbox,
-                        )
-                        continue
-                    description = headers.get("Description", "")
-                    if received:  # a partial result would pass for the whole
-                        raise TransportError(
-                            f"{what}: the server answered {status} {description} after "
-                            f"{received} counters, with more to come (their messages removed "
-                            "meanwhile?); nothing more was read: read them again"
-                        )
-                    if status == NO_MESSAGES:
-                        return
-                    if status == TOO_MANY_RESULTS:
-                        raise _TooManySubjects
-                    if status == NO_RESPONDERS:
-                        raise _NoDirectGets
-                    raise TransportError(f"{what}: the server answered {status} {description}")
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise api_error(exc, what, self._js) from exc
+            read = last_replies(self._js, replies, [pattern], _BATCH_BYTES)
+            async with contextlib.aclosing(read):
+                async for msg in read:
+                    if isinstance(msg, Msg):
+                        headers = msg.headers or {}
+                        sequence = int(headers.get(_SEQUENCE, "0"))
+                        yield self._entry(headers.get(_SUBJECT, ""), sequence, msg.data, headers)
         finally:
-            if sub is not None:
-                with contextlib.suppress(nats.errors.Error):
-                    await sub.unsubscribe()
+            await replies.close()
 
     async def _scan(self, pattern: str) -> AsyncGenerator[CounterEntry, None]:
         """The last message of each subject of ``pattern``, by a short-lived consumer."""
@@ -641,6 +593,11 @@ class Counter:
         )
 
 
+async def _no_direct_gets() -> Exception:
+    """What a batched read raises when nothing answers it (see :meth:`Counter._direct_gone`)."""
+    return _NoDirectGets()
+
+
 def _status_of(headers: dict[str, str]) -> str | None:
     """The server's status of a direct get reply; None for a stored message.
 
@@ -648,6 +605,6 @@ def _status_of(headers: dict[str, str]) -> str | None:
     ``Status`` header of its own, written by another client: only a reply without
     ``Nats-Sequence`` is a status.
     """
-    if "Nats-Sequence" in headers:
+    if _SEQUENCE in headers:
         return None
     return headers.get("Status")

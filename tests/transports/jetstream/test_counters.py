@@ -544,27 +544,41 @@ async def test_a_deleted_direct_stream_is_not_found(counted: JetStreamContext) -
         await counter.totals()
 
 
+@pytest.mark.parametrize(
+    ("meanwhile", "error"),
+    [
+        ("purge", r"after \d+ messages, with more to come"),
+        ("allow_direct off", r"stopped allowing direct gets after \d+ counters"),
+    ],
+)
 async def test_a_batched_read_whose_messages_go_meanwhile_fails(
-    counted: JetStreamContext,
+    counted: JetStreamContext, meanwhile: str, error: str
 ) -> None:
     # 40 counters of 20,000 digits: more bytes than one batch of the batched direct
-    # get, so it reads them in two; the stream is purged between.
+    # get, so it reads them in two; the stream is purged between, or stops allowing
+    # direct gets (the rest read by a consumer would give the entries read twice).
     counter = Counter(counted, stream="HITS")
     for n in range(40):
         await counter.add(f"hits.w.{n}", HUGE + n)
     assert await counter.totals("hits.w.*") == {f"hits.w.{n}": HUGE + n for n in range(40)}
+    config = (await counted.stream_info("HITS")).config
+    config.allow_direct = False
     seen: list[CounterEntry] = []
 
-    async def read_purging() -> None:
+    async def read_changing() -> None:
         async with contextlib.aclosing(counter.entries("hits.w.*")) as entries:
             async for entry in entries:
-                if not seen:
+                if not seen and meanwhile == "purge":
                     await counted.purge_stream("HITS")
+                elif not seen:
+                    await counted.update_stream(config)
                 seen.append(entry)
 
-    with pytest.raises(TransportError, match=r"after \d+ counters, with more to come"):
-        await read_purging()
+    with pytest.raises(TransportError, match=error):
+        await read_changing()
     assert 0 < len(seen) < 40
+    # Read again: nothing after the purge; all, by a consumer, without direct gets.
+    assert len(await counter.totals("hits.w.*")) == (0 if meanwhile == "purge" else 40)
 
 
 async def test_entries_left_early_leave_no_consumer_behind(counted: JetStreamContext) -> None:
@@ -577,3 +591,19 @@ async def test_entries_left_early_leave_no_consumer_behind(counted: JetStreamCon
             assert (await counted.stream_info("SLOW")).state.consumer_count == 1
             break
     assert (await counted.stream_info("SLOW")).state.consumer_count == 0
+
+
+async def test_a_batched_read_left_early_leaves_no_subscription_behind(
+    counted: JetStreamContext,
+) -> None:
+    counter = Counter(counted, stream="HITS")  # direct gets: a reply inbox
+    for n in range(3):
+        await counter.add(f"hits.e.{n}", n)
+    subs = counted._nc._subs
+    before = len(subs)
+    async with contextlib.aclosing(counter.entries("hits.e.*")) as entries:
+        async for entry in entries:
+            assert entry.subject == "hits.e.0"
+            assert len(subs) == before + 1
+            break
+    assert len(subs) == before
