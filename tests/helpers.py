@@ -52,6 +52,23 @@ async def drained(js: JetStreamContext, stream: str, consumer: str) -> ConsumerI
         await js._nc.flush()
 
 
+async def num_pending_is(
+    js: JetStreamContext, stream: str, consumer: str, count: int, timeout: float = 20.0
+) -> int:
+    """Wait until the server counts ``count`` messages pending for ``consumer``; return it.
+
+    The server counts a stored message for its consumers off a queue of its own, after
+    it sent the PubAck: right after a publish, a loaded server may report fewer. Each
+    look is a round trip; the deadline is checked between them.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (pending := (await js.consumer_info(stream, consumer)).num_pending) != count:
+        assert loop.time() < deadline, f"{consumer!r}: {pending} pending, expected {count}"
+        await js._nc.flush()
+    return count
+
+
 async def pull_waiting(js: JetStreamContext, stream: str, consumer: str) -> None:
     """Wait until ``consumer`` holds a waiting pull request (the server's view)."""
     while (await js.consumer_info(stream, consumer)).num_waiting == 0:

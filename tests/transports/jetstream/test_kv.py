@@ -433,6 +433,34 @@ async def test_a_watcher_sees_a_keys_writes_in_order_and_at_least_the_latest(
     assert got[-1] == 300  # the latest write always arrives
 
 
+@pytest.mark.parametrize(("history", "seen"), [(1, ["delete"]), (2, ["put", "delete"])])
+async def test_a_write_replaced_before_the_watch_received_it_is_gone_with_history_1(
+    bare_js: JetStreamContext, history: int, seen: list[str]
+) -> None:
+    """The race of a put and a delete right after it: the delete may land first.
+
+    The server holds the watch's consumer (paused) while both land, as a loaded
+    server's delivery may lag: with history 1 the delete replaced the put, which is
+    gone, so the watch gets the delete only (anyone waiting for two changes waits
+    for ever); with history 2 it gets both. Reading the put before deleting never
+    depends on it.
+    """
+    kv = await bucket(bare_js, history=history)
+    await kv.put("k", order(1))
+    async with kv.watch() as entries:
+        assert (await anext(entries)).revision == 1
+        [watch] = await bare_js.consumers_info("KV_orders")  # the watch's ordered consumer
+        await jetstream.pause_consumer(bare_js, "KV_orders", watch.name, until=3600)
+        await kv.put("k", order(2))
+        await kv.delete("k")
+        await jetstream.resume_consumer(bare_js, "KV_orders", watch.name)
+        got = [await asyncio.wait_for(anext(entries), 20) for _ in seen]
+        assert [e.operation for e in got] == seen
+        assert got[-1].revision == 3  # the latest always arrives
+        await kv.put("k", order(4))  # and the watch goes on after it
+        assert (await asyncio.wait_for(anext(entries), 20)).revision == 4
+
+
 async def test_a_watch_says_when_it_has_caught_up_with_the_old_writes(
     bare_js: JetStreamContext,
 ) -> None:
