@@ -74,7 +74,7 @@ def server_features(rounds: int, sizes: Sizes) -> list[Table]:
     return [*fast_ingest.run(rounds, sizes), *batch_get.run(rounds, sizes)]
 
 
-def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one block per suite
+def main(argv: list[str] | None = None) -> int:
     args, selected, rounds = parse(argv)
     sizes = SMOKE if args.smoke else FULL
 
@@ -137,9 +137,6 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one block per
         add(spark_tables)
         sections.append(spark.overhead_table(overhead))
     add(server_features(rounds, sizes) if "server-features" in selected else [])
-
-    if "server-features" in selected:
-        add(server_features(rounds, sizes))
 
     checked = goals.check(
         {t.key: t for t in tables},
