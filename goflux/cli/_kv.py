@@ -113,10 +113,8 @@ async def _get(nc: Any, args: argparse.Namespace) -> int:
         print(f"goflux kv: key {args.key!r} not found in bucket {args.bucket!r}", file=sys.stderr)
         return 1
     expires = ""
-    if entry.ttl == "never":
+    if entry.ttl == timedelta.max:  # "never", or another client's TTL past a timedelta
         expires = ", ttl never (kept past the bucket's ttl)"
-    elif entry.ttl == timedelta.max:  # another client's TTL, beyond what Python counts
-        expires = ", ttl too long to show (another client's)"
     elif entry.ttl is not None:
         total = entry.ttl.total_seconds()
         left = total - (datetime.now(UTC) - entry.created).total_seconds()

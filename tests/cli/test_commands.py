@@ -114,7 +114,7 @@ def test_kv_shows_ttls(nats_server: NatsServer, capsys: pytest.CaptureFixture[st
     )
     assert main([*url, "get", "sessions", "huge"]) == 0
     assert re.fullmatch(
-        r"revision 4, \S+, ttl too long to show \(another client's\)\n", capsys.readouterr().err
+        r"revision 4, \S+, ttl never \(kept past the bucket's ttl\)\n", capsys.readouterr().err
     )
 
 

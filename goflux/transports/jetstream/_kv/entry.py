@@ -85,11 +85,11 @@ class Entry(Generic[T_co]):
             ``"Remove"`` (a delete). None for a client's own write.
         ttl: The write's own TTL (``create(..., ttl=)``, ``purge(..., ttl=)``, and
             the server's markers): it is gone ``ttl`` after ``created``.
-            ``"never"``: written with ``ttl="never"``, kept even past the bucket's
-            ``ttl`` (until a later write, delete or purge of the key, or the bucket's
-            ``history``, removes it). None: no TTL of its own, kept as long as the
-            bucket keeps writes. A TTL too long for a ``timedelta`` (another client's
-            write; ~2.7 million years) reads as ``timedelta.max``.
+            ``timedelta.max``: written with ``ttl="never"``, kept even past the
+            bucket's ``ttl`` (until a later write, delete or purge of the key, or the
+            bucket's ``history``, removes it), or a TTL too long for a ``timedelta``
+            (another client's write; ~2.7 million years). None: no TTL of its own,
+            kept as long as the bucket keeps writes.
     """
 
     bucket: str
@@ -100,7 +100,7 @@ class Entry(Generic[T_co]):
     operation: Operation
     delta: int = 0
     marker_reason: str | None = None
-    ttl: timedelta | Literal["never"] | None = None
+    ttl: timedelta | None = None
 
 
 def _header(headers: object, name: str) -> str | None:
@@ -116,10 +116,10 @@ def marker_reason_of(headers: object) -> str | None:
     return _header(headers, MARKER_HEADER) or None
 
 
-def ttl_of(headers: object) -> timedelta | Literal["never"] | None:
+def ttl_of(headers: object) -> timedelta | None:
     """A write's ``Nats-TTL``: whole seconds (``"60"``), a Go duration (``"1m0s"``) or never.
 
-    Returns ``"never"`` for ``never`` (any case, as the server reads it), None without
+    Returns ``timedelta.max`` for ``never`` (any case, as the server reads it), None without
     a TTL or for a value the server would not have taken, and ``timedelta.max`` for
     a TTL longer than a ``timedelta`` holds (the server takes any 64-bit number of
     seconds from another client). Never raises.
@@ -128,7 +128,7 @@ def ttl_of(headers: object) -> timedelta | Literal["never"] | None:
     if not text:
         return None
     if text.lower() == "never":
-        return "never"
+        return timedelta.max  # one type, so the entry has one (e.g. a Spark column's)
     if text.isascii() and text.isdigit():
         seconds = float(int(text)) if len(text) < 300 else math.inf
     else:
