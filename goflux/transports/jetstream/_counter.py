@@ -37,7 +37,7 @@ from nats.js.errors import APIError
 from pydantic_core import from_json
 
 from goflux._codecs import BytesCodec
-from goflux._errors import DecodeError, InvalidSubject, PublishError, TransportError
+from goflux._errors import DecodeError, PublishError, TransportError
 from goflux._otel.telemetry import Telemetry
 from goflux._subjects import matches, validate_pattern, validate_subject
 from goflux.transports._natspy import api_prefix, api_timeout, connection
@@ -57,6 +57,7 @@ from goflux.transports.jetstream._errors import (
     ResourceLimit,
     StreamFeatureDisabled,
     StreamNotFound,
+    SubjectOutsideStream,
 )
 from goflux.transports.jetstream._features import BATCH_DIRECT_GET, COUNTERS, require
 from goflux.transports.jetstream._publisher import DEFAULT_TIMEOUT, Publisher
@@ -245,10 +246,12 @@ class Counter:
             config = await self._load(again=True)  # subjects may have been added
             if not any(matches(pattern, subject) for pattern in config.subjects):
                 held = ", ".join(config.subjects) or "none: it only sums its sources"
-                raise InvalidSubject(
+                raise SubjectOutsideStream(
                     f"{what}: {subject!r} is not a subject of counter stream "
                     f"{self._stream!r} (its subjects: {held}); nothing sent",
                     subject=subject,
+                    stream=self._stream,
+                    subjects=tuple(config.subjects),
                 )
 
     # ------------------------------------------------------------------ counting
@@ -272,7 +275,7 @@ class Counter:
         Raises:
             TypeError: ``delta`` is not an integer (a bool, float or str is refused).
             InvalidSubject: ``subject`` is invalid, or not one of the stream's
-                subjects; nothing sent.
+                subjects (:class:`SubjectOutsideStream`, a subclass); nothing sent.
             InvalidHeader: ``message_id`` cannot travel on the wire.
             FeatureUnsupported: The server is older than 2.12; nothing sent.
             StreamFeatureDisabled: The stream does not have ``allow_msg_counter``

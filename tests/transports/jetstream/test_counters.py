@@ -25,7 +25,7 @@ from goflux import (
 )
 from goflux.testing import NatsServer, server_binary
 from goflux.transports import jetstream
-from goflux.transports.jetstream import Counter, CounterEntry
+from goflux.transports.jetstream import Counter, CounterEntry, SubjectOutsideStream
 from goflux.transports.jetstream._replies import refused
 from goflux.transports.jetstream._status import MSG_COUNTER_BROKEN
 from tests.conftest import Otel
@@ -331,7 +331,7 @@ def test_a_broken_counter_is_named() -> None:
 
 async def test_a_subject_outside_the_stream_is_refused(counted: JetStreamContext) -> None:
     counter = Counter(counted, stream="HITS")
-    with pytest.raises(InvalidSubject, match=r"'slow\.x' is not a subject of counter stream"):
+    with pytest.raises(SubjectOutsideStream, match=r"'slow\.x' is not a subject of counter stream"):
         await counter.add("slow.x", 1)  # another counter stream's subject: never sent
     assert (await counted.stream_info("SLOW")).state.messages == 0
 
