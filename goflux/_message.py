@@ -16,6 +16,7 @@ __all__ = (
     "Message",
     "Outcome",
     "SettlementObserver",
+    "acked_by_transport",
     "observe_settlement",
     "received",
     "retried_by_sender",
@@ -317,6 +318,17 @@ SettlementObserver: TypeAlias = Callable[[Message[Any], Outcome | None], None]
 """Told of a message's settlement: the message and its outcome, or None when a settlement
 failed to reach the broker (the message is unsettled again). One function can observe
 many messages (no closure per message)."""
+
+
+def acked_by_transport(message: Message[Any]) -> None:
+    """Record that the transport has sent ``message``'s ack itself (its auto-ack hot path).
+
+    What :meth:`Message.ack` records once its acker returned, for a transport that
+    sent the ack without a coroutine; the message must be unsettled.
+    """
+    message._settled = "ack"
+    if message._observer is not None:
+        message._observer(message, "ack")
 
 
 def received(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import types
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -27,6 +28,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 __all__ = (
+    "DirectDelivery",
     "ErrorCallback",
     "HeaderLines",
     "LineKeepingClient",
@@ -46,8 +48,12 @@ __all__ = (
     "server_error_line",
     "server_info",
     "set_error_callback",
+    "subscribe_direct",
     "subscription_id",
+    "write_publish",
 )
+
+logger = logging.getLogger("goflux.transports")
 
 _HEADER_LINE_START: Final = len(b"NATS/1.0")
 PAYLOAD_VIOLATION: Final = "maximum payload violation"  # the server's -ERR, lower-cased
@@ -401,3 +407,122 @@ def reconnect_after_payload_violation(nc: Client) -> None:
 
     process_err._goflux_payload_violation = True  # type: ignore[attr-defined]
     nc._process_err = process_err  # type: ignore[method-assign]
+
+
+class DirectDelivery:
+    """Stands in for a nats-py subscription's pending queue: each message is taken at once.
+
+    nats-py puts every message it reads into the subscription's ``asyncio.Queue``,
+    and a task of the subscription's takes it out and awaits the callback: a queue
+    put, a queue get and a coroutine per message. Installed in that queue's place
+    (:func:`subscribe_direct`), this hands each message to ``take`` right where
+    nats-py's reader parsed it, in order, with nothing kept. ``take`` must not raise
+    (it runs in the connection's read loop) and must not block; work it cannot do at
+    once it hands to :meth:`later`, whose tasks a drain of the subscription waits for.
+    """
+
+    __slots__ = ("_later", "_sub", "_take")
+
+    def __init__(self, take: Callable[[Msg, DirectDelivery], None]) -> None:
+        self._take = take
+        self._sub: Subscription | None = None
+        self._later: set[asyncio.Task[None]] = set()
+
+    def later(self, work: Awaitable[None]) -> None:
+        """Run ``work`` as a task that a drain of the subscription waits for."""
+        task = asyncio.ensure_future(work)
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    # What nats-py calls on its pending queue (the reader, drain, next_msg, stats).
+
+    def put_nowait(self, msg: Msg) -> None:
+        """Take ``msg`` (nats-py's reader calls this for each message)."""
+        sub = self._sub
+        if sub is not None:
+            sub._pending_size = 0  # nothing is kept: no slow-consumer drop can trigger
+        try:
+            self._take(msg, self)
+        except Exception:  # nats-py's reader must go on (its other subscriptions too)
+            logger.exception("could not take a message on %r", msg.subject)
+
+    def qsize(self) -> int:
+        """Nothing waits here."""
+        return 0
+
+    def empty(self) -> bool:
+        """Nothing waits here."""
+        return True
+
+    def task_done(self) -> None:
+        """Nothing to count."""
+
+    async def join(self) -> None:
+        """Wait until the work handed to :meth:`later` is done (a drain waits here)."""
+        while self._later:
+            await asyncio.wait(set(self._later))
+
+    async def get(self) -> Msg:
+        """Never returns: messages are taken as they come, not queued."""
+        await asyncio.get_running_loop().create_future()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def subscribe_direct(nc: Client, subject: str, take: DirectDelivery) -> Subscription:
+    """Subscribe ``subject`` on ``nc`` with ``take`` receiving each message at once.
+
+    Where nats-py's internals are not as expected, the subscription runs a callback
+    instead (nats-py's own queue and task) that calls ``take`` the same way.
+
+    Raises:
+        nats.errors.Error: The connection is closed or draining, or the subject is bad.
+    """
+    sub = await nc.subscribe(subject, pending_bytes_limit=0)
+    queue = getattr(sub, "_pending_queue", None)
+    if isinstance(queue, asyncio.Queue) and isinstance(getattr(sub, "_pending_size", None), int):
+        take._sub = sub
+        sub._pending_queue = take  # type: ignore[assignment]
+        while not queue.empty():  # (nothing can have come yet: no request was sent)
+            take.put_nowait(queue.get_nowait())
+        return sub
+    with contextlib.suppress(nats.errors.Error):  # pragma: no cover - another nats-py
+        await sub.unsubscribe()
+
+    async def callback(msg: Msg) -> None:  # pragma: no cover - another nats-py
+        take._take(msg, take)
+
+    return await nc.subscribe(subject, cb=callback)  # pragma: no cover - another nats-py
+
+
+def write_publish(nc: Client, subject: str, payload: bytes) -> bool:
+    """Queue a PUB of ``payload`` to ``subject`` on ``nc`` without awaiting; whether it was.
+
+    For the subjects a server made (a JetStream delivery's ``$JS.ACK`` reply): no
+    subject check, no coroutine, the PUB line formatted in one step (nats-py's own
+    helper costs four times as much), the writer task woken only when it is idle, as
+    ``nc.publish`` would. Only while the connection is up and its buffer has room;
+    otherwise (reconnecting, closed, draining, a full buffer, another nats-py) it
+    returns False and the caller publishes with ``nc.publish``, which handles each case.
+    """
+    try:
+        if nc._status != Client.CONNECTED:
+            return False
+        flusher = nc._flusher_task
+        queue = nc._flush_queue
+        limit = nc._max_pending_size
+        if flusher is None or flusher.done() or queue is None:
+            return False
+        command = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
+        size = nc._pending_data_size + len(command)
+        if limit > 0 and size > limit:
+            return False
+        nc._pending.append(command)
+        nc._pending_data_size = size
+        stats = nc.stats
+        stats["out_msgs"] += 1
+        stats["out_bytes"] += len(payload)
+        if queue.empty():
+            queue.put_nowait(asyncio.get_running_loop().create_future())
+    except AttributeError:  # pragma: no cover - another nats-py
+        return False
+    return True

@@ -9,6 +9,7 @@ import signal
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from goflux.testing import NatsServer
 from goflux.transports import _natspy
@@ -66,3 +67,128 @@ async def test_kept_header_lines_know_when_a_name_repeats() -> None:
     assert repeated.repeated
     assert not single.repeated
     assert repeated.lines == [("A", "1"), ("B", "2"), ("A", "3")]
+
+
+# ------------------------------------------------- direct delivery and queued PUBs
+
+
+@pytest.mark.parametrize(
+    ("subject", "payload"),
+    [
+        ("$JS.ACK.S.c.1.2.3.1732712345123456789.0", b"+ACK"),
+        ("$JS.ACK.dom.hash.S.c.1.2.3.1732712345123456789.0.x", b"-NAK"),
+        ("a.b", b""),
+        ("a.b", b'+TERM poison \xc3\xa9'),
+        ("inbox.\u00e9", b"x" * 70_000),
+    ],
+)
+async def test_a_queued_publish_writes_the_command_nats_py_writes(
+    nats_server: NatsServer, subject: str, payload: bytes
+) -> None:
+    from nats.protocol.command import pub_cmd
+
+    nc = await nats.connect(nats_server.url, flush_timeout=5)
+    try:
+        nc._pending.clear()  # (empty between writes; no other command is queued)
+        before = dict(nc.stats)
+        assert _natspy.write_publish(nc, subject, payload)
+        [ours] = nc._pending
+        theirs = pub_cmd(subject, "", payload)
+        line, body = ours.split(b"\r\n", 1)
+        their_line, their_body = theirs.split(b"\r\n", 1)
+        assert line.split(b" ") == [b"PUB", subject.encode(), b"%d" % len(payload)]
+        assert line.split() == their_line.split()  # (nats-py puts two spaces: no reply)
+        assert body == their_body == payload + b"\r\n"
+        assert nc.stats["out_msgs"] == before["out_msgs"] + 1
+        assert nc.stats["out_bytes"] == before["out_bytes"] + len(payload)
+    finally:
+        await nc.close()
+
+
+async def test_a_queued_publish_reaches_a_subscriber(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    sub = await nc.subscribe("queued.>")
+    await nc.flush()
+    for i in range(3):
+        assert _natspy.write_publish(nc, f"queued.{i}", b"%d" % i)
+    got = [await sub.next_msg(timeout=5) for _ in range(3)]  # no flush: the writer woke
+    assert [(m.subject, m.data) for m in got] == [(f"queued.{i}", b"%d" % i) for i in range(3)]
+    await nc.close()
+
+
+async def test_a_queued_publish_is_refused_where_nats_py_must_decide(
+    nats_server: NatsServer,
+) -> None:
+    # Closed, or over the pending buffer's limit: False, nothing queued; the caller's
+    # nc.publish then raises or flushes as nats-py does.
+    nc = await nats.connect(nats_server.url, pending_size=100)
+    nc._pending.clear()
+    assert not _natspy.write_publish(nc, "big", b"x" * 200)
+    assert nc._pending == []
+    await nc.close()
+    assert not _natspy.write_publish(nc, "closed", b"+ACK")
+
+
+async def test_direct_delivery_takes_each_message_at_once_in_order(
+    nats_server: NatsServer,
+) -> None:
+    nc = await nats.connect(nats_server.url)
+    taken: list[bytes] = []
+    handed: list[bytes] = []
+    all_taken = asyncio.Event()
+
+    def take(msg: Msg, delivery: _natspy.DirectDelivery) -> None:
+        taken.append(msg.data)
+        if len(taken) == 200:
+            all_taken.set()
+
+    delivery = _natspy.DirectDelivery(take)
+    sub = await _natspy.subscribe_direct(nc, "direct", delivery)
+    assert sub._wait_for_msgs_task is None  # no nats-py task between socket and take
+    for i in range(200):
+        await nc.publish("direct", b"%d" % i)
+    await nc.flush()
+    await asyncio.wait_for(all_taken.wait(), 5)
+    assert taken == [b"%d" % i for i in range(200)]
+    assert sub.pending_msgs == 0 and sub.pending_bytes == 0  # nothing kept
+
+    # Work handed to later() runs as tasks a drain waits for.
+    release = asyncio.Event()
+
+    async def slow(data: bytes) -> None:
+        await release.wait()
+        handed.append(data)
+
+    delivery._take = lambda msg, d: d.later(slow(msg.data))
+    await nc.publish("direct", b"late")
+    await nc.flush()
+    draining = asyncio.create_task(_natspy.drain(sub))
+    await asyncio.sleep(0.05)
+    assert not draining.done()  # waits for the handed-on work
+    release.set()
+    await draining
+    assert handed == [b"late"]
+    await nc.close()
+
+
+async def test_a_take_that_raises_leaves_the_connection_reading(
+    nats_server: NatsServer,
+) -> None:
+    nc = await nats.connect(nats_server.url)
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    nc._error_cb = on_error
+
+    def take(msg: Msg, delivery: _natspy.DirectDelivery) -> None:
+        raise RuntimeError("boom")
+
+    await _natspy.subscribe_direct(nc, "raising", _natspy.DirectDelivery(take))
+    other = await nc.subscribe("other")
+    await nc.publish("raising", b"1")
+    await nc.publish("other", b"2")
+    assert (await other.next_msg(timeout=5)).data == b"2"  # the reader goes on
+    assert nc.is_connected
+    await nc.close()

@@ -34,6 +34,7 @@ from goflux._otel.semconv import (
 )
 from goflux._otel.tally import Count
 from goflux._otel.telemetry import Telemetry
+from goflux.transports._natspy import write_publish
 from goflux.transports.jetstream._confirm import Confirmations
 
 __all__ = (
@@ -304,7 +305,8 @@ class JetStreamAcker:
         """
         ledger = self._ledger
         try:
-            await self._nc.publish(self._reply, payload)
+            if not write_publish(self._nc, self._reply, payload):  # the common case: queued
+                await self._nc.publish(self._reply, payload)
         except nats.errors.Error as exc:
             ledger.record_failed(action)
             what = "in_progress" if action is None else _OUTCOME_OF[action]
@@ -313,6 +315,22 @@ class JetStreamAcker:
         if action is not None and not self.released:
             self.released = True
             ledger.release()
+
+    def ack_now(self) -> bool:
+        """Send a plain ack without awaiting, count it, give the room back; whether it was.
+
+        The hot path of auto-ack: False (nothing done) when the subscription confirms
+        acks or the connection cannot take it at once (reconnecting, a full buffer):
+        then :meth:`ack` sends it and reports what fails.
+        """
+        ledger = self._ledger
+        if ledger.confirm_all or not write_publish(self._nc, self._reply, _ACK):
+            return False
+        ledger.record("ack")
+        if not self.released:
+            self.released = True
+            ledger.release()
+        return True
 
     # ack, nak and term return _send's coroutine rather than awaiting it in one of their
     # own: acking is the hot path, and a coroutine frame is a measurable part of it.

@@ -35,7 +35,14 @@ from nats.aio.subscription import Subscription as NatsSubscription
 from nats.js import JetStreamContext
 
 from goflux._errors import PermissionDenied, SubscribeError
-from goflux.transports._natspy import api_prefix, connection, drain, flush
+from goflux.transports._natspy import (
+    DirectDelivery,
+    api_prefix,
+    connection,
+    drain,
+    flush,
+    subscribe_direct,
+)
 from goflux.transports._refusals import Refusal, refusals
 from goflux.transports.jetstream._acker import hand_back
 from goflux.transports.jetstream._api import api_subjects
@@ -244,12 +251,16 @@ class PullEngine:
         await self._fail(error)
 
     async def _open_inbox(self) -> NatsSubscription | None:
-        """Receive on a new inbox; return the previous subscription (to retire)."""
+        """Receive on a new inbox; return the previous subscription (to retire).
+
+        Each message is taken where nats-py's reader parsed it (:class:`DirectDelivery`):
+        no queue and no task of nats-py's between the socket and the workers.
+        """
         previous = self._sub
         self._generation += 1
         self._inbox = self._nc.new_inbox()
-        callback = functools.partial(self._on_message, self._generation)
-        self._sub = await self._nc.subscribe(self._inbox, cb=callback)
+        delivery = DirectDelivery(functools.partial(self._take, self._generation))
+        self._sub = await subscribe_direct(self._nc, self._inbox, delivery)
         return previous
 
     async def _retire(self, subscription: NatsSubscription) -> None:
@@ -342,34 +353,49 @@ class PullEngine:
         if self._handed_back is not None:
             self._handed_back(msg, sent)
 
-    async def _on_message(self, generation: int, msg: Msg) -> None:
-        consumer = self.consumer
-        if generation != self._generation:
-            if msg.reply and consumer.acknowledges:
-                await self._hand_back(msg)  # from a retired inbox
-            return
-        now = self._loop.time()
-        self._last_activity = now
-        if not msg.reply:
-            await self._on_status(msg)
-            return
-        if self._requested > 0:
-            self._requested -= 1
-        if self._priority is not None:
-            self._priority.observe(msg.headers)
-        if self._stopping:
-            if consumer.acknowledges:
-                await self._hand_back(msg)
-            return
-        if self._selective:
-            admission = consumer.admit(msg)
-            if admission is Admission.GAP:
-                self._requested = 0
-                self._loop.create_task(self._recover("lost", "a delivery went missing"))
-            if admission is not Admission.TAKE:
+    def _take(self, generation: int, msg: Msg, delivery: DirectDelivery) -> None:
+        """Take one message from the inbox of ``generation``, in the connection's read loop.
+
+        A delivery goes to the subscription at once; status messages (other than
+        heartbeats) and hand-backs need I/O and run as tasks a drain waits for.
+        Nothing here may raise into nats-py's reader: what cannot be taken is logged.
+        """
+        try:
+            consumer = self.consumer
+            if generation != self._generation:
+                if msg.reply and consumer.acknowledges:
+                    delivery.later(self._hand_back(msg))  # from a retired inbox
                 return
-        self.outstanding += 1
-        self._deliver(msg, now)
+            now = self._loop.time()
+            self._last_activity = now
+            if not msg.reply:
+                headers = msg.headers
+                if headers is None or headers.get("Status") != HEARTBEAT:
+                    delivery.later(self._on_status(msg))
+                return  # an idle heartbeat: the pull request is alive
+            if self._requested > 0:
+                self._requested -= 1
+            if self._priority is not None:
+                self._priority.observe(msg.headers)
+            if self._stopping:
+                if consumer.acknowledges:
+                    delivery.later(self._hand_back(msg))
+                return
+            if self._selective:
+                admission = consumer.admit(msg)
+                if admission is Admission.GAP:
+                    self._requested = 0
+                    delivery.later(self._recover("lost", "a delivery went missing"))
+                if admission is not Admission.TAKE:
+                    return
+            self._deliver(msg, now)
+            self.outstanding += 1
+        except Exception:
+            logger.exception(
+                "could not take a message on %r for consumer %r",
+                msg.subject,
+                self.consumer.name,
+            )
 
     async def _on_status(self, msg: Msg) -> None:
         headers = msg.headers or {}

@@ -45,7 +45,7 @@ from goflux._errors import (
 from goflux._headers import Headers
 from goflux._interfaces import Handler
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
-from goflux._message import Message, received
+from goflux._message import Message, acked_by_transport, received
 from goflux._otel.scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScopes
 from goflux._otel.semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
@@ -685,6 +685,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             return
         self.handled += 1
         if self._auto_ack and message.settled is None:  # the hot path
+            if acker.ack_now():  # sent at once (not with confirm_acks)
+                acked_by_transport(message)
+                return
             if self._confirm_all:
                 acker.deferred = True  # the worker goes on; the room waits for the reply
             try:
