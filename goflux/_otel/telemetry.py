@@ -450,7 +450,19 @@ class Telemetry:
         """Whether anything is recorded at all (:attr:`tracing` or :attr:`metering`)."""
         if self._tracing_on or self._metering_on:
             return True  # the common case once configured: no property calls
-        return self.tracing or self.metering
+        # While nothing is configured (the other common case, checked per message):
+        # one attribute read each, no property call.
+        tracer = self._tracer_proxy
+        if (
+            tracer is not None
+            and getattr(trace, "_TRACER_PROVIDER", tracer) is not None
+            and self.tracing
+        ):
+            return True
+        meter = self._meter_proxy
+        if meter is not None and getattr(meter, "_real_meter", meter) is not None:
+            return self.metering
+        return False
 
     @property
     def w3c_trace_context_only(self) -> bool:

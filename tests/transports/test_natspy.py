@@ -10,6 +10,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.protocol.command import pub_cmd
 
 from goflux.testing import NatsServer
 from goflux.transports import _natspy
@@ -85,8 +86,6 @@ async def test_kept_header_lines_know_when_a_name_repeats() -> None:
 async def test_a_queued_publish_writes_the_command_nats_py_writes(
     nats_server: NatsServer, subject: str, payload: bytes
 ) -> None:
-    from nats.protocol.command import pub_cmd
-
     nc = await nats.connect(nats_server.url, flush_timeout=5)
     try:
         nc._pending.clear()  # (empty between writes; no other command is queued)
@@ -150,7 +149,8 @@ async def test_direct_delivery_takes_each_message_at_once_in_order(
     await nc.flush()
     await asyncio.wait_for(all_taken.wait(), 5)
     assert taken == [b"%d" % i for i in range(200)]
-    assert sub.pending_msgs == 0 and sub.pending_bytes == 0  # nothing kept
+    assert sub.pending_msgs == 0  # nothing kept
+    assert sub.pending_bytes == 0
 
     # Work handed to later() runs as tasks a drain waits for.
     release = asyncio.Event()

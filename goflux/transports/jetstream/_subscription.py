@@ -211,6 +211,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         # deletion are cheaper than set methods on the hot path).
         self._running: dict[JetStreamAcker, None] = {}
         self._workers: list[asyncio.Task[None]] = []
+        # A message stream's subscription has one worker: it hands messages to the
+        # stream's buffer in the order received (see _wake).
+        self._worker_limit = 1 if self._holder is not None else options.concurrency
         self._keeper: asyncio.Task[None] | None = None
         self._drainer: asyncio.Task[None] | None = None
         self._draining = False
@@ -455,7 +458,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         backlog.reply = msg.reply
         backlog.delivered_at = arrival
         self._ready.append((msg, acker))
-        self._wake()
+        if self._idle or len(self._workers) < self._worker_limit:
+            self._wake()  # (else every worker is busy, and each takes from _ready next)
 
     def _handed_back(self, msg: Msg, sent: bool) -> None:
         """The engine naked ``msg`` on arrival (draining, or a retired inbox): count it.
@@ -488,8 +492,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 if not everyone:
                     return
         workers = self._workers
-        limit = 1 if self._holder is not None else self._options.concurrency
-        if not everyone and not self._draining and len(workers) < limit:
+        if not everyone and not self._draining and len(workers) < self._worker_limit:
             name = f"goflux-jetstream-{self.consumer}-{len(workers)}"
             workers.append(self._loop.create_task(self._work(), name=name))
 
@@ -499,6 +502,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             await self._work_guarded(self._guard)
             return
         ready = self._ready
+        tel = self._tel
+        # A handler that is acked when it returns: the hot path runs inline below.
+        plain = self._holder is None and self._auto_ack
+        decode, make, handler = self._codec.decode, self._make, self._handler
+        running = self._running
         # Through a drain too, what was received is worked off (or handed to a stream).
         while not self._draining or ready:
             if not ready:
@@ -507,7 +515,39 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await waiter
                 continue
             msg, acker = ready.popleft()
-            await self._process(msg, acker)
+            if not plain or tel.active:
+                await self._process(msg, acker)
+                continue
+            # What _process does when nothing is recorded, without a coroutine of its
+            # own per message; a message that fails to decode takes _process's path.
+            data = msg.data
+            try:
+                payload = decode(data)
+            except Exception:  # noqa: BLE001 - _process decodes it again and rejects it
+                await self._process(msg, acker)
+                continue
+            raw_headers = msg.headers
+            headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
+            message = make(msg.subject, payload, headers, message_id, data, acker, raw_headers)
+            running[acker] = None
+            try:
+                await handler(message)
+            except asyncio.CancelledError:
+                del running[acker]
+                if await self._after_cancellation(msg, message, acker):
+                    raise
+                continue
+            except Exception as exc:  # noqa: BLE001 - logged by _after_failure
+                del running[acker]
+                await self._after_failure(msg, message, acker, exc)
+                continue
+            del running[acker]
+            self.handled += 1
+            if message.settled is None:
+                if acker.ack_now():
+                    acked_by_transport(message)
+                else:
+                    await self._auto_ack_slowly(message, acker)
 
     async def _work_guarded(self, guard: PoisonGuard) -> None:
         """``_work`` in a ``goflux run`` worker: what runs is kept where the supervisor sees it.
@@ -687,15 +727,19 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if self._auto_ack and message.settled is None:  # the hot path
             if acker.ack_now():  # sent at once (not with confirm_acks)
                 acked_by_transport(message)
-                return
-            if self._confirm_all:
-                acker.deferred = True  # the worker goes on; the room waits for the reply
-            try:
-                await message.ack()
-            except SettlementError as exc:
-                self._unsettled(acker, exc)
+            else:
+                await self._auto_ack_slowly(message, acker)
         else:
             await self._settle_after(message, acker, failed=False)
+
+    async def _auto_ack_slowly(self, message: Message[T], acker: JetStreamAcker) -> None:
+        """Auto-ack where it cannot be sent at once: confirmed, or the connection is busy."""
+        if self._confirm_all:
+            acker.deferred = True  # the worker goes on; the room waits for the reply
+        try:
+            await message.ack()
+        except SettlementError as exc:
+            self._unsettled(acker, exc)
 
     async def _after_failure(
         self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker, exc: Exception

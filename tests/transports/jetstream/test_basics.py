@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 from opentelemetry.sdk.metrics.export import Sum
 
 from goflux import (
+    AlreadySettled,
     DecodeError,
     InvalidSubject,
     JsonCodec,
@@ -243,6 +244,34 @@ async def test_auto_ack_on_return_and_nak_on_raise(js: JetStreamContext) -> None
     assert attempts == {"o-1": 2, "o-2": 1}
     assert sorted(deliveries) == [1, 1, 2]
     assert (subscription.handled, subscription.failed, subscription.redelivered) == (2, 1, 1)
+
+
+async def test_an_auto_acked_message_reads_as_acked_and_refuses_a_second_ack(
+    js: JetStreamContext,
+) -> None:
+    # The auto-ack on return runs inline (no coroutine of Message.ack): the message
+    # must still say it is acked, so a task that kept it cannot ack it twice.
+    kept: list[Message[Order]] = []
+    done = asyncio.Event()
+
+    async def keep(msg: Message[Order]) -> None:
+        kept.append(msg)
+        if len(kept) == 2:
+            done.set()
+
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    subscription = await sub.start("orders.>", keep)
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish("orders.a", order(1))
+    await pub.publish("orders.a", order(2))
+    async with asyncio.timeout(10):
+        await done.wait()
+    await settled_state(js, subscription.consumer, (0, 0, 0))
+    assert [m.settled for m in kept] == ["ack", "ack"]
+    with pytest.raises(AlreadySettled) as raised:
+        await kept[0].ack()
+    assert raised.value.outcome == "ack"
+    await sub.close()
 
 
 async def test_manual_ack_nak_and_term(js: JetStreamContext) -> None:
