@@ -79,7 +79,7 @@ async def test_kept_header_lines_know_when_a_name_repeats() -> None:
         ("$JS.ACK.S.c.1.2.3.1732712345123456789.0", b"+ACK"),
         ("$JS.ACK.dom.hash.S.c.1.2.3.1732712345123456789.0.x", b"-NAK"),
         ("a.b", b""),
-        ("a.b", b'+TERM poison \xc3\xa9'),
+        ("a.b", b"+TERM poison \xc3\xa9"),
         ("inbox.\u00e9", b"x" * 70_000),
     ],
 )
