@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ from bench.shape_cases import (
     PAYLOADS,
     PULLS,
     RAW,
-    RAW_PULL,
+    RAW_PULLS,
     SHAPES,
     Pull,
     Shape,
@@ -73,7 +74,7 @@ class Bench:
     def run(self, work: Awaitable[Any]) -> Any:
         return self.loop.run_until_complete(work)
 
-    def raw(self, shape: Shape, pull: Pull = RAW_PULL) -> Case:
+    def raw(self, shape: Shape, pull: Pull | None = None) -> Case:
         return lambda: self.run(raw_case(self.raw_js, shape, shape.messages(self.sizes), pull))
 
     def goflux(self, shape: Shape) -> Case:
@@ -128,9 +129,8 @@ def matrix(tables: list[Table], sizes: Sizes) -> list[str]:
         if size == next(iter(PAYLOADS)):
             lines += [
                 NOTE.format(
-                    first=RAW_PULL.first,
-                    batch=RAW_PULL.batch,
-                    half=RAW_PULL.batch // 2,
+                    small_pull=RAW_PULLS["1k"].batch,
+                    large_pull=RAW_PULLS["64k"].batch,
                     small=sizes.shapes_msgs,
                     large=sizes.shapes_large_msgs,
                 ),
@@ -163,10 +163,11 @@ NOTE = (
     "of 100 B or 1 KB, {large:,} of 64 KB); every case "
     "reads all of them through a fresh consumer, made and deleted inside the timed "
     "region; the rounds alternate which side goes first. Raw nats-py: a callback "
-    "subscription with hand-sent pull requests ({first} of {batch} at the start, "
-    "another whenever the messages still expected fall to {half}: the fastest here; two "
-    "of 100, one of 100 re-sent at half and one of 500 were slower on small payloads, "
-    "and one of 500 stalled on 64 KB ones), `ack()` per message (ordered: none), on a "
+    "subscription with hand-sent pull requests, two open at the start and another "
+    "whenever the messages still expected fall to half a batch, the batch its fastest "
+    "here: {small_pull} for 100 B and 1 KB, {large_pull} for 64 KB (larger pulls of 64 KB "
+    "messages overran the server's write buffer for the client); `ack()` per message "
+    "(ordered: none), on a "
     "connection of its own. goflux: `jetstream.Subscriber` with its defaults "
     "(auto-ack, max_in_flight 256). Both decode with the same pydantic `TypeAdapter`. "
     "Headers: a `traceparent` and two user headers on every message. Two subscribers: "
@@ -194,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     shape = BY_NAME[args.shape]
     sizes = SMOKE if args.smoke else FULL
     if args.messages:
-        sizes = Sizes(
-            **{**vars(sizes), "shapes_msgs": args.messages, "shapes_large_msgs": args.messages}
+        sizes = dataclasses.replace(
+            sizes, shapes_msgs=args.messages, shapes_large_msgs=args.messages
         )
     bench = Bench(sizes, (shape,))
     try:

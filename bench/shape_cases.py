@@ -17,7 +17,7 @@ A shape is one combination of:
 Every case makes a fresh consumer that delivers its whole stream and deletes it
 afterwards, and returns the messages its handlers got (a :class:`~bench.pull.Tally`
 shared by its subscribers), never what it asked for. Raw nats-py pulls with
-:func:`bench.pull.raw_callback_pull` in :data:`RAW_PULL`'s shape.
+:func:`bench.pull.raw_callback_pull` in the shape :data:`RAW_PULLS` gives its payload.
 """
 
 from __future__ import annotations
@@ -67,11 +67,15 @@ class Pull:
 
 
 PULLS = (Pull(256, 2), Pull(100, 2), Pull(100, 1), Pull(500, 1))
-# Two requests of 256, the fastest here (python -m bench.consume_shapes --raw-pulls, 7
-# rounds): 1.05-1.45 times the rate of two of 100 (the jetstream suite's shape) on 100 B
-# and 1 KB shapes, 0.94 on 64 KB (within the noise); one of 100 re-sent at half was no
-# faster than two of 100; one of 500 stalled on 64 KB messages (1,920 of 4,000 came).
-RAW_PULL = PULLS[0]
+# Raw's pull at its best, by payload (python -m bench.consume_shapes --raw-pulls, 7
+# rounds on four shapes): on 100 B and 1 KB, two requests of 256 were 1.05-1.45 times
+# the rate of two of 100 (the jetstream suite's shape; 0.90-1.09 in 3- and 5-round
+# runs); one of 100 re-sent at half was no faster than two of 100. On 64 KB,
+# two of 100 (two of 256 reached 0.94 of it, one of 100 0.92): there larger pulls
+# overrun nats-server's 64 MB write buffer per client (two competing pulls of
+# 2 x 256 x 64 KB from memory storage: the server cut the connection as a slow
+# consumer; one of 500 stalled the same way).
+RAW_PULLS = {"100b": Pull(256, 2), "1k": Pull(256, 2), "64k": Pull(100, 2)}
 
 
 @dataclass(frozen=True)
@@ -164,8 +168,12 @@ async def fill(js: JetStreamContext, shape: Shape, count: int, window: int) -> N
         raise RuntimeError(f"stream {shape.stream!r} holds {held:,} messages, not {count:,}")
 
 
-async def raw_case(js: JetStreamContext, shape: Shape, count: int, pull: Pull = RAW_PULL) -> int:
-    """Raw nats-py's callback pull(s) in ``shape``; returns the messages handled."""
+async def raw_case(js: JetStreamContext, shape: Shape, count: int, pull: Pull | None = None) -> int:
+    """Raw nats-py's callback pull(s) in ``shape``; returns the messages handled.
+
+    ``pull`` defaults to the payload's in :data:`RAW_PULLS`.
+    """
+    pull = pull or RAW_PULLS[shape.payload]
     tally = Tally(count)
     common: dict[str, Any] = {
         "stream": shape.stream,
