@@ -20,6 +20,7 @@ from bench import (
     chart,
     codec_consume,
     codecs,
+    consume_shapes,
     goals,
     http,
     kv,
@@ -45,6 +46,7 @@ SUITES = (
     "http",
     "spark",
     "server-features",
+    "consume-shapes",
 )
 DEFAULT_OUT = Path(__file__).parent / "results" / "latest"
 
@@ -72,6 +74,21 @@ def server_features(rounds: int, sizes: Sizes) -> list[Table]:
     from bench import batch_get, fast_ingest  # noqa: PLC0415
 
     return [*fast_ingest.run(rounds, sizes), *batch_get.run(rounds, sizes)]
+
+
+def shapes_suite(
+    rounds: int, sizes: Sizes, tables: list[Table], sections: list[str]
+) -> list[Table]:
+    """Run the consume-shapes suite; return its 48 tables (the goals judge them all).
+
+    The report shows its compact matrices (added to ``sections``), not a table per
+    shape, and the chart the shapes :func:`consume_shapes.charted` picks (added to
+    ``tables``).
+    """
+    shape_tables, matrix = consume_shapes.run(rounds, sizes)
+    tables.extend(filter(consume_shapes.charted, shape_tables))
+    sections.extend(matrix)
+    return shape_tables
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,20 +154,20 @@ def main(argv: list[str] | None = None) -> int:
         add(spark_tables)
         sections.append(spark.overhead_table(overhead))
     add(server_features(rounds, sizes) if "server-features" in selected else [])
+    shapes = shapes_suite(rounds, sizes, tables, sections) if "consume-shapes" in selected else []
 
-    checked = goals.check(
-        {t.key: t for t in tables},
-        latencies,
-        overhead,
-        hooks_ns,
-        costs,
-        memory_peaks,
-        http_latencies,
-    )
     write(
         args.out,
         [notes, machine.finish(time.monotonic() - started)],
-        checked,
+        goals.check(
+            {t.key: t for t in [*tables, *shapes]},
+            latencies,
+            overhead,
+            hooks_ns,
+            costs,
+            memory_peaks,
+            http_latencies,
+        ),
         tables,
         sections,
         args.smoke,

@@ -18,7 +18,9 @@ in its JVM and Python workers, so this process's CPU says nothing about it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bench import (
     batch_get,
@@ -30,6 +32,7 @@ from bench import (
     latency,
     memory,
     serial_codecs,
+    shape_cases,
     subjects,
     telemetry,
 )
@@ -198,6 +201,81 @@ def _server_feature_goals(tables: dict[str, Table]) -> list[Goal]:
     return found
 
 
+SHAPE_TARGET = 0.95  # every consume shape, by both throughput ratios
+SHAPE_CPU_TARGET = 0.85  # every consume shape, by CPU per message
+SHAPE_DURABLE_1K_TARGET = 1.0  # the durable-bound 1 KB shapes, by both throughput ratios
+
+
+def shape_target(shape: shape_cases.Shape) -> float:
+    """The throughput ``shape`` must reach against raw (its CPU: :data:`SHAPE_CPU_TARGET`)."""
+    if shape.kind == "durable" and shape.payload == "1k":
+        return SHAPE_DURABLE_1K_TARGET
+    return SHAPE_TARGET
+
+
+def shape_goal(table: Table, shape: shape_cases.Shape, target: float | None = None) -> Goal:
+    """One consume shape's goal: goflux against raw at ``target`` (default: its own)."""
+    return _ratio_goal(
+        table,
+        shape_cases.GOFLUX,
+        shape_target(shape) if target is None else target,
+        f"consume shape {shape.name} vs raw callback pull",
+        cpu_target=SHAPE_CPU_TARGET,
+    )
+
+
+def _shape_goals(tables: dict[str, Table]) -> list[Goal]:
+    """The consume-shapes goals, each over several shapes: met only if every shape meets it.
+
+    The values shown are the lowest over the shapes (each ratio's own lowest); the
+    goal's text names the shapes that fall short.
+    """
+    measured = [
+        (shape, tables[shape_cases.key(shape)])
+        for shape in shape_cases.SHAPES
+        if shape_cases.key(shape) in tables
+    ]
+    found: list[Goal] = []
+    for what, target, chosen in (
+        ("every consume shape", SHAPE_TARGET, measured),
+        (
+            "the durable-bound 1 KB consume shapes",
+            SHAPE_DURABLE_1K_TARGET,
+            [(s, t) for s, t in measured if s.kind == "durable" and s.payload == "1k"],
+        ),
+    ):
+        if not chosen:
+            continue
+        short = [s.name for s, t in chosen if not shape_goal(t, s, target).met]
+
+        def lowest(ratio: Callable[[Table], float], chosen: list[Any] = chosen) -> str:
+            value = min(ratio(t) for _, t in chosen)
+            return f"{math.floor(value * 100 + 1e-9) / 100:.2f}"
+
+        found.append(
+            Goal(
+                f"{what} ({len(chosen)}) vs raw callback pull, the lowest of each ratio; "
+                + _short(short),
+                f">= {target:.2f} (CPU >= {SHAPE_CPU_TARGET:.2f})",
+                lowest(lambda t: t.paired_ratio(shape_cases.GOFLUX)),
+                not short,
+                lowest(lambda t: t.ratio(shape_cases.GOFLUX)),
+                lowest(lambda t: t.cpu_ratio(shape_cases.GOFLUX)),
+                ALL_THREE,
+            )
+        )
+    return found
+
+
+def _short(names: list[str], most: int = 12) -> str:
+    """The shapes that fall short, named (or counted, when there are more than ``most``)."""
+    if not names:
+        return "none short"
+    if len(names) <= most:
+        return f"short: {', '.join(names)}"
+    return f"{len(names)} short (named in the matrices' goal column)"
+
+
 def check(
     tables: dict[str, Table],
     latencies: dict[str, latency.Latencies] | None,
@@ -326,6 +404,7 @@ def check(
     ratio_goal("kv_get", kv.GOFLUX_GET, 0.90, "typed Key-Value get vs raw kv.get + decode")
     ratio_goal("kv_watch", kv.GOFLUX_WATCH, 0.80, "Key-Value watch vs raw kv.watch + decode")
     goals.extend(_server_feature_goals(tables))
+    goals.extend(_shape_goals(tables))
     if latencies is not None:
         raw, ours = latencies[latency.RAW], latencies[latency.GOFLUX]
         extra = ours.percentile(0.5) - raw.percentile(0.5)

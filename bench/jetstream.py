@@ -2,25 +2,24 @@
 
 Raw nats-py gets its best paths: ``await js.publish`` for sequential publishing,
 ``publish_async`` for pipelined publishing, and for consuming a callback subscription
-driven by hand-sent pull requests (batch 100, re-pulled at half), next to the
-documented ``fetch(100)`` loop. Every case encodes or decodes the same 10-field model
-and acks every message. A publishing case counts what the stream stored during it; a
-consuming case counts the messages its handler got. The consume table also runs goflux
-with the usual middleware chain and with OpenTelemetry's no-op providers, to show what
-they cost (``bench/telemetry.py`` measures the SDK recording spans and metrics).
+driven by hand-sent pull requests (two of 100, another at half a batch to go:
+``bench/pull.py``), next to the documented ``fetch(100)`` loop. Every case encodes or
+decodes the same 10-field model and acks every message. A publishing case counts what
+the stream stored during it; a consuming case counts the messages its handler got. The
+consume table also runs goflux with the usual middleware chain and with OpenTelemetry's
+no-op providers, to show what they cost (``bench/telemetry.py`` measures the SDK
+recording spans and metrics).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 import nats
 import nats.errors
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
@@ -29,7 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NoOpTracerProvider
 
-from bench import faststream_cases, harness
+from bench import faststream_cases, harness, pull
 from bench.harness import Table, interleave, wait_for
 from bench.payload import ADAPTER, ORDER, SIZE, Order
 from bench.sizes import Sizes
@@ -38,7 +37,8 @@ from goflux.middleware import RetryPolicy, message_context, retry_ack, timeout
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 
-STREAM = "BENCH"
+STREAM = pull.STREAM
+raw_callback_pull = pull.raw_callback_pull  # raw nats-py's consume: one function, every suite
 CONSUME_PLAIN = "goflux Subscriber, plain acks"
 CONSUME_CONFIRMED = "goflux Subscriber, confirm_acks=True"
 FETCH_BATCH = 100
@@ -116,66 +116,6 @@ async def goflux_pipelined(pub: jetstream.Publisher[Order], count: int, window: 
 
 
 # ------------------------------------------------------------------- consuming
-
-
-async def raw_callback_pull(
-    js: JetStreamContext,
-    count: int,
-    subject: str = "bench.data",
-    *,
-    on_order: Callable[[Order], None] | None = None,
-    deliver_policy: str = "all",
-    ready: asyncio.Event | None = None,
-    confirm: bool = False,
-    decode: Callable[[Msg], Order] | None = None,
-) -> int:
-    """The fastest raw nats-py consumer: callback + hand-sent pull requests + ack().
-
-    With ``confirm``, each message awaits ``ack_sync()`` instead (nats-py's confirmed
-    ack): nats-py runs a subscription's callbacks one at a time, so each message waits
-    for the server's reply to the previous ack, one round trip per message. ``decode``
-    turns a message into its order instead of validating its data (to add work around
-    it, such as telemetry made by hand).
-
-    Returns the messages handled (fewer than ``count`` if the rest never came).
-    """
-    nc = js._nc
-    info = await js.add_consumer(
-        STREAM, filter_subject=subject, ack_policy="explicit", deliver_policy=deliver_policy
-    )
-    inbox = nc.new_inbox()
-    next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{info.name}"
-    batch = 100
-    request = json.dumps({"batch": batch, "expires": 30_000_000_000}).encode()
-    state = {"received": 0, "outstanding": 0}
-    done = asyncio.Event()
-
-    async def on_message(msg: Msg) -> None:
-        if not msg.reply:
-            return  # a status message
-        order = ADAPTER.validate_json(msg.data) if decode is None else decode(msg)
-        if on_order is not None:
-            on_order(order)
-        await (msg.ack_sync(timeout=10) if confirm else msg.ack())
-        state["received"] += 1
-        state["outstanding"] -= 1
-        if state["outstanding"] == batch // 2:
-            state["outstanding"] += batch
-            await nc.publish(next_subject, request, reply=inbox)
-        if state["received"] == count:
-            done.set()
-
-    sub = await nc.subscribe(inbox, cb=on_message)
-    state["outstanding"] = 2 * batch
-    await nc.publish(next_subject, request, reply=inbox)
-    await nc.publish(next_subject, request, reply=inbox)
-    await nc.flush()
-    if ready is not None:
-        ready.set()
-    await wait_for(done, lambda: state["received"])
-    await sub.unsubscribe()
-    await js.delete_consumer(STREAM, info.name)
-    return state["received"]
 
 
 async def raw_fetch(js: JetStreamContext, count: int) -> int:

@@ -31,6 +31,8 @@ class Sizes:
     http_msgs: int = 2_000  # HTTP publish -> handler, per case and round
     http_concurrency: int = 16  # publishers sending at once
     http_requests: int = 1_000  # HTTP request/reply, sequential, per case and round
+    shapes_msgs: int = 20_000  # consume-shapes: 100 B and 1 KB messages per case and round
+    shapes_large_msgs: int = 4_000  # consume-shapes: 64 KB messages per case and round
 
 
 FULL = Sizes()
@@ -55,4 +57,6 @@ SMOKE = Sizes(
     service_calibration=0.2,
     http_msgs=200,
     http_requests=50,
+    shapes_msgs=60,
+    shapes_large_msgs=20,
 )

@@ -9,14 +9,16 @@ are asked for: they return what arrived, and the harness refuses the short count
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import nats
+import nats.js
 import pytest
 
 from bench import (
@@ -29,6 +31,7 @@ from bench import (
     memory,
     serial_codecs,
     service,
+    shape_cases,
     subjects,
 )
 from bench import fast_ingest as fast_bench
@@ -47,6 +50,12 @@ from tests.processes import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The consume-shapes matrices: a title per payload, and the messages of each case.
+SHAPE_TABLES = (
+    ("Consume shapes, 100-byte JSON payload", SMOKE.shapes_msgs),
+    ("Consume shapes, 1,024-byte JSON payload", SMOKE.shapes_msgs),
+    ("Consume shapes, 65,536-byte JSON payload", SMOKE.shapes_large_msgs),
+)
 TITLES = (
     "Encode the 10-field model",
     "MsgpackCodec.encode: the 10-field model",
@@ -81,6 +90,7 @@ TITLES = (
     "Spark micro-batch overhead",
     "JetStream fast ingest",
     f"Reading {SMOKE.batch_get_msgs:,} stored messages",
+    *(title for title, _ in SHAPE_TABLES),
 )
 CASES = (
     "raw ormsgpack",
@@ -169,7 +179,12 @@ COUNTS = {
     "Spark sink: messages/s": SMOKE.spark_sink_rows,
     "JetStream fast ingest": SMOKE.pipelined,
     f"Reading {SMOKE.batch_get_msgs:,} stored messages": SMOKE.batch_get_msgs,
+    **dict(SHAPE_TABLES),
 }
+SHAPE_GOALS = (
+    "every consume shape (48) vs raw callback pull",
+    "the durable-bound 1 KB consume shapes (8) vs raw callback pull",
+)
 GOALS = (
     *(
         f"{name}.{step} time vs raw {library} + TypeAdapter"
@@ -205,6 +220,7 @@ GOALS = (
     "fast ingest: publish_fast (typed, checked, traced) vs a raw fast batch by hand",
     "batch direct get (get_batch) vs one raw direct get per message",
     "batch direct get (get_batch, typed) vs a raw batched direct get by hand",
+    *SHAPE_GOALS,
 )
 
 
@@ -268,6 +284,117 @@ def test_unknown_suite_is_refused() -> None:
     assert "unknown suite(s) ['kafka']" in result.stderr
 
 
+@pytest.mark.timeout(180)
+def test_consume_shapes_smoke_run_reports_every_shape(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--only",
+            "consume-shapes",
+            "--smoke",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=scaled(150),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (tmp_path / "report.md").read_text()
+    shown = []
+    for title, expected in SHAPE_TABLES:
+        rows = table_rows(report, title)
+        shown += [row[0] for row in rows]
+        for row in rows:
+            assert int(row[1].replace(",", "")) == expected, (title, row)
+            assert all(float(cell.replace(",", "")) > 0 for cell in row[2:9]), row
+            assert row[9] in ("yes", "**no**"), row
+    assert shown == [shape.name for shape in shape_cases.SHAPES]
+    assert len(shown) == 48
+    assert "durable-1k-plain-file-1" in shown
+    assert "durable-1k-plain-file-2" in shown
+    assert "ephemeral-1k-plain-file-2" not in shown
+    check_goals(report, SHAPE_GOALS)
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(60)
+async def test_shape_cases_return_what_arrived_not_what_was_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(harness, "PATIENCE", 1.0)  # how long a case waits for more
+    with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        raw_nc = await nats.connect(server.url)
+        try:
+            js, raw_js = nc.jetstream(), raw_nc.jetstream()
+            base = shape_cases.BY_NAME["durable-1k-headers-memory-1"]
+            await shape_cases.fill(js, base, 20, 8)
+            for kind, subscribers in (
+                ("durable", 1),
+                ("durable", 2),
+                ("ephemeral", 1),
+                ("ordered", 1),
+            ):
+                shape = dataclasses.replace(base, kind=kind, subscribers=subscribers)
+                # Asked for 25 of the 20 stored: each side reports 20, its handlers' count.
+                assert await shape_cases.raw_case(raw_js, shape, 25) == 20, shape.name
+                assert await shape_cases.goflux_case(js, shape, 25) == 20, shape.name
+                assert await shape_cases.goflux_case(js, shape, 20) == 20, shape.name
+            # Every case deleted the consumer it made.
+            assert [c async for c in consumer_names(js, base.stream)] == []
+        finally:
+            await nc.close()
+            await raw_nc.close()
+
+
+async def consumer_names(js: nats.js.JetStreamContext, stream: str) -> AsyncIterator[str]:
+    """The names of ``stream``'s consumers."""
+    for info in await js.consumers_info(stream):
+        yield info.name
+
+
+def test_shape_goals_are_met_only_when_every_shape_meets_them() -> None:
+    def shape_table(name: str, rates: list[float], cpu_us: float) -> Table:
+        shape = shape_cases.BY_NAME[name]
+        raw = Result(shape_cases.RAW, rates=[100.0, 130.0, 70.0], cpu_us=[10.0] * 3, counts=[1] * 3)
+        ours = Result(shape_cases.GOFLUX, rates=rates, cpu_us=[cpu_us] * 3, counts=[1] * 3)
+        return Table(shape_cases.key(shape), "t", {raw.name: raw, ours.name: ours}, raw.name)
+
+    def check(*tables: Table) -> list[goals.Goal]:
+        return goals.check({t.key: t for t in tables}, None, None)
+
+    fast = shape_table("ordered-100b-plain-file-1", [95.0, 124.0, 67.0], 11.7)  # 0.95, CPU 0.85
+    durable = shape_table("durable-1k-plain-file-1", [100.0, 130.0, 70.0], 11.7)  # 1.0
+    every, one_k = check(fast, durable)
+    assert every.what.startswith("every consume shape (2)")
+    assert (every.target, every.measured, every.of_medians, every.cpu, every.met) == (
+        ">= 0.95 (CPU >= 0.85)",
+        "0.95",
+        "0.95",
+        "0.85",
+        True,
+    )
+    assert (one_k.target, one_k.measured, one_k.met) == (">= 1.00 (CPU >= 0.85)", "1.00", True)
+    assert one_k.what.endswith("none short")
+    # The durable 1 KB shape at 0.97: it meets the first goal, not its own.
+    slow = shape_table("durable-1k-plain-file-1", [97.0, 126.0, 68.0], 11.0)
+    every, one_k = check(fast, slow)
+    assert every.met
+    assert not one_k.met
+    assert one_k.what.endswith("short: durable-1k-plain-file-1")
+    # One ratio of one shape short fails the goal over all shapes, and names the shape.
+    hungry = shape_table("ephemeral-64k-headers-memory-1", [100.0, 130.0, 70.0], 12.0)
+    [every] = check(fast, hungry)
+    assert (every.cpu, every.met) == ("0.83", False)
+    assert every.what.endswith("short: ephemeral-64k-headers-memory-1")
+    assert goals.shape_goal(fast, shape_cases.BY_NAME["ordered-100b-plain-file-1"]).met
+
+
 def table_rows(report: str, title: str) -> list[list[str]]:
     """The body rows of the table under ``### <title>...``, split into cells."""
     section = report.split(f"### {title}", 1)[1].split("\n### ", 1)[0]
@@ -275,15 +402,15 @@ def table_rows(report: str, title: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
 
 
-def check_goals(report: str) -> None:
+def check_goals(report: str, expected: tuple[str, ...] = GOALS) -> None:
     """Every goal once; a throughput goal shows three ratios and is met only if all reach it."""
     section = report.split("## Goals", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("| ")]
     assert lines[0].startswith("| goal | target | median of per-round ratios")
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
-    for goal in GOALS:
+    for goal in expected:
         assert sum(row[0].startswith(goal) for row in rows) == 1, (goal, rows)
-    assert len(rows) == len(GOALS)
+    assert len(rows) == len(expected)
     for what, target, paired, of_medians, cpu, met, judged_on in rows:
         assert met in ("yes", "**no**"), what
         most = re.fullmatch(r"<= ([\d.]+)x", target)  # a codec's time over its library's
