@@ -250,6 +250,7 @@ class JetStreamAcker:
         reply: The message's reply subject.
         ledger: The subscription's ledger.
         arrival: Event-loop time the message arrived.
+        delivered: The delivery count, if known (else read from ``reply``).
 
     Raises:
         ValueError: ``reply`` is not a JetStream ack subject.
@@ -265,12 +266,21 @@ class JetStreamAcker:
         "released",
     )
 
-    def __init__(self, nc: Client, reply: str, ledger: Ledger, arrival: float) -> None:
-        tokens, offset = ack_tokens(reply)  # the tokens are not kept: memory per message
+    def __init__(
+        self,
+        nc: Client,
+        reply: str,
+        ledger: Ledger,
+        arrival: float,
+        delivered: int | None = None,
+    ) -> None:
+        if delivered is None:
+            tokens, offset = ack_tokens(reply)  # the tokens are not kept: memory per message
+            delivered = int(tokens[offset + 2])
         self._nc = nc
         self._reply = reply
         self._ledger = ledger
-        self.num_delivered = int(tokens[offset + 2])
+        self.num_delivered = delivered
         self.last_progress = arrival
         self.released = False  # its in-flight room was given back (at most once)
         self.deferred = False  # a confirmed ack.ack() returns once sent (the auto-ack)

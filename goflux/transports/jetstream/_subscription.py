@@ -451,7 +451,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
     def _enqueue(self, msg: Msg, arrival: float) -> None:
         """Take a message from the engine: queue it and wake a worker."""
-        acker = JetStreamAcker(self._nc, msg.reply, self._ledger, arrival)
+        # A consumer without acks (ordered) never redelivers: no need to read the count.
+        delivered = None if self._acknowledged else 1
+        acker = JetStreamAcker(self._nc, msg.reply, self._ledger, arrival, delivered)
         if acker.num_delivered > 1:
             self._count_redelivery()
         backlog = self._backlog  # the pending count in its reply: goflux.consumer.pending
@@ -503,8 +505,10 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             return
         ready = self._ready
         tel = self._tel
-        # A handler that is acked when it returns: the hot path runs inline below.
-        plain = self._holder is None and self._auto_ack
+        # A handler that is acked when it returns, or whose consumer takes no acks
+        # (ordered): the hot path runs inline below.
+        acknowledged = self._acknowledged
+        plain = self._holder is None and (self._auto_ack or not acknowledged)
         decode, make, handler = self._codec.decode, self._make, self._handler
         running = self._running
         # Through a drain too, what was received is worked off (or handed to a stream).
@@ -543,7 +547,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 continue
             del running[acker]
             self.handled += 1
-            if message.settled is None:
+            if not acknowledged:
+                acker.release()  # nothing to send: the room is free
+            elif message.settled is None:
                 if acker.ack_now():
                     acked_by_transport(message)
                 else:
