@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import types
 from collections.abc import Awaitable, Callable
@@ -54,6 +55,8 @@ __all__ = (
 )
 
 logger = logging.getLogger("goflux.transports")
+# nats-py's Msg fields, in order (checked before a Msg is built positionally).
+_MSG_FIELDS = ("_client", "subject", "reply", "data", "headers", "_metadata", "_ackd", "_sid")
 
 _HEADER_LINE_START: Final = len(b"NATS/1.0")
 PAYLOAD_VIOLATION: Final = "maximum payload violation"  # the server's -ERR, lower-cased
@@ -484,6 +487,10 @@ async def subscribe_direct(nc: Client, subject: str, take: DirectDelivery) -> Su
         sub._pending_queue = take  # type: ignore[assignment]
         while not queue.empty():  # (nothing can have come yet: no request was sent)
             take.put_nowait(queue.get_nowait())
+        routes = _direct_routes(nc)
+        sid = subscription_id(sub)
+        if routes is not None and sid is not None and isinstance(sub._received, int):
+            routes[sid] = take
         return sub
     with contextlib.suppress(nats.errors.Error):  # pragma: no cover - another nats-py
         await sub.unsubscribe()
@@ -492,6 +499,68 @@ async def subscribe_direct(nc: Client, subject: str, take: DirectDelivery) -> Su
         take._take(msg, take)
 
     return await nc.subscribe(subject, cb=callback)  # pragma: no cover - another nats-py
+
+
+def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:
+    """The subscriptions of ``nc`` whose messages skip nats-py's ``_process_msg``.
+
+    nats-py's reader hands every message to ``_process_msg``, which counts it, looks
+    its subscription up, parses its headers, builds the ``Msg``, then checks for slow
+    consumers, request futures and JetStream flow control before queueing it. For a
+    :class:`DirectDelivery` subscription only the first four apply: installed once on
+    ``nc`` (an instance attribute, as nats-py's reader looks the method up on every
+    message), this does those and hands the ``Msg`` over; every other subscription's
+    messages go to nats-py's method as before. None where nats-py's internals are not
+    as expected (the subscription's queue still takes each message at once).
+    """
+    routes = getattr(nc, "_goflux_direct_routes", None)
+    if isinstance(routes, dict):
+        return routes
+    original = getattr(nc, "_process_msg", None)
+    process_headers = getattr(nc, "_process_headers", None)
+    subs = getattr(nc, "_subs", None)
+    message_class = getattr(nc, "msg_class", None)
+    if not (callable(original) and callable(process_headers) and isinstance(subs, dict)):
+        return None
+    if not isinstance(message_class, type) or not isinstance(getattr(nc, "stats", None), dict):
+        return None
+    direct: dict[int, DirectDelivery] = {}
+    stats = nc.stats
+    fields = [f.name for f in dataclasses.fields(Msg)] if dataclasses.is_dataclass(Msg) else []
+    positional = message_class is Msg and fields == list(_MSG_FIELDS)
+
+    async def process_msg(
+        sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        delivery = direct.get(sid)
+        if delivery is None:
+            await original(sid, subject, reply, data, headers)
+            return
+        sub = subs.get(sid)
+        if sub is None:  # unsubscribed or drained: nats-py would drop it too
+            del direct[sid]
+            return
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        sub._received += 1
+        # (nc's own method, looked up now: keep_header_lines may replace it)
+        parsed = await nc._process_headers(headers) if headers else None
+        if positional:  # nats-py's Msg: its fields in order (keywords cost twice as much)
+            msg = Msg(nc, subject.decode(), reply.decode(), data, parsed, None, False, sid)
+        else:  # a client's own message class: as nats-py builds it
+            msg = message_class(
+                _client=nc,
+                subject=subject.decode(),
+                reply=reply.decode(),
+                data=data,
+                headers=parsed,
+                _sid=sid,
+            )
+        delivery.put_nowait(msg)
+
+    nc._process_msg = process_msg  # type: ignore[method-assign]
+    nc._goflux_direct_routes = direct  # type: ignore[attr-defined]
+    return direct
 
 
 def write_publish(nc: Client, subject: str, payload: bytes) -> bool:

@@ -192,3 +192,47 @@ async def test_a_take_that_raises_leaves_the_connection_reading(
     assert (await other.next_msg(timeout=5)).data == b"2"  # the reader goes on
     assert nc.is_connected
     await nc.close()
+
+
+async def test_direct_delivery_leaves_the_other_subscriptions_to_nats_py(
+    nats_server: NatsServer,
+) -> None:
+    # nats-py's _process_msg is bypassed for the direct subscription only: its
+    # messages are counted as nats-py counts them, every other subscription (a
+    # callback, an iterator, a request's reply) works as before, and once the direct
+    # one is gone its messages are dropped as nats-py drops them.
+    nc = await nats.connect(nats_server.url)
+    taken: list[Msg] = []
+    delivery = _natspy.DirectDelivery(lambda msg, d: taken.append(msg))
+    direct = await _natspy.subscribe_direct(nc, "mixed.direct", delivery)
+    echoed: list[bytes] = []
+
+    async def echo(msg: Msg) -> None:
+        echoed.append(msg.data)
+        await msg.respond(b"re:" + msg.data)
+
+    await nc.subscribe("mixed.echo", cb=echo)
+    plain = await nc.subscribe("mixed.plain")
+    before = nc.stats["in_msgs"]
+    await nc.publish("mixed.direct", b"d1", headers={"A": "1"})
+    reply = await nc.request("mixed.echo", b"e1", timeout=5)
+    await nc.publish("mixed.plain", b"p1")
+    assert (await plain.next_msg(timeout=5)).data == b"p1"
+    assert reply.data == b"re:e1"
+    assert echoed == [b"e1"]
+    [msg] = taken
+    assert (msg.subject, msg.data, msg.headers, msg.reply) == (
+        "mixed.direct",
+        b"d1",
+        {"A": "1"},
+        "",
+    )
+    assert msg._sid == direct._id
+    assert nc.stats["in_msgs"] - before == 4  # direct, echo request, its reply, plain
+    assert direct.delivered == 1
+    await direct.unsubscribe()
+    await nc.publish("mixed.direct", b"d2")
+    await nc.publish("mixed.plain", b"p2")
+    assert (await plain.next_msg(timeout=5)).data == b"p2"  # (after d2: nats-py's order)
+    assert [m.data for m in taken] == [b"d1"]
+    await nc.close()

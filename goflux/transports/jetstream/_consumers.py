@@ -376,9 +376,17 @@ class PullLimits:
         options: The subscriber's options (batch, expires, heartbeat).
         max_batch: The consumer's ``max_batch``, if it sets one.
         max_expires: The consumer's ``max_expires`` in seconds, if it sets one.
+        max_ack_pending: The consumer's ``max_ack_pending`` (acknowledged consumers).
+
+    Attributes:
+        server_bounded: The server holds the in-flight bound itself: the consumer
+            delivers at most ``max_in_flight`` unacknowledged messages (its
+            ``max_ack_pending`` is no larger), so a pull may ask beyond the bound and
+            the server sends the next message as soon as an ack frees room, without
+            waiting for a new pull request.
     """
 
-    __slots__ = ("batch", "expires", "heartbeat")
+    __slots__ = ("batch", "expires", "heartbeat", "server_bounded")
 
     def __init__(
         self,
@@ -386,10 +394,14 @@ class PullLimits:
         *,
         max_batch: int | None = None,
         max_expires: float | None = None,
+        max_ack_pending: int | None = None,
     ) -> None:
         self.batch = min(options.batch, max_batch) if max_batch else options.batch
         self.expires = min(options.expires, max_expires) if max_expires else options.expires
         self.heartbeat = min(options.heartbeat, self.expires / 2)
+        self.server_bounded = (
+            max_ack_pending is not None and 0 < max_ack_pending <= options.max_in_flight
+        )
 
 
 class Binding(NamedTuple):
@@ -445,7 +457,11 @@ async def create_ephemeral(
         consumer = OrderedConsumer(js, stream, info, subject=subject, options=options)
     else:
         consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=True)
-    return Binding(consumer, info.config.ack_wait or 30.0, PullLimits(options))
+    limits = PullLimits(
+        options,
+        max_ack_pending=None if options.ordered else info.config.max_ack_pending,
+    )
+    return Binding(consumer, info.config.ack_wait or 30.0, limits)
 
 
 async def bind_durable(
@@ -510,6 +526,7 @@ async def bind_durable(
         options,
         max_batch=limits_config.get("max_batch") or None,
         max_expires=max_expires / 1e9 if max_expires else None,
+        max_ack_pending=info.config.max_ack_pending if info.config.ack_policy != "none" else None,
     )
     priority = options.priority_of()
     if priority is None:

@@ -2,7 +2,9 @@
 
 It never asks for more than ``max_in_flight`` minus what is outstanding (received,
 not yet settled) minus what open requests may still bring, and asks again once half a
-batch of room is free. It reads the server's status messages (100 heartbeat, 408/409
+batch of room is free; where the consumer's ``max_ack_pending`` holds that bound at
+the server, it asks for one batch more, so that an ack frees room for the next
+message at once. It reads the server's status messages (100 heartbeat, 408/409
 request ended, 409 consumer deleted or request refused, 400 bad request, 423 pinned to
 another client, 503 no responders), watches
 for silence and reconnects, and starts over on a new inbox when requests may have been
@@ -108,7 +110,12 @@ class PullEngine:
         self.consumer = consumer
         self._selective = consumer.selective
         self._limits = limits
-        self._max_in_flight = max_in_flight
+        # Messages outstanding plus requested at most. Where the consumer's own
+        # max_ack_pending holds the in-flight bound, one more batch may be asked for:
+        # the server then sends a message as soon as an ack frees room in it, rather
+        # than after the next pull request's round trip.
+        bounded = consumer.acknowledges and limits.server_bounded
+        self._max_in_flight = max_in_flight + limits.batch if bounded else max_in_flight
         self._threshold = max(1, limits.batch // 2)
         self._deliver = deliver
         self._fail = fail

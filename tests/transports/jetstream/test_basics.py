@@ -348,6 +348,45 @@ async def test_max_in_flight_bounds_what_the_server_has_outstanding(js: JetStrea
     await sub.close()
 
 
+@pytest.mark.parametrize("kind", ["durable", "ephemeral"])
+async def test_a_pull_asks_beyond_max_in_flight_only_where_the_server_holds_the_bound(
+    js: JetStreamContext, kind: str
+) -> None:
+    # An ephemeral consumer gets max_ack_pending = max_in_flight: the server holds the
+    # bound, so one more batch may be asked for (an ack frees room for the next
+    # message at once). A durable with a larger max_ack_pending (the server's 1,000)
+    # does not: there the client may never ask beyond max_in_flight.
+    release = asyncio.Event()
+    started: Inbox[Order] = Inbox()
+
+    async def slow(msg: Message[Order]) -> None:
+        await started(msg)
+        await release.wait()
+
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(30))
+    name = None
+    if kind == "durable":
+        name = "wide"
+        await jetstream.ensure_consumer(js, stream=STREAM, name=name, filter_subject="orders.>")
+    sub = jetstream.Subscriber(
+        js, CODEC, stream=STREAM, consumer=name, max_in_flight=5, concurrency=5
+    )
+    subscription = await sub.start("orders.>", slow)
+    await started.wait_for(5)
+    engine = subscription._engine
+    await engine.pull()  # what the watchdog does once the first request is filled
+    await js._nc.flush()
+    info = await js.consumer_info(STREAM, subscription.consumer)
+    assert info.num_ack_pending == 5  # the bound holds at the server either way
+    assert subscription.outstanding == 5
+    assert engine._requested == (0 if kind == "durable" else 5)
+    release.set()
+    await started.wait_for(30)
+    await settled_state(js, subscription.consumer, (0, 0, 0))
+    await sub.close()
+
+
 def test_settings_are_typed_once_and_checked(js: JetStreamContext) -> None:
     defaults = jetstream.Subscriber(js, CODEC, stream=STREAM)._options
     assert (defaults.max_in_flight, defaults.batch, defaults.concurrency) == (256, 256, 1)
