@@ -569,9 +569,10 @@ def write_publish(nc: Client, subject: str, payload: bytes) -> bool:
     For the subjects a server made (a JetStream delivery's ``$JS.ACK`` reply): no
     subject check, no coroutine, the PUB line formatted in one step (nats-py's own
     helper costs four times as much), the writer task woken only when it is idle, as
-    ``nc.publish`` would. Only while the connection is up and its buffer has room;
-    otherwise (reconnecting, closed, draining, a full buffer, another nats-py) it
-    returns False and the caller publishes with ``nc.publish``, which handles each case.
+    ``nc.publish`` would. Only while the connection is up, its buffer has room and
+    the payload is within the server's ``max_payload``; otherwise (reconnecting,
+    closed, draining, a full buffer, a payload too large, another nats-py) it returns
+    False and the caller publishes with ``nc.publish``, which handles each case.
     """
     try:
         if nc._status != Client.CONNECTED:
@@ -580,6 +581,8 @@ def write_publish(nc: Client, subject: str, payload: bytes) -> bool:
         queue = nc._flush_queue
         limit = nc._max_pending_size
         if flusher is None or flusher.done() or queue is None:
+            return False
+        if len(payload) > nc._max_payload:  # nats-py raises MaxPayloadError for it
             return False
         command = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
         size = nc._pending_data_size + len(command)

@@ -154,17 +154,23 @@ async def test_direct_delivery_takes_each_message_at_once_in_order(
 
     # Work handed to later() runs as tasks a drain waits for.
     release = asyncio.Event()
+    waiting = asyncio.Event()
 
     async def slow(data: bytes) -> None:
+        waiting.set()
         await release.wait()
         handed.append(data)
 
     delivery._take = lambda msg, d: d.later(slow(msg.data))
     await nc.publish("direct", b"late")
     await nc.flush()
+    await asyncio.wait_for(waiting.wait(), 5)
     draining = asyncio.create_task(_natspy.drain(sub))
-    await asyncio.sleep(0.05)
-    assert not draining.done()  # waits for the handed-on work
+    await asyncio.sleep(0)  # the drain sends its UNSUB and PING
+    await nc.flush()  # PONGs come in order: the drain's round trip is over too
+    for _ in range(5):
+        await asyncio.sleep(0)  # let it go on as far as it goes
+    assert not draining.done()  # it waits for the handed-on work
     release.set()
     await draining
     assert handed == [b"late"]
@@ -191,6 +197,7 @@ async def test_a_take_that_raises_leaves_the_connection_reading(
     await nc.publish("other", b"2")
     assert (await other.next_msg(timeout=5)).data == b"2"  # the reader goes on
     assert nc.is_connected
+    assert errors == []  # logged (goflux.transports), not a connection error
     await nc.close()
 
 
@@ -235,4 +242,15 @@ async def test_direct_delivery_leaves_the_other_subscriptions_to_nats_py(
     await nc.publish("mixed.plain", b"p2")
     assert (await plain.next_msg(timeout=5)).data == b"p2"  # (after d2: nats-py's order)
     assert [m.data for m in taken] == [b"d1"]
+    await nc.close()
+
+
+async def test_a_queued_publish_over_max_payload_is_left_to_nats_py(
+    nats_server: NatsServer,
+) -> None:
+    nc = await nats.connect(nats_server.url)
+    nc._pending.clear()
+    assert not _natspy.write_publish(nc, "big", b"x" * (nc.max_payload + 1))
+    assert nc._pending == []
+    assert _natspy.write_publish(nc, "fits", b"x" * nc.max_payload)
     await nc.close()

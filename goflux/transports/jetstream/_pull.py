@@ -162,8 +162,8 @@ class PullEngine:
 
         Interest goes first: a nak sent while a pull request is still open would be
         redelivered into it, to an inbox nobody reads any more, and come back only
-        after ack_wait. Messages already received pass through the callback, which
-        hands them back. A pinned subscription keeps its pin until
+        after ack_wait. Messages that still arrive are handed back (naked), and the
+        drain waits until those naks are sent. A pinned subscription keeps its pin until
         :meth:`give_up_pin`, once what it received is worked off.
         """
         self._stopping = True
@@ -187,9 +187,9 @@ class PullEngine:
     async def close(self, *, failed: bool) -> None:
         """Stop for good: end the watchdog, remove the consumer, drop the inbox if failed.
 
-        The inbox goes last: a failure read from a status message is handled in the
-        inbox's own callback task, which unsubscribing cancels, so nothing that
-        suspends may follow it.
+        The inbox goes last. A failure read from a status message is handled in a
+        task of the inbox's (:meth:`DirectDelivery.later`), which may be the one
+        running this; unsubscribing does not cancel it.
         """
         self._stopping = True
         for unlisten in self._unlisten:

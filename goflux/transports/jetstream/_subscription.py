@@ -523,15 +523,15 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._process(msg, acker)
                 continue
             # What _process does when nothing is recorded, without a coroutine of its
-            # own per message; a message that fails to decode takes _process's path.
+            # own per message.
             data = msg.data
-            try:
-                payload = decode(data)
-            except Exception:  # noqa: BLE001 - _process decodes it again and rejects it
-                await self._process(msg, acker)
-                continue
             raw_headers = msg.headers
             headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
+            try:
+                payload = decode(data)
+            except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
+                await self._settle_undecodable(msg, acker, caught, headers, message_id)
+                continue
             message = make(msg.subject, payload, headers, message_id, data, acker, raw_headers)
             running[acker] = None
             try:
@@ -699,13 +699,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 try:
                     payload = self._codec.decode(data)
                 except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
-                    exc = as_decode_error(caught, self._codec, data)
-                    self.undecodable += 1
-                    letter = self._make(
-                        msg.subject, data, headers, message_id, data, acker, raw_headers
-                    )
-                    await self._reject(letter, acker, exc)
-                    raise exc  # noqa: B904 - its cause is set
+                    error = await self._undecodable(msg, acker, caught, headers, message_id)
+                    raise error  # noqa: B904 - its cause is set
                 message = self._make(
                     msg.subject, payload, headers, message_id, data, acker, raw_headers
                 )
@@ -746,6 +741,43 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             await message.ack()
         except SettlementError as exc:
             self._unsettled(acker, exc)
+
+    async def _undecodable(
+        self,
+        msg: Msg,
+        acker: JetStreamAcker,
+        caught: Exception,
+        headers: Headers | None,
+        message_id: str | None,
+    ) -> DecodeError:
+        """Count and reject a message ``caught`` says cannot be decoded; return the error."""
+        data = msg.data
+        exc = as_decode_error(caught, self._codec, data)
+        self.undecodable += 1
+        letter = self._make(msg.subject, data, headers, message_id, data, acker, msg.headers)
+        await self._reject(letter, acker, exc)
+        return exc
+
+    async def _settle_undecodable(
+        self,
+        msg: Msg,
+        acker: JetStreamAcker,
+        caught: Exception,
+        headers: Headers | None,
+        message_id: str | None,
+    ) -> None:
+        """:meth:`_undecodable`, with what _process does if rejecting fails or is cancelled.
+
+        Raises:
+            asyncio.CancelledError: The worker itself is cancelled (a drain deadline).
+        """
+        try:
+            await self._undecodable(msg, acker, caught, headers, message_id)
+        except asyncio.CancelledError:
+            if await self._after_cancellation(msg, None, acker):
+                raise
+        except Exception as exc:  # noqa: BLE001 - logged by _after_failure
+            await self._after_failure(msg, None, acker, exc)
 
     async def _after_failure(
         self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker, exc: Exception

@@ -22,6 +22,7 @@ from goflux import (
     JsonCodec,
     Message,
     PublishError,
+    SettlementError,
     SubscribeError,
 )
 from goflux.testing import NatsServer
@@ -321,6 +322,64 @@ async def test_an_undecodable_payload_is_terminated_once(
     assert subscription.undecodable == 1
     assert "undecodable message 1 on 'orders.bad' terminated" in caplog.text
     assert isinstance(caplog.records[0].exc_info[1], DecodeError)  # type: ignore[index]
+
+
+class CountingCodec(JsonCodec[Order]):
+    """Counts its decode calls (a codec may have side effects: each must run once)."""
+
+    def __init__(self) -> None:
+        super().__init__(Order)
+        self.decoded: Counter[bytes] = Counter()
+
+    def decode(self, data: bytes, /) -> Order:
+        self.decoded[bytes(data)] += 1
+        return super().decode(data)
+
+
+async def test_each_message_is_decoded_once_undecodable_or_not(
+    nc: Client, js: JetStreamContext
+) -> None:
+    inbox: Inbox[Order] = Inbox()
+    codec = CountingCodec()
+    sub = jetstream.Subscriber(js, codec, stream=STREAM)
+    subscription = await sub.start("orders.>", inbox)
+    await nc.jetstream().publish("orders.bad", b"not json")
+    await jetstream.Publisher(js, CODEC).publish("orders.good", order(7))
+    await inbox.wait_for(1)
+    await settled_state(js, subscription.consumer, (0, 0, 0))
+    await sub.close()
+    assert subscription.undecodable == 1
+    assert codec.decoded[b"not json"] == 1
+    assert sum(codec.decoded.values()) == 2
+
+
+async def test_a_term_reason_over_max_payload_is_a_settlement_error_not_a_lost_connection(
+    nc: Client, js: JetStreamContext
+) -> None:
+    outcomes: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(msg: Message[Order]) -> None:
+        try:
+            await msg.term("r" * (nc.max_payload + 1))
+        except SettlementError as exc:
+            outcomes.append(f"refused: {exc}")
+            await msg.term("short")
+            outcomes.append("termed")
+        done.set()
+
+    await jetstream.ensure_consumer(js, stream=STREAM, name="long", filter_subject="orders.>")
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="long", manual_ack=True)
+    await sub.start("orders.>", handler)
+    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+    async with asyncio.timeout(10):
+        await done.wait()
+    await settled_state(js, "long", (0, 0, 0))  # the short term landed
+    assert nc.is_connected
+    assert nc.stats["reconnects"] == 0
+    assert outcomes[1:] == ["termed"]
+    assert "maximum payload" in outcomes[0]
+    await sub.close()
 
 
 async def test_max_in_flight_bounds_what_the_server_has_outstanding(js: JetStreamContext) -> None:
