@@ -38,6 +38,7 @@ __all__ = (
     "callback_task",
     "connection",
     "drain",
+    "end_direct",
     "error_callback",
     "flush",
     "forget",
@@ -490,6 +491,9 @@ async def subscribe_direct(nc: Client, subject: str, take: DirectDelivery) -> Su
         routes = _direct_routes(nc)
         sid = subscription_id(sub)
         if routes is not None and sid is not None and isinstance(sub._received, int):
+            live = nc._subs
+            for gone in [other for other in routes if other not in live]:
+                del routes[gone]  # (ended without :func:`end_direct`: a failed drain)
             routes[sid] = take
         return sub
     with contextlib.suppress(nats.errors.Error):  # pragma: no cover - another nats-py
@@ -499,6 +503,18 @@ async def subscribe_direct(nc: Client, subject: str, take: DirectDelivery) -> Su
         take._take(msg, take)
 
     return await nc.subscribe(subject, cb=callback)  # pragma: no cover - another nats-py
+
+
+def end_direct(nc: Client, subscription: Subscription) -> None:
+    """Forget a :func:`subscribe_direct` subscription once it is unsubscribed or drained.
+
+    Its route would otherwise keep it (and what its ``take`` holds) alive as long
+    as the client.
+    """
+    routes = getattr(nc, "_goflux_direct_routes", None)
+    sid = subscription_id(subscription)
+    if isinstance(routes, dict) and sid is not None and sid not in nc._subs:
+        routes.pop(sid, None)
 
 
 def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:
@@ -536,12 +552,12 @@ def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:
         if delivery is None:
             await original(sid, subject, reply, data, headers)
             return
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
         sub = subs.get(sid)
         if sub is None:  # unsubscribed or drained: nats-py would drop it too
             del direct[sid]
             return
-        stats["in_msgs"] += 1
-        stats["in_bytes"] += len(data)
         sub._received += 1
         # (nc's own method, looked up now: keep_header_lines may replace it)
         parsed = await nc._process_headers(headers) if headers else None

@@ -383,7 +383,8 @@ class PullLimits:
             delivers at most ``max_in_flight`` unacknowledged messages (its
             ``max_ack_pending`` is no larger), so a pull may ask beyond the bound and
             the server sends the next message as soon as an ack frees room, without
-            waiting for a new pull request.
+            waiting for a new pull request. Given only for an ephemeral consumer the
+            subscription made, acked message by message, with keep-alive on.
     """
 
     __slots__ = ("batch", "expires", "heartbeat", "server_bounded")
@@ -457,9 +458,16 @@ async def create_ephemeral(
         consumer = OrderedConsumer(js, stream, info, subject=subject, options=options)
     else:
         consumer = AcknowledgedConsumer(js, stream, info.name, ephemeral=True)
+    # The server holds the in-flight bound where each message is acked on its own
+    # (not AckAll, which settles a held message with a later one) and keep-alive
+    # stops a held message from being redelivered meanwhile. A durable's is left to
+    # the client: anyone may raise its max_ack_pending while the subscription runs.
+    bounded_by_server = (
+        not options.ordered and options.keep_alive and info.config.ack_policy == "explicit"
+    )
     limits = PullLimits(
         options,
-        max_ack_pending=None if options.ordered else info.config.max_ack_pending,
+        max_ack_pending=info.config.max_ack_pending if bounded_by_server else None,
     )
     return Binding(consumer, info.config.ack_wait or 30.0, limits)
 
@@ -526,7 +534,6 @@ async def bind_durable(
         options,
         max_batch=limits_config.get("max_batch") or None,
         max_expires=max_expires / 1e9 if max_expires else None,
-        max_ack_pending=info.config.max_ack_pending if info.config.ack_policy != "none" else None,
     )
     priority = options.priority_of()
     if priority is None:

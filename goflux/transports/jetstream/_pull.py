@@ -42,6 +42,7 @@ from goflux.transports._natspy import (
     api_prefix,
     connection,
     drain,
+    end_direct,
     flush,
     subscribe_direct,
 )
@@ -116,6 +117,7 @@ class PullEngine:
         # than after the next pull request's round trip.
         bounded = consumer.acknowledges and limits.server_bounded
         self._max_in_flight = max_in_flight + limits.batch if bounded else max_in_flight
+        self._bound = max_in_flight  # what the subscription promises to hold at most
         self._threshold = max(1, limits.batch // 2)
         self._deliver = deliver
         self._fail = fail
@@ -173,6 +175,7 @@ class PullEngine:
             await asyncio.wait_for(drain(self._sub), timeout=max(timeout, 0.1))
         except (nats.errors.Error, TimeoutError):
             logger.warning("could not drain the pull inbox of %r", self.consumer.name)
+        end_direct(self._nc, self._sub)
 
     async def give_up_pin(self) -> None:
         """A pinned subscription hands its pin to a standby (at the end of a drain).
@@ -201,6 +204,7 @@ class PullEngine:
         if self._sub is not None and failed:
             with contextlib.suppress(nats.errors.Error):
                 await self._sub.unsubscribe()
+            end_direct(self._nc, self._sub)
 
     def _watch_refusals(self) -> None:
         """Fail when the server refuses the inbox, a pull request, an ack or the login.
@@ -273,6 +277,7 @@ class PullEngine:
     async def _retire(self, subscription: NatsSubscription) -> None:
         with contextlib.suppress(nats.errors.Error, TimeoutError):
             await asyncio.wait_for(drain(subscription), timeout=self._limits.expires)
+        end_direct(self._nc, subscription)
 
     async def _closed(self) -> bool:
         """Fail the subscription if the connection was closed for good."""
@@ -388,13 +393,10 @@ class PullEngine:
                 if consumer.acknowledges:
                     delivery.later(self._hand_back(msg))
                 return
-            if self._selective:
-                admission = consumer.admit(msg)
-                if admission is Admission.GAP:
-                    self._requested = 0
-                    delivery.later(self._recover("lost", "a delivery went missing"))
-                if admission is not Admission.TAKE:
-                    return
+            if self._selective and not self._admitted(msg, delivery):
+                return
+            if self.outstanding >= self._bound and self._max_in_flight > self._bound:
+                self._server_bound_lost()
             self._deliver(msg, now)
             self.outstanding += 1
         except Exception:
@@ -403,6 +405,29 @@ class PullEngine:
                 msg.subject,
                 self.consumer.name,
             )
+
+    def _admitted(self, msg: Msg, delivery: DirectDelivery) -> bool:
+        """Whether a selective consumer (ordered) takes ``msg``; on a gap, recover."""
+        admission = self.consumer.admit(msg)
+        if admission is Admission.GAP:
+            self._requested = 0
+            delivery.later(self._recover("lost", "a delivery went missing"))
+        return admission is Admission.TAKE
+
+    def _server_bound_lost(self) -> None:
+        """A delivery came with ``max_in_flight`` already held: ask within the bound again.
+
+        The server was to hold the bound (its ``max_ack_pending``); if it let more
+        through (the consumer was changed meanwhile), the requests still open bring
+        at most one batch more, once, and no request asks beyond the bound again.
+        """
+        self._max_in_flight = self._bound
+        logger.warning(
+            "consumer %r delivered more than max_in_flight (%d) unsettled messages; "
+            "its max_ack_pending no longer holds the bound, pulls stay within it",
+            self.consumer.name,
+            self._bound,
+        )
 
     async def _on_status(self, msg: Msg) -> None:
         headers = msg.headers or {}

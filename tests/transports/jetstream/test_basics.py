@@ -7,6 +7,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
 import nats
 import pytest
@@ -407,14 +408,21 @@ async def test_max_in_flight_bounds_what_the_server_has_outstanding(js: JetStrea
     await sub.close()
 
 
-@pytest.mark.parametrize("kind", ["durable", "ephemeral"])
+@pytest.mark.parametrize(
+    ("kind", "settings", "beyond"),
+    [
+        ("ephemeral", {}, 5),  # max_ack_pending = max_in_flight: the server holds it
+        ("durable", {}, 0),  # max_ack_pending 1,000 (and anyone may change it)
+        ("ephemeral", {"keep_alive": False}, 0),  # a held message may come twice
+        ("ephemeral", {"consumer_config": {"ack_policy": "all"}}, 0),  # acks settle others
+    ],
+)
 async def test_a_pull_asks_beyond_max_in_flight_only_where_the_server_holds_the_bound(
-    js: JetStreamContext, kind: str
+    js: JetStreamContext, kind: str, settings: dict[str, Any], beyond: int
 ) -> None:
-    # An ephemeral consumer gets max_ack_pending = max_in_flight: the server holds the
-    # bound, so one more batch may be asked for (an ack frees room for the next
-    # message at once). A durable with a larger max_ack_pending (the server's 1,000)
-    # does not: there the client may never ask beyond max_in_flight.
+    # Where the server holds the in-flight bound, one more batch may be asked for (an
+    # ack frees room for the next message at once); elsewhere the client may never
+    # ask beyond max_in_flight.
     release = asyncio.Event()
     started: Inbox[Order] = Inbox()
 
@@ -429,7 +437,7 @@ async def test_a_pull_asks_beyond_max_in_flight_only_where_the_server_holds_the_
         name = "wide"
         await jetstream.ensure_consumer(js, stream=STREAM, name=name, filter_subject="orders.>")
     sub = jetstream.Subscriber(
-        js, CODEC, stream=STREAM, consumer=name, max_in_flight=5, concurrency=5
+        js, CODEC, stream=STREAM, consumer=name, max_in_flight=5, concurrency=5, **settings
     )
     subscription = await sub.start("orders.>", slow)
     await started.wait_for(5)
@@ -439,11 +447,81 @@ async def test_a_pull_asks_beyond_max_in_flight_only_where_the_server_holds_the_
     info = await js.consumer_info(STREAM, subscription.consumer)
     assert info.num_ack_pending == 5  # the bound holds at the server either way
     assert subscription.outstanding == 5
-    assert engine._requested == (0 if kind == "durable" else 5)
+    assert engine._requested == beyond
     release.set()
     await started.wait_for(30)
-    await settled_state(js, subscription.consumer, (0, 0, 0))
     await sub.close()
+
+
+async def test_a_consumer_that_stops_holding_the_bound_gets_pulls_within_it_again(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An ephemeral consumer's max_ack_pending raised while it runs: the request open
+    # beyond the bound brings one batch more, once; from then on the pulls stay
+    # within max_in_flight.
+    release = asyncio.Event()
+    started: Inbox[Order] = Inbox()
+
+    async def slow(msg: Message[Order]) -> None:
+        await started(msg)
+        await release.wait()
+
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(30))
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, max_in_flight=5, concurrency=5)
+    subscription = await sub.start("orders.>", slow)
+    await started.wait_for(5)
+    engine = subscription._engine
+    await engine.pull()
+    assert engine._requested == 5
+    info = await js.consumer_info(STREAM, subscription.consumer)
+    config = info.config.as_dict()
+    config["max_ack_pending"] = 1_000
+    update = {"stream_name": STREAM, "config": config, "action": "update"}
+    with caplog.at_level(logging.WARNING, logger="goflux.transports.jetstream"):
+        reply = await js._nc.request(
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.{subscription.consumer}",
+            json.dumps(update).encode(),
+            timeout=5,
+        )
+        assert json.loads(reply.data)["config"]["max_ack_pending"] == 1_000
+        async with asyncio.timeout(10):  # the open request's batch comes
+            while subscription.outstanding < 10:
+                await js._nc.flush()
+    assert "no longer holds the bound" in caplog.text
+    assert subscription.outstanding == 10
+    assert engine._max_in_flight == 5  # no pull asks beyond the bound again
+    await engine.pull()
+    await js._nc.flush()
+    assert engine._requested == 0  # within the bound again: nothing asked for
+    assert (await js.consumer_info(STREAM, subscription.consumer)).num_ack_pending == 10
+    release.set()
+    await started.wait_for(30)
+    await sub.close()
+
+
+async def test_a_stopped_or_retired_pull_inbox_is_not_kept_alive(
+    nc: Client, js: JetStreamContext
+) -> None:
+    # The pull inbox's messages skip nats-py's _process_msg through a route per
+    # inbox; a route outliving its inbox would keep the subscription alive for as
+    # long as the client.
+    inbox: Inbox[Order] = Inbox()
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    subscription = await sub.start("orders.>", inbox)
+    routes = js._nc._goflux_direct_routes
+    first = subscription._engine._sub._id
+    assert list(routes) == [first]
+    await subscription._engine._reset("a test asks for a new inbox")
+    second = subscription._engine._sub._id
+    async with asyncio.timeout(10):  # the retired inbox is drained in a task of its own
+        while first in routes:
+            await js._nc.flush()
+    assert list(routes) == [second]
+    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+    await inbox.wait_for(1)  # the new inbox works
+    await subscription.stop()
+    assert routes == {}
 
 
 def test_settings_are_typed_once_and_checked(js: JetStreamContext) -> None:
