@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import nats
@@ -408,6 +408,22 @@ async def test_max_in_flight_bounds_what_the_server_has_outstanding(js: JetStrea
     await sub.close()
 
 
+async def holding_handler(
+    js: JetStreamContext, *, stored: int
+) -> tuple[asyncio.Event, Inbox[Order], Callable[[Message[Order]], Awaitable[None]]]:
+    """Store ``stored`` orders; a handler that records each start and holds until released."""
+    release = asyncio.Event()
+    started: Inbox[Order] = Inbox()
+
+    async def slow(msg: Message[Order]) -> None:
+        await started(msg)
+        await release.wait()
+
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(stored))
+    return release, started, slow
+
+
 @pytest.mark.parametrize(
     ("kind", "settings", "beyond"),
     [
@@ -423,15 +439,7 @@ async def test_a_pull_asks_beyond_max_in_flight_only_where_the_server_holds_the_
     # Where the server holds the in-flight bound, one more batch may be asked for (an
     # ack frees room for the next message at once); elsewhere the client may never
     # ask beyond max_in_flight.
-    release = asyncio.Event()
-    started: Inbox[Order] = Inbox()
-
-    async def slow(msg: Message[Order]) -> None:
-        await started(msg)
-        await release.wait()
-
-    pub = jetstream.Publisher(js, CODEC)
-    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(30))
+    release, started, slow = await holding_handler(js, stored=30)
     name = None
     if kind == "durable":
         name = "wide"
@@ -459,15 +467,7 @@ async def test_a_consumer_that_stops_holding_the_bound_gets_pulls_within_it_agai
     # An ephemeral consumer's max_ack_pending raised while it runs: the request open
     # beyond the bound brings one batch more, once; from then on the pulls stay
     # within max_in_flight.
-    release = asyncio.Event()
-    started: Inbox[Order] = Inbox()
-
-    async def slow(msg: Message[Order]) -> None:
-        await started(msg)
-        await release.wait()
-
-    pub = jetstream.Publisher(js, CODEC)
-    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(30))
+    release, started, slow = await holding_handler(js, stored=30)
     sub = jetstream.Subscriber(js, CODEC, stream=STREAM, max_in_flight=5, concurrency=5)
     subscription = await sub.start("orders.>", slow)
     await started.wait_for(5)
