@@ -52,6 +52,7 @@ __all__ = (
     "set_error_callback",
     "subscribe_direct",
     "subscription_id",
+    "write_commands",
     "write_publish",
 )
 
@@ -572,7 +573,10 @@ def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:
                 headers=parsed,
                 _sid=sid,
             )
-        delivery.put_nowait(msg)
+        try:  # (what put_nowait does: nothing counts towards a slow consumer here)
+            delivery._take(msg, delivery)
+        except Exception:  # nats-py's reader must go on (its other subscriptions too)
+            logger.exception("could not take a message on %r", msg.subject)
 
     nc._process_msg = process_msg  # type: ignore[method-assign]
     nc._goflux_direct_routes = direct  # type: ignore[attr-defined]
@@ -591,24 +595,40 @@ def write_publish(nc: Client, subject: str, payload: bytes) -> bool:
     False and the caller publishes with ``nc.publish``, which handles each case.
     """
     try:
+        if len(payload) > nc._max_payload:  # nats-py raises MaxPayloadError for it
+            return False
+    except AttributeError:  # pragma: no cover - another nats-py
+        return False
+    command = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
+    return write_commands(nc, command, 1, len(payload))
+
+
+def write_commands(nc: Client, commands: bytes, messages: int, payload_bytes: int) -> bool:
+    """Queue ready-made PUB ``commands`` (``messages`` of them) on ``nc``; whether they were.
+
+    The common part of :func:`write_publish` and of a batch of acks written as one
+    block: the commands are appended to nats-py's pending buffer and counted in its
+    stats (``payload_bytes`` in all), and the writer task is woken only when it is
+    idle. Only while the connection is up and its buffer has room (each payload
+    within ``max_payload`` is the caller's to know); otherwise it returns False and
+    nothing is queued.
+    """
+    try:
         if nc._status != Client.CONNECTED:
             return False
         flusher = nc._flusher_task
         queue = nc._flush_queue
-        limit = nc._max_pending_size
         if flusher is None or flusher.done() or queue is None:
             return False
-        if len(payload) > nc._max_payload:  # nats-py raises MaxPayloadError for it
-            return False
-        command = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
-        size = nc._pending_data_size + len(command)
+        limit = nc._max_pending_size
+        size = nc._pending_data_size + len(commands)
         if limit > 0 and size > limit:
             return False
-        nc._pending.append(command)
+        nc._pending.append(commands)
         nc._pending_data_size = size
         stats = nc.stats
-        stats["out_msgs"] += 1
-        stats["out_bytes"] += len(payload)
+        stats["out_msgs"] += messages
+        stats["out_bytes"] += payload_bytes
         if queue.empty():
             queue.put_nowait(asyncio.get_running_loop().create_future())
     except AttributeError:  # pragma: no cover - another nats-py

@@ -104,7 +104,7 @@ async def test_operations_follow_the_members(everything: dict[str, Any]) -> None
         "durable": False,
         "ackPolicy": "explicit",
         "ack": "auto",
-        "maxInFlight": 256,
+        "maxInFlight": 512,
     }
     processed = operations["receive.orders.shipped"]["bindings"]["nats"]["x-jetstream"]
     assert processed["consumer"] == "shipping"

@@ -39,10 +39,10 @@ from goflux.transports.jetstream._confirm import Confirmations
 
 __all__ = (
     "JetStreamAcker",
-    "LazyDelivery",
     "Ledger",
     "ack_tokens",
     "delivery_of",
+    "first_delivery_prefix",
     "hand_back",
     "write_facts",
 )
@@ -79,6 +79,19 @@ def ack_tokens(reply: str) -> tuple[list[str], int]:
     raise ValueError(f"not a JetStream ack subject: {reply!r}")
 
 
+def first_delivery_prefix(reply: str) -> str:
+    """How the reply subject of a first delivery by ``reply``'s consumer starts.
+
+    That is ``reply`` up to its delivery count, with a count of 1 and the dot after
+    it: a reply starting with it is a first delivery, read without splitting it.
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens, offset = ack_tokens(reply)
+    return ".".join(tokens[: offset + 2]) + ".1."
+
+
 def delivery_of(reply: str) -> Delivery:
     """The :class:`~goflux.Delivery` facts of the message ``reply`` acknowledges.
 
@@ -113,27 +126,6 @@ def write_facts(reply: str) -> tuple[int, datetime, int]:
     )
 
 
-class LazyDelivery:
-    """The delivery facts of a message, read from its reply subject when first asked for.
-
-    A message of a consumer without acknowledgement (ordered mode) carries this in
-    place of its :class:`~goflux.Delivery`; calling it builds the facts.
-    """
-
-    __slots__ = ("reply",)
-
-    def __init__(self, reply: str) -> None:
-        self.reply = reply
-
-    def __call__(self) -> Delivery:
-        """The delivery facts.
-
-        Raises:
-            ValueError: The reply is not a JetStream ack subject.
-        """
-        return delivery_of(self.reply)
-
-
 class Ledger:
     """Where a subscription's ackers report: settlements by action, and room given back.
 
@@ -149,7 +141,7 @@ class Ledger:
         telemetry: Records the metrics.
         attributes: The subscription's metric attributes (system, consumer, subject),
             those of ``goflux.consumer.settlements``.
-        release: Gives one message's in-flight room back to the pull engine.
+        release: Gives the in-flight room of so many messages back to the pull engine.
         confirmations: Where acks go to be confirmed (``ack(confirm=True)``).
         confirm_all: Every ack is confirmed (the subscriber's ``confirm_acks``).
         destination: The ``messaging.destination.name`` of the ack outcomes: the
@@ -176,7 +168,7 @@ class Ledger:
         self,
         telemetry: Telemetry,
         attributes: Mapping[str, AttributeValue],
-        release: Callable[[], None],
+        release: Callable[[int], None],
         confirmations: Confirmations | None = None,
         *,
         confirm_all: bool = False,
@@ -209,15 +201,15 @@ class Ledger:
             }
         )
 
-    def record(self, action: str | None) -> None:
-        """Count one settlement sent, by Go's action (``None``: an in-progress signal)."""
+    def record(self, action: str | None, count: int = 1) -> None:
+        """Count ``count`` settlements sent, by Go's action (``None``: in-progress signals)."""
         if self._tel.metering:
             if action is None:
-                self._progress.value += 1
+                self._progress.value += count
             else:
                 settled, outcome = self._by_action[action]
-                settled.value += 1
-                outcome.value += 1
+                settled.value += count
+                outcome.value += count
 
     def record_failed(self, action: str | None) -> None:
         """Count one settlement that could not be sent (``goflux.ack.error`` true)."""
@@ -301,11 +293,22 @@ class JetStreamAcker:
         """The delivery facts from the reply subject."""
         return delivery_of(self._reply)
 
+    def __call__(self) -> Delivery:
+        """The delivery facts, built now (see :attr:`delivery`).
+
+        A message of a consumer without acknowledgement (ordered mode) has no acker
+        to settle with; it carries its acker as the facts it builds when asked for.
+
+        Raises:
+            ValueError: The reply is not a JetStream ack subject.
+        """
+        return delivery_of(self._reply)
+
     def release(self) -> None:
         """Give the message's in-flight room back to the pull engine (once)."""
         if not self.released:
             self.released = True
-            self._ledger.release()
+            self._ledger.release(1)
 
     async def _send(self, payload: bytes, action: str | None) -> None:
         """The one path of every settlement: send it, count it, give the room back.
@@ -324,23 +327,7 @@ class JetStreamAcker:
         ledger.record(action)
         if action is not None and not self.released:
             self.released = True
-            ledger.release()
-
-    def ack_now(self) -> bool:
-        """Send a plain ack without awaiting, count it, give the room back; whether it was.
-
-        The hot path of auto-ack: False (nothing done) when the subscription confirms
-        acks or the connection cannot take it at once (reconnecting, a full buffer):
-        then :meth:`ack` sends it and reports what fails.
-        """
-        ledger = self._ledger
-        if ledger.confirm_all or not write_publish(self._nc, self._reply, _ACK):
-            return False
-        ledger.record("ack")
-        if not self.released:
-            self.released = True
-            ledger.release()
-        return True
+            ledger.release(1)
 
     # ack, nak and term return _send's coroutine rather than awaiting it in one of their
     # own: acking is the hot path, and a coroutine frame is a measurable part of it.

@@ -34,7 +34,7 @@ from nats.nuid import NUID
 from goflux._errors import PermissionDenied, SubscribeError
 from goflux._subjects import covers
 from goflux.transports._natspy import api_prefix, api_timeout, connection
-from goflux.transports.jetstream._acker import ack_tokens
+from goflux.transports.jetstream._acker import ack_tokens, first_delivery_prefix
 from goflux.transports.jetstream._api import api_error, api_guard, known_refusal
 from goflux.transports.jetstream._features import PRIORITIZED, PRIORITY_GROUPS, require
 from goflux.transports.jetstream._options import EPHEMERAL_INACTIVE_THRESHOLD, SubscriberOptions
@@ -70,6 +70,10 @@ class Admission(enum.Enum):
     TAKE = "take"
     SKIP = "skip"  # not for us (a late delivery of a replaced consumer): drop it
     GAP = "gap"  # a delivery is missing: drop this one and recover
+
+
+# Read once: an enum member's lookup costs as much as a function call, per delivery.
+_TAKE, _SKIP, _GAP = Admission.TAKE, Admission.SKIP, Admission.GAP
 
 
 class Recovery(enum.Enum):
@@ -253,11 +257,12 @@ class OrderedConsumer:
 
     __slots__ = (
         "_consumer_sequence",
+        "_first_delivery",
         "_js",
         "_options",
         "_recreating",
         "_start_floor",
-        "_stream_sequence",
+        "_stream_token",
         "_subject",
         "name",
         "next_subject",
@@ -285,22 +290,32 @@ class OrderedConsumer:
         self._options = options
         # The last sequences taken, and where the first consumer began.
         self._consumer_sequence = 0
-        self._stream_sequence = 0
+        self._stream_token = "0"  # the stream sequence taken last, as in its reply subject
         self._start_floor = info.delivered.stream_seq if info.delivered is not None else 0
         self.pending_at_start = info.num_pending or 0  # what the first consumer had to deliver
         self._recreating = False
+        # How the current consumer's reply subjects start (learnt from its first one).
+        self._first_delivery = "\0"
 
     def admit(self, msg: Msg) -> Admission:
         """Take the next delivery of the current consumer only."""
         if self._recreating:
-            return Admission.SKIP
-        try:
-            tokens, offset = ack_tokens(msg.reply)
-        except ValueError:
-            return Admission.SKIP
-        if tokens[offset + 1] != self.name:
-            return Admission.SKIP  # a late delivery from a replaced consumer
-        consumer_sequence = int(tokens[offset + 4])
+            return _SKIP
+        reply = msg.reply
+        prefix = self._first_delivery
+        if reply.startswith(prefix):  # the current consumer's: split the sequences only
+            stream_token, consumer_token, _ = reply[len(prefix) :].split(".", 2)
+        else:
+            try:
+                tokens, offset = ack_tokens(reply)
+            except ValueError:
+                return _SKIP
+            if tokens[offset + 1] != self.name:
+                return _SKIP  # a late delivery from a replaced consumer
+            stream_token, consumer_token = tokens[offset + 3], tokens[offset + 4]
+            if tokens[offset + 2] == "1":
+                self._first_delivery = first_delivery_prefix(reply)
+        consumer_sequence = int(consumer_token)
         if consumer_sequence != self._consumer_sequence + 1:
             logger.info(
                 "ordered consumer %r: gap, expected %d, got %d",
@@ -308,10 +323,10 @@ class OrderedConsumer:
                 self._consumer_sequence + 1,
                 consumer_sequence,
             )
-            return Admission.GAP
+            return _GAP
         self._consumer_sequence = consumer_sequence
-        self._stream_sequence = int(tokens[offset + 3])
-        return Admission.TAKE
+        self._stream_token = stream_token  # read as a number only to resume after it
+        return _TAKE
 
     async def recover(self, cause: Cause, why: str) -> Recovery | SubscribeError:
         """Replace the consumer, resuming after the last message taken.
@@ -322,11 +337,13 @@ class OrderedConsumer:
         if self._recreating:
             return Recovery.WAIT  # a replacement is under way; it pulls when done
         self._recreating = True
+        self._first_delivery = "\0"  # no late delivery of the old consumer passes as current
         old = self.name
         try:
             with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):
                 await self._js.delete_consumer(self.stream, old)
-            seen = self._stream_sequence or self._start_floor
+            token = self._stream_token
+            seen = (int(token) if token.isdigit() else 0) or self._start_floor
             # Resume right after what was taken, or after where the first consumer
             # stood (1 on an empty stream): its deliver policy again would skip or
             # collapse what was written meanwhile.

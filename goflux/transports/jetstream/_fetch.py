@@ -303,7 +303,7 @@ def _too_big(msg: Msg) -> bool:
     return headers.get("Status") == CONFLICT and "MaxBytes" in str(headers.get("Description", ""))
 
 
-def _nothing() -> None:
+def _nothing(count: int) -> None:
     """Nothing to release: a fetched message holds no room in a pull engine."""
 
 

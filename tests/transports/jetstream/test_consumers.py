@@ -64,8 +64,12 @@ async def test_an_ordered_consumer_replaces_itself_after_the_last_message_taken(
     assert names == {consumer.name}  # the old one is deleted
     info = await js.consumer_info(STREAM, consumer.name)
     assert (info.config.deliver_policy, info.config.opt_start_seq) == ("by_start_sequence", 4)
+    # A late delivery of the replaced consumer is not taken (nor read as a gap).
+    assert consumer.admit(delivery(js, first, 4, 4)) is Admission.SKIP
     # The new consumer's first delivery is consumer sequence 1 again.
     assert consumer.admit(delivery(js, consumer.name, 4, 1)) is Admission.TAKE
+    assert consumer.admit(delivery(js, first, 5, 1)) is Admission.SKIP
+    assert consumer.admit(delivery(js, consumer.name, 5, 2)) is Admission.TAKE
     await consumer.remove()
     assert await js.consumers_info(STREAM) == []
 

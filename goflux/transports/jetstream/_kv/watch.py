@@ -27,7 +27,7 @@ from goflux._lifecycle import AcloseOnExit, CloseOnExit
 from goflux._message import Message
 from goflux._otel.telemetry import Telemetry
 from goflux._subjects import validate_pattern
-from goflux.transports.jetstream._acker import LazyDelivery, write_facts
+from goflux.transports.jetstream._acker import JetStreamAcker, write_facts
 from goflux.transports.jetstream._kv.entry import (
     Entry,
     check_key_pattern,
@@ -152,8 +152,8 @@ class KeyWatcher(CloseOnExit, Streaming[Entry[T]], Generic[T]):
 
         async def on_write(msg: Message[bytes]) -> None:
             lazy = msg._delivery
-            if isinstance(lazy, LazyDelivery):  # read the facts without a Delivery
-                revision, created, delta = write_facts(lazy.reply)
+            if isinstance(lazy, JetStreamAcker):  # read the facts without a Delivery
+                revision, created, delta = write_facts(lazy.subject)
             else:
                 delivery = msg.delivery
                 assert delivery is not None  # a JetStream delivery

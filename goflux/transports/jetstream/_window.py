@@ -1,0 +1,95 @@
+"""How much a pull engine asks for: fitted to the messages' size and the handlers' pace.
+
+A subscription never holds more than ``max_in_flight`` messages (outstanding plus
+requested). Within that ceiling the window is smaller where asking for all of it
+would only pile messages up:
+
+- **Size.** Large messages requested by the hundred sit in the server's buffer for
+  the client and in nats-py's read buffer, whose handling grows with what it holds.
+  The window holds at most ``BYTE_BUDGET`` of messages of the average size seen.
+- **Pace.** Slow handlers need few messages ahead of them: the window covers about
+  ``LEAD`` seconds of their work (at least two messages per worker). Messages taken
+  beyond that would only wait, their ``ack_wait`` running, while competing
+  subscribers of the same consumer go without.
+
+Before the first message is handled the pace is unknown, and the window starts at
+``FIRST`` messages (or the ceiling, if lower); the first handled message fits it.
+"""
+
+from __future__ import annotations
+
+__all__ = ("BYTE_BUDGET", "FIRST", "LEAD", "PullWindow")
+
+BYTE_BUDGET = 4 * 1024 * 1024  # most bytes of messages outstanding plus requested
+LEAD = 1.0  # seconds of handler work the window covers
+FIRST = 64  # the window before any handler's pace is known
+
+
+class PullWindow:
+    """The messages a pull engine may have outstanding plus requested now.
+
+    Args:
+        ceiling: The most it may ever be (the subscription's in-flight bound, or one
+            batch more where the server holds that bound).
+        batch: The most one pull request asks for.
+        workers: Handlers that may run at a time.
+
+    Attributes:
+        size: Messages outstanding plus requested at most, now.
+        threshold: Free room that makes a new pull request worth sending.
+    """
+
+    __slots__ = (
+        "_batch",
+        "_by_pace",
+        "_by_size",
+        "_ceiling",
+        "_message_size",
+        "_seconds",
+        "_workers",
+        "size",
+        "threshold",
+    )
+
+    def __init__(self, ceiling: int, batch: int, workers: int) -> None:
+        self._ceiling = ceiling
+        self._batch = batch
+        self._workers = workers
+        self._by_size = ceiling
+        self._by_pace = max(FIRST, 2 * workers)
+        self._message_size = 0.0  # bytes, smoothed (0: none seen yet)
+        self._seconds = 0.0  # one message's handling, smoothed (0: none timed yet)
+        self.size = ceiling
+        self.threshold = 1
+        self._fit()
+
+    @property
+    def ceiling(self) -> int:
+        """The most the window may be."""
+        return self._ceiling
+
+    def lower_ceiling(self, ceiling: int) -> None:
+        """Never ask for more than ``ceiling`` from now on."""
+        self._ceiling = min(self._ceiling, ceiling)
+        self._fit()
+
+    def sized(self, count: int, total: int) -> None:
+        """``count`` messages of ``total`` bytes were taken: fit the window to their size."""
+        size = total / count
+        previous = self._message_size
+        self._message_size = size = size if not previous else (previous + size) / 2
+        self._by_size = max(1, int(BYTE_BUDGET // size)) if size > 0 else self._ceiling
+        self._fit()
+
+    def paced(self, seconds: float) -> None:
+        """A handler took ``seconds`` for one message: fit the window to that pace."""
+        previous = self._seconds
+        self._seconds = seconds = seconds if not previous else (previous + seconds) / 2
+        workers = self._workers
+        ahead = int(workers * LEAD / seconds) if seconds > 0 else self._ceiling
+        self._by_pace = max(2 * workers, ahead)
+        self._fit()
+
+    def _fit(self) -> None:
+        self.size = size = max(1, min(self._ceiling, self._by_size, self._by_pace))
+        self.threshold = max(1, min(self._batch, size) // 2)

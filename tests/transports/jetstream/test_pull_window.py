@@ -1,0 +1,98 @@
+"""The pull window fitted to the messages' size and the handlers' pace, on a real server.
+
+Within ``max_in_flight``, a subscription asks for about a second of its handlers' work
+and a few MiB of messages: a slow handler or large messages no longer take hundreds
+of messages off the consumer at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.js import JetStreamContext
+
+from goflux import BytesCodec, JsonCodec, Message
+from goflux.transports import jetstream
+from goflux.transports.jetstream._window import BYTE_BUDGET, FIRST, LEAD, PullWindow
+from tests.conftest import STREAM
+from tests.helpers import Inbox
+from tests.models import Order, order
+
+CODEC = JsonCodec(Order)
+
+
+async def ack_pending(js: JetStreamContext, consumer: str) -> int:
+    """Messages the server has delivered to ``consumer`` and not seen settled."""
+    await js._nc.flush()  # (the acks sent so far are at the server)
+    info = await js.consumer_info(STREAM, consumer)
+    return info.num_ack_pending or 0
+
+
+def test_the_window_covers_the_pace_and_size_within_its_ceiling() -> None:
+    window = PullWindow(512, 512, 2)
+    assert (window.size, window.threshold) == (FIRST, FIRST // 2)  # pace unknown yet
+    window.paced(0.00002)  # fast handlers: the ceiling
+    assert window.size == 512
+    window.paced(0.2)  # smoothed: (0.00002 + 0.2) / 2 per message, two workers
+    assert window.size == int(2 * LEAD / ((0.00002 + 0.2) / 2))
+    window.paced(100.0)  # never fewer than two messages per worker
+    assert window.size == 4
+    window.paced(0.0001)
+    window.paced(0.0001)
+    window.paced(0.0001)
+    window.sized(10, 10 * 1024 * 1024)  # 1 MiB messages
+    assert window.size == BYTE_BUDGET // (1024 * 1024)
+    window.lower_ceiling(3)
+    assert (window.size, window.threshold) == (3, 1)
+    assert window.ceiling == 3
+
+
+async def test_a_slow_handler_gets_about_a_second_of_work_ahead(js: JetStreamContext) -> None:
+    # 5 ms a message: once the first one is timed, the window is about 200 messages
+    # (more than the first pull's 64), where max_in_flight (512) would take all 300
+    # stored orders at once.
+    handled: Inbox[Order] = Inbox()
+
+    async def slow(msg: Message[Order]) -> None:
+        await asyncio.sleep(0.005)  # the handler's work
+        await handled(msg)
+
+    await jetstream.ensure_consumer(js, stream=STREAM, name="paced", filter_subject="orders.>")
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(300))
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="paced")
+    await sub.start("orders.>", slow)
+    seen = []
+    for count in (10, 40, 80):
+        await handled.wait_for(count)
+        seen.append(await ack_pending(js, "paced"))
+    await sub.close()
+    assert FIRST < max(seen) <= int(LEAD / 0.005), seen
+
+
+@pytest.mark.parametrize("size", [256 * 1024])
+async def test_large_messages_are_asked_for_a_few_mib_at_a_time(
+    js: JetStreamContext, size: int
+) -> None:
+    # The first pull asks for 64 (their size unknown yet); from the first message on,
+    # the pulls keep at most BYTE_BUDGET of them outstanding: 16 of 256 KiB.
+    release = asyncio.Event()
+    handled: Inbox[bytes] = Inbox()
+
+    async def handle(msg: Message[bytes]) -> None:
+        await handled(msg)
+        if len(handled.messages) == FIRST + 6:
+            await release.wait()  # holds here: what is pending at the server now?
+
+    await jetstream.ensure_consumer(js, stream=STREAM, name="sized", filter_subject="orders.>")
+    pub = jetstream.Publisher(js, BytesCodec())
+    await pub.publish_many(jetstream.Outgoing("orders.a", bytes(size)) for _ in range(120))
+    sub = jetstream.Subscriber(js, BytesCodec(), stream=STREAM, consumer="sized")
+    await sub.start("orders.>", handle)
+    await handled.wait_for(FIRST + 6)
+    pending = await ack_pending(js, "sized")
+    release.set()
+    await handled.wait_for(120)
+    await sub.close()
+    assert 1 <= pending <= BYTE_BUDGET // size, pending
