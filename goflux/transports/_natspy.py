@@ -43,6 +43,7 @@ __all__ = (
     "flush",
     "forget",
     "keep_header_lines",
+    "open_command_block",
     "pending_queue",
     "reconnect_after_payload_violation",
     "reconnected",
@@ -52,7 +53,6 @@ __all__ = (
     "set_error_callback",
     "subscribe_direct",
     "subscription_id",
-    "write_commands",
     "write_publish",
 )
 
@@ -595,42 +595,62 @@ def write_publish(nc: Client, subject: str, payload: bytes) -> bool:
     False and the caller publishes with ``nc.publish``, which handles each case.
     """
     try:
-        if len(payload) > nc._max_payload:  # nats-py raises MaxPayloadError for it
-            return False
-    except AttributeError:  # pragma: no cover - another nats-py
-        return False
-    command = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
-    return write_commands(nc, command, 1, len(payload))
-
-
-def write_commands(nc: Client, commands: bytes, messages: int, payload_bytes: int) -> bool:
-    """Queue ready-made PUB ``commands`` (``messages`` of them) on ``nc``; whether they were.
-
-    The common part of :func:`write_publish` and of a batch of acks written as one
-    block: the commands are appended to nats-py's pending buffer and counted in its
-    stats (``payload_bytes`` in all), and the writer task is woken only when it is
-    idle. Only while the connection is up and its buffer has room (each payload
-    within ``max_payload`` is the caller's to know); otherwise it returns False and
-    nothing is queued.
-    """
-    try:
-        if nc._status != Client.CONNECTED:
-            return False
-        flusher = nc._flusher_task
-        queue = nc._flush_queue
-        if flusher is None or flusher.done() or queue is None:
-            return False
+        if not _writable(nc) or len(payload) > nc._max_payload:
+            return False  # (nats-py raises MaxPayloadError for a payload too large)
+        command = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
         limit = nc._max_pending_size
-        size = nc._pending_data_size + len(commands)
+        size = nc._pending_data_size + len(command)
         if limit > 0 and size > limit:
             return False
-        nc._pending.append(commands)
+        nc._pending.append(command)
         nc._pending_data_size = size
         stats = nc.stats
-        stats["out_msgs"] += messages
-        stats["out_bytes"] += payload_bytes
-        if queue.empty():
-            queue.put_nowait(asyncio.get_running_loop().create_future())
+        stats["out_msgs"] += 1
+        stats["out_bytes"] += len(payload)
+        _wake_writer(nc)
     except AttributeError:  # pragma: no cover - another nats-py
         return False
     return True
+
+
+def open_command_block(nc: Client) -> bytearray | None:
+    """Append an empty block to ``nc``'s pending buffer, for commands added in place.
+
+    The caller adds whole commands (PUB lines of subjects a server made, payloads
+    within ``max_payload``) to the block and adds their length to
+    ``nc._pending_data_size`` itself; nats-py's writer task, woken here, sends the
+    block with the rest of the buffer once the current event-loop step ends. A block
+    is good only while it is in ``nc._pending`` (the writer replaces that list after
+    each write) and the connection's status is what it was. None where nothing can
+    be queued now: not connected, a full buffer, or another nats-py.
+    """
+    try:
+        if not _writable(nc):
+            return None
+        limit = nc._max_pending_size
+        if limit > 0 and nc._pending_data_size >= limit:
+            return None
+        block = bytearray()
+        nc._pending.append(block)  # type: ignore[arg-type] # (nats-py joins bytes-likes)
+        _wake_writer(nc)
+    except AttributeError:  # pragma: no cover - another nats-py
+        return None
+    return block
+
+
+def _writable(nc: Client) -> bool:
+    """Whether ``nc`` is connected with its writer task running (AttributeError if unknown)."""
+    flusher = nc._flusher_task
+    return (
+        nc._status == Client.CONNECTED
+        and flusher is not None
+        and not flusher.done()
+        and nc._flush_queue is not None
+    )
+
+
+def _wake_writer(nc: Client) -> None:
+    """Wake nats-py's writer task, as ``nc.publish`` does, unless it is awake already."""
+    queue = nc._flush_queue
+    if queue is not None and queue.empty():
+        queue.put_nowait(asyncio.get_running_loop().create_future())

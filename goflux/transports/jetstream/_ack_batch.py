@@ -1,74 +1,89 @@
-"""A subscription's plain acks of one event-loop step, written as one block.
+"""A subscription's plain acks of one event-loop step, written into nats-py's buffer as one block.
 
 Handlers that return without waiting on anything run one after another inside one
 step of the event loop, and nothing reaches the socket before that step ends: nats-py's
 writer task runs only between steps. So an auto-ack need not be a write of its own.
-:class:`AckBatch` queues each one (the message reads acknowledged at once, as it
-would once its PUB sat in nats-py's buffer) and, right after the step, appends the
-step's acks to nats-py's buffer as one block of PUB commands, counts them, and gives
-their in-flight room back to the pull engine in one call. A consumer without acks
-(ordered) gives its room back the same way.
+The first auto-ack of a step appends one growing block to nats-py's pending buffer;
+each ack of the step adds its PUB command to that block at once (so the ack is in
+nats-py's buffer, where a close or a reconnect still sends it, the moment the message
+reads acknowledged). Right after the step, :meth:`AckBatch.flush` counts the acks
+and gives their in-flight room back to the pull engine in one call. A consumer
+without acks (ordered) gives its room back the same way.
 
-Nothing is held past the step: the flush is scheduled with the first ack of a step,
-and a handler that waits on I/O ends the step. Where the block cannot be queued (the
-connection is down or draining, or its buffer is full), each ack goes through
-``nc.publish`` instead, which buffers it while reconnecting; one that fails is
-logged and counted as a failed ack, and the server redelivers the message after
-``ack_wait``.
+Should the block leave nats-py's buffer meanwhile (the writer ran, or the connection
+changed state), the next ack starts a new one. Where no block can be started (the
+connection is not connected, or its buffer is full), :meth:`AckBatch.ack` returns
+False and the caller sends the ack with ``nc.publish``, which handles each case.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
-import nats.errors
 from nats.aio.client import Client
 
 from goflux._message import Message, acked_by_transport
-from goflux.transports._natspy import write_commands
+from goflux.transports._natspy import open_command_block
 from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 
 __all__ = ("AckBatch",)
 
-logger = logging.getLogger("goflux.transports.jetstream")
-
-_ACK = b"+ACK"
-
 
 class AckBatch:
-    """Queues plain acks and freed room, and sends and gives them back once per loop step.
+    """Writes a step's plain acks as one block; counts them and frees their room after it.
 
     Args:
         nc: The connection the subscription's messages arrive on.
         ledger: The subscription's ledger: counts the acks, gives the room back.
     """
 
-    __slots__ = ("_freed", "_ledger", "_loop", "_nc", "_replies", "_sending")
+    __slots__ = (
+        "_acked",
+        "_block",
+        "_freed",
+        "_in",
+        "_ledger",
+        "_loop",
+        "_nc",
+        "_scheduled",
+        "_status",
+    )
 
     def __init__(self, nc: Client, ledger: Ledger) -> None:
         self._nc = nc
         self._ledger = ledger
         self._loop = asyncio.get_running_loop()
-        self._replies: list[str] = []  # the reply subjects of the acks queued
+        self._block: bytearray | None = None  # this step's PUB commands, in nats-py's buffer
+        self._in: list[Any] | None = None  # the buffer (list) the block was appended to
+        self._status: object = None  # the connection's status when the block was started
+        self._acked = 0  # acks written in this step
         self._freed = 0  # room given back in this step (acks included)
-        self._sending: set[asyncio.Task[None]] = set()  # acks sent one by one
+        self._scheduled = False  # flush() runs after this step
 
     def ack(self, acker: JetStreamAcker, message: Message[Any]) -> bool:
-        """Queue the plain ack of ``message``; False (nothing done) if it must be confirmed.
+        """Write the plain ack of ``message`` into nats-py's buffer; False if not done.
 
-        ``message`` (unsettled, settled by ``acker``) reads acknowledged from now on;
-        its in-flight room is marked given back at once and returned to the pull
-        engine with the step's other acks.
+        False (nothing done) where the subscription confirms its acks or no block can
+        be written now (see the module's docstring). Otherwise ``message`` (unsettled,
+        settled by ``acker``) reads acknowledged from now on, and its in-flight room is
+        given back to the pull engine with the step's other acks.
         """
         if self._ledger.confirm_all:
             return False
-        if not self._freed:
-            self._loop.call_soon(self.flush)
-        self._replies.append(acker.subject)
-        acker.released = True
-        self._freed += 1
+        nc = self._nc
+        block = self._block
+        if block is None or nc._pending is not self._in or nc._status != self._status:
+            block = self._start_block()
+            if block is None:
+                return False
+        command = b"PUB %s 4\r\n+ACK\r\n" % acker.subject.encode()
+        block += command
+        nc._pending_data_size += len(command)
+        self._acked += 1
+        if not acker.released:  # (a confirmed ack given up may have given it back)
+            acker.released = True
+            self._freed += 1
         acked_by_transport(message)
         return True
 
@@ -76,48 +91,38 @@ class AckBatch:
         """Give ``acker``'s room back with this step's acks (a message without acks)."""
         if acker.released:
             return
-        if not self._freed:
-            self._loop.call_soon(self.flush)
         acker.released = True
         self._freed += 1
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def _start_block(self) -> bytearray | None:
+        nc = self._nc
+        block = open_command_block(nc)
+        if block is None:
+            self._block = None
+            return None
+        self._block, self._in, self._status = block, nc._pending, nc._status
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+        return block
 
     def flush(self) -> None:
-        """Send the acks queued, count them and give the room back (a no-op if none).
+        """After the step: count the acks written and give the step's room back.
 
-        Runs right after the step that queued them; a drain calls it too.
+        The next ack starts a new block. Runs right after the step that wrote them;
+        a subscription that finishes calls it too (a no-op if nothing is pending).
         """
-        freed = self._freed
-        if not freed:
-            return
-        replies = self._replies
-        self._replies = []
-        self._freed = 0
-        ledger = self._ledger
-        if replies:
-            block = b"".join([b"PUB %s 4\r\n+ACK\r\n" % reply.encode() for reply in replies])
-            if write_commands(self._nc, block, len(replies), 4 * len(replies)):
-                ledger.record("ack", len(replies))
-            else:  # down, draining or a full buffer: nats-py's publish handles each case
-                task = self._loop.create_task(self._send_each(replies))
-                self._sending.add(task)
-                task.add_done_callback(self._sending.discard)
-        ledger.release(freed)
-
-    async def _send_each(self, replies: list[str]) -> None:
-        ledger = self._ledger
-        for reply in replies:
-            try:
-                await self._nc.publish(reply, _ACK)
-            except nats.errors.Error as exc:
-                ledger.record_failed("ack")
-                logger.warning(
-                    "could not ack message (%s); the server redelivers it after ack_wait", exc
-                )
-            else:
-                ledger.record("ack")
-
-    async def settled(self) -> None:
-        """Flush, then wait until acks sent one by one are sent (or failed)."""
-        self.flush()
-        while self._sending:
-            await asyncio.wait(set(self._sending))
+        self._scheduled = False
+        self._block = self._in = None
+        acked, freed = self._acked, self._freed
+        self._acked = self._freed = 0
+        if acked:
+            stats = self._nc.stats
+            stats["out_msgs"] += acked
+            stats["out_bytes"] += 4 * acked
+            self._ledger.record("ack", acked)
+        if freed:
+            self._ledger.release(freed)

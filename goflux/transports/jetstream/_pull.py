@@ -88,6 +88,7 @@ class PullEngine:
         limits: Pull request sizes.
         max_in_flight: Most messages outstanding plus requested.
         workers: Handlers that may run at a time (the window covers their pace).
+        paced: Whether the handlers' pace is reported to :attr:`window`.
         deliver: Takes each admitted message with its arrival (event-loop time).
         fail: Ends the subscription with a failure.
         priority: Its place in the consumer's priority group, if it pulls in one.
@@ -104,6 +105,7 @@ class PullEngine:
         *,
         max_in_flight: int,
         workers: int = 1,
+        paced: bool = True,
         deliver: Callable[[Msg, float], None],
         fail: Callable[[BaseException], Awaitable[None]],
         priority: Priority | None = None,
@@ -125,7 +127,7 @@ class PullEngine:
         self._bound = max_in_flight  # what the subscription promises to hold at most
         # What may be outstanding plus requested now: _max_in_flight, or fewer where the
         # messages are large or the handlers slow; a pull is sent once its threshold is free.
-        self.window = PullWindow(self._max_in_flight, limits.batch, workers)
+        self.window = PullWindow(self._max_in_flight, limits.batch, workers, paced=paced)
         self._taken = 0  # messages taken since the window was last sized, and their bytes
         self._taken_bytes = 0
         self._deliver = deliver

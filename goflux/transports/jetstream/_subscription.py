@@ -191,6 +191,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             binding.limits,
             max_in_flight=options.max_in_flight,
             workers=1 if self._holder is not None else options.concurrency,
+            paced=self._holder is None,
             deliver=self._enqueue,
             fail=self._finish,
             priority=binding.priority,
@@ -414,7 +415,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 task.cancel()
         try:
             await self._held.hand_back()  # nothing held after a drain; a failure hands back
-            await self._acks.settled()  # the last step's acks, before an ephemeral goes
+            self._acks.flush()  # the last step's acks counted, their room given back
             if self._confirmations is not None:
                 await self._confirmations.close()
             await self._engine.close(failed=failure is not None)
@@ -535,13 +536,16 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         else:
             ready = self._ready
             countdown = 1  # (the first message is timed)
+            # A stream's hand-off waits on the stream's consumer, not on a handler: its
+            # time is back-pressure, not a pace to size the pulls by.
+            paced = self._holder is None
             # Through a drain too, what was received is worked off (or handed to a stream).
             while not self._draining or ready:
                 if not ready:
                     await self._idle_until_woken()
                     continue
                 countdown -= 1
-                if countdown:
+                if countdown or not paced:
                     await self._process(*ready.popleft())
                 else:
                     countdown = _RECHECK

@@ -13,7 +13,9 @@ would only pile messages up:
   subscribers of the same consumer go without.
 
 Before the first message is handled the pace is unknown, and the window starts at
-``FIRST`` messages (or the ceiling, if lower); the first handled message fits it.
+``FIRST`` messages (or the ceiling, if lower); the first handled message fits it. A
+message stream's subscription is not paced: its hand-off waits on the stream's
+consumer (back-pressure, which may settle in batches), not on a handler.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class PullWindow:
             batch more where the server holds that bound).
         batch: The most one pull request asks for.
         workers: Handlers that may run at a time.
+        paced: Whether handlers' times are reported (:meth:`paced`); if not (a message
+            stream, whose hand-off waits on the stream's consumer), the window is
+            sized by the messages' size alone.
 
     Attributes:
         size: Messages outstanding plus requested at most, now.
@@ -51,12 +56,12 @@ class PullWindow:
         "threshold",
     )
 
-    def __init__(self, ceiling: int, batch: int, workers: int) -> None:
+    def __init__(self, ceiling: int, batch: int, workers: int, *, paced: bool = True) -> None:
         self._ceiling = ceiling
         self._batch = batch
         self._workers = workers
         self._by_size = ceiling
-        self._by_pace = max(FIRST, 2 * workers)
+        self._by_pace = max(FIRST, 2 * workers) if paced else ceiling
         self._message_size = 0.0  # bytes, smoothed (0: none seen yet)
         self._seconds = 0.0  # one message's handling, smoothed (0: none timed yet)
         self.size = ceiling

@@ -1,28 +1,24 @@
 """Auto-acks of one event-loop step written together, against a real nats-server.
 
-A subscription queues each auto-ack in its :class:`AckBatch` and sends the step's
-acks as one block right after the step: never held while a handler waits, never lost
-while the connection is down, and a failed one is counted and logged.
+A subscription writes each auto-ack of a loop step into one block in nats-py's buffer
+(:class:`~goflux.transports.jetstream._ack_batch.AckBatch`) and counts them and frees
+their room after the step: never held while a handler waits, never lost by a close or
+while the connection is down, the room freed once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import nats
 import pytest
-from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from goflux import JsonCodec, Message
-from goflux._message import received
-from goflux._otel.telemetry import Telemetry
+from goflux import AckNotConfirmed, JsonCodec, Message, micro_batches
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
-from goflux.transports.jetstream._ack_batch import AckBatch
-from goflux.transports.jetstream._acker import JetStreamAcker, Ledger
 from tests.conftest import STREAM
+from tests.helpers import settle_loop
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -68,45 +64,39 @@ async def test_the_acks_before_a_waiting_handler_reach_the_server_while_it_waits
     await sub.close()
 
 
-async def pulled_replies(js: JetStreamContext, count: int, consumer: str) -> list[str]:
-    """Store ``count`` orders, pull them unacked on a durable ``consumer``; their replies."""
-    pub = jetstream.Publisher(js, CODEC)
-    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(count))
-    pull = await js.pull_subscribe("orders.>", durable=consumer, stream=STREAM)
-    msgs = await pull.fetch(count, timeout=5)
-    assert len(msgs) == count
-    return [m.reply for m in msgs]
-
-
-class Room:
-    """A pull engine's in-flight room, as the ledger gives it back."""
-
-    def __init__(self) -> None:
-        self.freed = 0
-
-    def release(self, count: int) -> None:
-        self.freed += count
-
-
-def batch_on(nc: Client, replies: list[str]) -> tuple[AckBatch, Room, list[Message[bytes]]]:
-    """An AckBatch on ``nc`` and, for each reply, an unsettled message with its acker."""
-    room = Room()
-    ledger = Ledger(Telemetry(), {}, room.release, destination="orders.>")
-    batch = AckBatch(nc, ledger)
-    loop = asyncio.get_running_loop()
-    messages = []
-    for reply in replies:
-        acker = JetStreamAcker(nc, reply, ledger, loop.time())
-        message = received("orders.a", b"{}", None, None, b"{}", acker, None)
-        assert batch.ack(acker, message)
-        messages.append(message)
-    return batch, room, messages
-
-
-async def test_acks_queued_while_the_connection_is_down_reach_the_server_after_it(
+async def test_an_ack_is_in_nats_py_buffer_once_the_message_reads_acked(
     nats_server: NatsServer,
 ) -> None:
-    disconnected, reconnected = asyncio.Event(), asyncio.Event()
+    # The user closes the connection right after the last handler returned: its
+    # auto-ack was already in nats-py's buffer, which a close still sends.
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    await jetstream.ensure_stream(js, name=STREAM, subjects=["orders.>"])
+    await jetstream.ensure_consumer(js, stream=STREAM, name="closing", filter_subject="orders.>")
+    done = asyncio.Event()
+    seen: list[Message[Order]] = []
+
+    async def handle(msg: Message[Order]) -> None:
+        seen.append(msg)
+        done.set()
+
+    await jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="closing").start(
+        "orders.>", handle
+    )
+    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+    await done.wait()
+    assert seen[0].settled == "ack"
+    await nc.close()
+    async with await nats.connect(nats_server.url) as other:
+        info = await other.jetstream().consumer_info(STREAM, "closing")
+    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (0, 1)
+
+
+async def test_an_auto_ack_while_the_connection_is_down_reaches_the_server_after_it(
+    nats_server: NatsServer,
+) -> None:
+    disconnected, reconnected, proceed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    started = asyncio.Event()
 
     async def on_disconnect() -> None:
         disconnected.set()
@@ -123,35 +113,99 @@ async def test_acks_queued_while_the_connection_is_down_reach_the_server_after_i
     )
     js = nc.jetstream()
     await jetstream.ensure_stream(js, name=STREAM, subjects=["orders.>"])
-    replies = await pulled_replies(js, 3, "down")
+    await jetstream.ensure_consumer(js, stream=STREAM, name="down", filter_subject="orders.>")
+    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+
+    async def handle(msg: Message[Order]) -> None:
+        started.set()
+        await proceed.wait()  # returns (and is auto-acked) while the server is down
+
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="down")
+    subscription = await sub.start("orders.>", handle)
+    async with asyncio.timeout(10):
+        await started.wait()
     nats_server.kill()
     async with asyncio.timeout(10):
         await disconnected.wait()
-    batch, room, messages = batch_on(nc, replies)
-    assert [m.settled for m in messages] == ["ack"] * 3
-    await batch.settled()  # buffered by nats-py until the reconnect
-    assert room.freed == 3
+    proceed.set()
+    await settle_loop()  # the handler returns; nothing here waits on the network
+    assert subscription.outstanding == 0
+    assert nc.pending_data_size > 0  # the ack, buffered by nats-py until the reconnect
     await nats_server.restart()
     async with asyncio.timeout(20):
         await reconnected.wait()
-    await wait_for_state(js, "down", (0, 3))
+    async with asyncio.timeout(10):
+        while (await js.consumer_info(STREAM, "down")).num_ack_pending:
+            await nc.flush()
+    assert subscription.handled == 1
+    await sub.close()
     await nc.close()
 
 
-async def test_an_ack_that_cannot_be_sent_is_logged_and_frees_its_room(
-    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+async def test_an_auto_ack_after_a_given_up_confirmation_frees_the_room_once(
+    nats_server: NatsServer,
 ) -> None:
-    nc = await nats.connect(nats_server.url)
+    # The confirmation was given up (server down): its room came back then. The
+    # handler returns once the connection is back; the auto-ack must not give the
+    # room back a second time (or the subscription would hold one more than its bound).
+    reconnected = asyncio.Event()
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    nc = await nats.connect(
+        nats_server.url,
+        reconnect_time_wait=0.05,
+        max_reconnect_attempts=-1,
+        reconnected_cb=on_reconnect,
+    )
     js = nc.jetstream()
     await jetstream.ensure_stream(js, name=STREAM, subjects=["orders.>"])
-    replies = await pulled_replies(js, 2, "closed")
+    await jetstream.ensure_consumer(js, stream=STREAM, name="given-up", filter_subject="orders.>")
+    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+    done = asyncio.Event()
+
+    async def handle(msg: Message[Order]) -> None:
+        nats_server.kill()
+        with pytest.raises(AckNotConfirmed):
+            await msg.ack(confirm=True)
+        assert msg.settled is None  # unsettled again: the auto-ack follows
+        await nats_server.restart()
+        async with asyncio.timeout(20):
+            await reconnected.wait()
+        done.set()
+
+    sub = jetstream.Subscriber(
+        js, CODEC, stream=STREAM, consumer="given-up", confirm_timeout=0.2, max_in_flight=4
+    )
+    subscription = await sub.start("orders.>", handle)
+    async with asyncio.timeout(30):
+        await done.wait()
+    async with asyncio.timeout(10):
+        while (await js.consumer_info(STREAM, "given-up")).num_ack_pending:
+            await nc.flush()
+    assert subscription.outstanding == 0
+    await sub.close()
     await nc.close()
-    with caplog.at_level(logging.WARNING, logger="goflux.transports.jetstream"):
-        batch, room, _ = batch_on(nc, replies)
-        await batch.settled()
-    assert room.freed == 2
-    failed = [r for r in caplog.records if "could not ack message" in r.getMessage()]
-    assert len(failed) == 2
-    async with await nats.connect(nats_server.url) as other:
-        info = await other.jetstream().consumer_info(STREAM, "closed")
-    assert info.num_ack_pending == 2  # redelivered after ack_wait
+
+
+async def test_a_stream_consumed_in_batches_is_not_paced_by_its_hand_off(
+    js: JetStreamContext,
+) -> None:
+    # micro_batches as the composition guide shows it: the hand-off waits while a batch
+    # is written, which is the stream consumer's back-pressure, not a handler's pace;
+    # sized by it, the window fell below the batch and the batches shrank.
+    # More than max_in_flight (512) stored: later batches depend on later pulls.
+    total = 64 * 16
+    await jetstream.Publisher(js, CODEC).publish_many(
+        jetstream.Outgoing("orders.a", order(n)) for n in range(total)
+    )
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    sizes: list[int] = []
+    async with micro_batches(sub, "orders.>", max_messages=64, max_wait=2.0) as batches:
+        async for batch in batches:
+            sizes.append(len(batch))
+            await asyncio.sleep(0.1)  # the batch is written somewhere
+            if sum(sizes) >= total:
+                break
+    assert sizes == [64] * 16

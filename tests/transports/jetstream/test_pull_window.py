@@ -96,3 +96,20 @@ async def test_large_messages_are_asked_for_a_few_mib_at_a_time(
     await handled.wait_for(120)
     await sub.close()
     assert 1 <= pending <= BYTE_BUDGET // size, pending
+
+
+async def test_a_message_stream_is_not_paced_by_its_hand_off(js: JetStreamContext) -> None:
+    # A stream's hand-off waits on the stream's consumer (back-pressure, which may
+    # settle in batches), not on a handler: its window is max_in_flight from the start,
+    # where a handler whose pace is unknown yet gets 64.
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(300))
+    await jetstream.ensure_consumer(js, stream=STREAM, name="streamed", filter_subject="orders.>")
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="streamed")
+    async with sub.stream("orders.>", buffer=1) as stream:
+        first = await anext(aiter(stream))  # the rest waits, held by the subscription
+        async with asyncio.timeout(10):
+            while await ack_pending(js, "streamed") < 300:
+                pass  # (each look is a round trip to the server)
+        await first.ack()
+        await stream.stop()
