@@ -401,7 +401,8 @@ class PullLimits:
             ``max_ack_pending`` is no larger), so a pull may ask beyond the bound and
             the server sends the next message as soon as an ack frees room, without
             waiting for a new pull request. Given only for an ephemeral consumer the
-            subscription made, acked message by message, with keep-alive on.
+            subscription made, acked message by message (and not confirmed), with
+            keep-alive on.
     """
 
     __slots__ = ("batch", "expires", "heartbeat", "server_bounded")
@@ -417,8 +418,12 @@ class PullLimits:
         self.batch = min(options.batch, max_batch) if max_batch else options.batch
         self.expires = min(options.expires, max_expires) if max_expires else options.expires
         self.heartbeat = min(options.heartbeat, self.expires / 2)
+        # Not with confirmed acks: the server frees an ack's room (and may deliver the
+        # next message) before its confirmation gives the room back here.
         self.server_bounded = (
-            max_ack_pending is not None and 0 < max_ack_pending <= options.max_in_flight
+            max_ack_pending is not None
+            and 0 < max_ack_pending <= options.max_in_flight
+            and not options.confirm_acks
         )
 
 

@@ -431,6 +431,7 @@ async def holding_handler(
         ("durable", {}, 0),  # max_ack_pending 1,000 (and anyone may change it)
         ("ephemeral", {"keep_alive": False}, 0),  # a held message may come twice
         ("ephemeral", {"consumer_config": {"ack_policy": "all"}}, 0),  # acks settle others
+        ("ephemeral", {"confirm_acks": True}, 0),  # the server frees room before confirming
     ],
 )
 async def test_a_pull_asks_beyond_max_in_flight_only_where_the_server_holds_the_bound(
