@@ -11,7 +11,9 @@ and gives their in-flight room back to the pull engine in one call. A consumer
 without acks (ordered) gives its room back the same way.
 
 Should the block leave nats-py's buffer meanwhile (the writer ran, or the connection
-changed state), the next ack starts a new one. Where no block can be started (the
+changed state), or should anything be queued after it (a handler's own publish, a
+pull request), the next ack starts a new one: an ack never overtakes what was queued
+before it, such as the effect its handler published. Where no block can be started (the
 connection is not connected, or its buffer is full), :meth:`AckBatch.ack` returns
 False and the caller sends the ack with ``nc.publish``, which handles each case.
 """
@@ -73,7 +75,13 @@ class AckBatch:
             return False
         nc = self._nc
         block = self._block
-        if block is None or nc._pending is not self._in or nc._status != self._status:
+        pending: list[Any] = nc._pending  # (blocks of ours among its bytes)
+        if (
+            block is None
+            or pending is not self._in
+            or pending[-1] is not block  # (something was queued after it: keep the order)
+            or nc._status != self._status
+        ):
             block = self._start_block()
             if block is None:
                 return False

@@ -12,6 +12,8 @@ import asyncio
 
 import nats
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from goflux import AckNotConfirmed, JsonCodec, Message, micro_batches
@@ -92,29 +94,88 @@ async def test_an_ack_is_in_nats_py_buffer_once_the_message_reads_acked(
     assert (info.num_ack_pending, info.ack_floor.stream_seq) == (0, 1)
 
 
+async def test_an_auto_ack_never_overtakes_what_its_handler_published(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    # Each handler publishes its result (core NATS, not awaited by the server) and
+    # returns: the server must see each result before the ack of its message, or a
+    # cut connection could leave a message acked whose effect was lost.
+    await jetstream.Publisher(js, CODEC).publish_many(
+        jetstream.Outgoing("orders.a", order(n)) for n in range(40)
+    )
+    await jetstream.ensure_consumer(js, stream=STREAM, name="effects", filter_subject="orders.>")
+    seen: list[tuple[str, int]] = []  # in the order the server received them
+    acks = asyncio.Event()
+
+    async def monitor(msg: Msg) -> None:
+        if msg.subject.startswith("$JS.ACK."):
+            seen.append(("ack", int(msg.subject.split(".")[-4])))  # the stream sequence
+            if sum(kind == "ack" for kind, _ in seen) == 40:
+                acks.set()
+        elif msg.subject.startswith("results."):
+            seen.append(("result", int(msg.subject.split(".")[1])))
+
+    async with await nats.connect(nats_server.url) as watcher:
+        await watcher.subscribe(">", cb=monitor)  # one subscription: the server's order
+        await watcher.flush()
+        nc = js._nc
+
+        async def handle(msg: Message[Order]) -> None:
+            assert msg.delivery is not None
+            await nc.publish(f"results.{msg.delivery.stream_sequence}", b"done")
+
+        sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="effects")
+        await sub.start("orders.>", handle)
+        async with asyncio.timeout(10):
+            await acks.wait()
+        await sub.close()
+    position = {event: index for index, event in enumerate(seen)}
+    early = [n for n in range(1, 41) if position[("ack", n)] < position[("result", n)]]
+    assert early == []
+
+
+class Reconnecting:
+    """A client that reconnects at once, with events for its disconnect and reconnect."""
+
+    def __init__(self) -> None:
+        self.disconnected = asyncio.Event()
+        self.reconnected = asyncio.Event()
+
+    async def _on_disconnect(self) -> None:
+        self.disconnected.set()
+
+    async def _on_reconnect(self) -> None:
+        self.reconnected.set()
+
+    async def connect(self, server: NatsServer, consumer: str) -> tuple[Client, JetStreamContext]:
+        """Connect, with the ORDERS stream, a durable ``consumer`` and one order stored."""
+        nc = await nats.connect(
+            server.url,
+            reconnect_time_wait=0.05,
+            max_reconnect_attempts=-1,
+            disconnected_cb=self._on_disconnect,
+            reconnected_cb=self._on_reconnect,
+        )
+        js = nc.jetstream()
+        await jetstream.ensure_stream(js, name=STREAM, subjects=["orders.>"])
+        await jetstream.ensure_consumer(js, stream=STREAM, name=consumer, filter_subject="orders.>")
+        await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+        return nc, js
+
+
+async def all_acked(js: JetStreamContext, consumer: str) -> None:
+    """Wait until the server has no unacknowledged delivery of ``consumer``."""
+    async with asyncio.timeout(10):
+        while (await js.consumer_info(STREAM, consumer)).num_ack_pending:
+            await js._nc.flush()
+
+
 async def test_an_auto_ack_while_the_connection_is_down_reaches_the_server_after_it(
     nats_server: NatsServer,
 ) -> None:
-    disconnected, reconnected, proceed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    started = asyncio.Event()
-
-    async def on_disconnect() -> None:
-        disconnected.set()
-
-    async def on_reconnect() -> None:
-        reconnected.set()
-
-    nc = await nats.connect(
-        nats_server.url,
-        reconnect_time_wait=0.05,
-        max_reconnect_attempts=-1,
-        disconnected_cb=on_disconnect,
-        reconnected_cb=on_reconnect,
-    )
-    js = nc.jetstream()
-    await jetstream.ensure_stream(js, name=STREAM, subjects=["orders.>"])
-    await jetstream.ensure_consumer(js, stream=STREAM, name="down", filter_subject="orders.>")
-    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+    proceed, started = asyncio.Event(), asyncio.Event()
+    client = Reconnecting()
+    nc, js = await client.connect(nats_server, "down")
 
     async def handle(msg: Message[Order]) -> None:
         started.set()
@@ -126,17 +187,15 @@ async def test_an_auto_ack_while_the_connection_is_down_reaches_the_server_after
         await started.wait()
     nats_server.kill()
     async with asyncio.timeout(10):
-        await disconnected.wait()
+        await client.disconnected.wait()
     proceed.set()
     await settle_loop()  # the handler returns; nothing here waits on the network
     assert subscription.outstanding == 0
     assert nc.pending_data_size > 0  # the ack, buffered by nats-py until the reconnect
     await nats_server.restart()
     async with asyncio.timeout(20):
-        await reconnected.wait()
-    async with asyncio.timeout(10):
-        while (await js.consumer_info(STREAM, "down")).num_ack_pending:
-            await nc.flush()
+        await client.reconnected.wait()
+    await all_acked(js, "down")
     assert subscription.handled == 1
     await sub.close()
     await nc.close()
@@ -148,21 +207,8 @@ async def test_an_auto_ack_after_a_given_up_confirmation_frees_the_room_once(
     # The confirmation was given up (server down): its room came back then. The
     # handler returns once the connection is back; the auto-ack must not give the
     # room back a second time (or the subscription would hold one more than its bound).
-    reconnected = asyncio.Event()
-
-    async def on_reconnect() -> None:
-        reconnected.set()
-
-    nc = await nats.connect(
-        nats_server.url,
-        reconnect_time_wait=0.05,
-        max_reconnect_attempts=-1,
-        reconnected_cb=on_reconnect,
-    )
-    js = nc.jetstream()
-    await jetstream.ensure_stream(js, name=STREAM, subjects=["orders.>"])
-    await jetstream.ensure_consumer(js, stream=STREAM, name="given-up", filter_subject="orders.>")
-    await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+    client = Reconnecting()
+    nc, js = await client.connect(nats_server, "given-up")
     done = asyncio.Event()
 
     async def handle(msg: Message[Order]) -> None:
@@ -172,7 +218,7 @@ async def test_an_auto_ack_after_a_given_up_confirmation_frees_the_room_once(
         assert msg.settled is None  # unsettled again: the auto-ack follows
         await nats_server.restart()
         async with asyncio.timeout(20):
-            await reconnected.wait()
+            await client.reconnected.wait()
         done.set()
 
     sub = jetstream.Subscriber(
@@ -181,9 +227,7 @@ async def test_an_auto_ack_after_a_given_up_confirmation_frees_the_room_once(
     subscription = await sub.start("orders.>", handle)
     async with asyncio.timeout(30):
         await done.wait()
-    async with asyncio.timeout(10):
-        while (await js.consumer_info(STREAM, "given-up")).num_ack_pending:
-            await nc.flush()
+    await all_acked(js, "given-up")
     assert subscription.outstanding == 0
     await sub.close()
     await nc.close()
