@@ -10,6 +10,7 @@ from nats.js import JetStreamContext
 from goflux import StrCodec, micro_batches
 from goflux.transports import channel, jetstream
 from tests.conftest import STREAM
+from tests.helpers import drained
 
 
 async def test_batches_are_bounded_by_size_and_a_partial_batch_flushes_after_max_wait() -> None:
@@ -80,7 +81,8 @@ async def test_a_failed_batch_is_redelivered_whole_and_a_good_one_acked(
     # The failed batch came again (its second delivery); so did the messages the first
     # subscription had received but not batched yet, handed back when it closed.
     assert sorted(seen) == [(f"o{i}", 2) for i in range(6)]
-    info = await js.consumer_info(STREAM, "batcher")
-    assert info.num_ack_pending == 0
+    # Acks are applied by the consumer off a queue of the server's own: the server's
+    # view, looked at until it has them all, is the signal (a loaded CI box lagged).
+    async with asyncio.timeout(10):
+        info = await drained(js, STREAM, "batcher")
     assert info.ack_floor.stream_seq == 6  # the batch left by `break` was acked too
-    assert info.num_pending == 0
