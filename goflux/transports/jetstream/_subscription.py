@@ -119,17 +119,8 @@ def _unacknowledged(
 
     Its delivery facts are read from the reply subject when first asked for.
     """
-    message: Message[P] = Message.__new__(Message)  # what received() does, one call less
-    message._subject = subject
-    message._payload = payload
-    message._headers = headers
-    message._id = message_id
+    message = received(subject, payload, headers, message_id, data, None, wire)
     message._delivery = acker  # (calling it builds the facts)
-    message._data = data
-    message._acker = None
-    message._settled = None
-    message._observer = None
-    message._wire = wire
     return message
 
 
