@@ -32,7 +32,7 @@ class Sizes:
     http_concurrency: int = 16  # publishers sending at once
     http_requests: int = 1_000  # HTTP request/reply, sequential, per case and round
     shapes_msgs: int = 50_000  # consume-shapes: 100 B and 1 KB messages per case and round
-    shapes_large_msgs: int = 4_000  # consume-shapes: 64 KB messages per case and round
+    shapes_large_msgs: int = 10_000  # consume-shapes: 64 KB messages per case and round
 
 
 FULL = Sizes()

@@ -339,18 +339,20 @@ def received(
     data: bytes | None,
     acker: Acker | None,
     wire: Mapping[str, str] | None = None,
+    delivery: Callable[[], Delivery] | None = None,
 ) -> Message[T]:
     """Build a received message without keyword parsing (for transports' hot paths).
 
     ``wire`` is the transport's header mapping as received (see
-    :attr:`Message.wire_headers`); it is read only when asked for.
+    :attr:`Message.wire_headers`); it is read only when asked for. ``delivery`` builds
+    the delivery facts of a message without an acker, when first asked for.
     """
     message: Message[T] = Message.__new__(Message)
     message._subject = subject
     message._payload = payload
     message._headers = headers
     message._id = id
-    message._delivery = None
+    message._delivery = delivery
     message._data = data
     message._acker = acker
     message._settled = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import types
 from collections.abc import Awaitable, Callable
@@ -33,6 +32,7 @@ __all__ = (
     "ErrorCallback",
     "HeaderLines",
     "LineKeepingClient",
+    "Take",
     "api_prefix",
     "api_timeout",
     "callback_task",
@@ -57,8 +57,6 @@ __all__ = (
 )
 
 logger = logging.getLogger("goflux.transports")
-# nats-py's Msg fields, in order (checked before a Msg is built positionally).
-_MSG_FIELDS = ("_client", "subject", "reply", "data", "headers", "_metadata", "_ackd", "_sid")
 
 _HEADER_LINE_START: Final = len(b"NATS/1.0")
 PAYLOAD_VIOLATION: Final = "maximum payload violation"  # the server's -ERR, lower-cased
@@ -414,21 +412,26 @@ def reconnect_after_payload_violation(nc: Client) -> None:
     nc._process_err = process_err  # type: ignore[method-assign]
 
 
+Take = Callable[[str, str, bytes, "dict[str, str] | None", "DirectDelivery"], None]
+"""What takes a direct subscription's message: ``take(subject, reply, data, headers, delivery)``."""
+
+
 class DirectDelivery:
     """Stands in for a nats-py subscription's pending queue: each message is taken at once.
 
     nats-py puts every message it reads into the subscription's ``asyncio.Queue``,
     and a task of the subscription's takes it out and awaits the callback: a queue
     put, a queue get and a coroutine per message. Installed in that queue's place
-    (:func:`subscribe_direct`), this hands each message to ``take`` right where
-    nats-py's reader parsed it, in order, with nothing kept. ``take`` must not raise
+    (:func:`subscribe_direct`), this hands each message's subject, reply, data and
+    headers to ``take`` right where nats-py's reader parsed it, in order, with nothing
+    kept and no nats-py ``Msg`` built (:func:`_direct_routes`). ``take`` must not raise
     (it runs in the connection's read loop) and must not block; work it cannot do at
     once it hands to :meth:`later`, whose tasks a drain of the subscription waits for.
     """
 
     __slots__ = ("_later", "_sub", "_take")
 
-    def __init__(self, take: Callable[[Msg, DirectDelivery], None]) -> None:
+    def __init__(self, take: Take) -> None:
         self._take = take
         self._sub: Subscription | None = None
         self._later: set[asyncio.Task[None]] = set()
@@ -447,7 +450,7 @@ class DirectDelivery:
         if sub is not None:
             sub._pending_size = 0  # nothing is kept: no slow-consumer drop can trigger
         try:
-            self._take(msg, self)
+            self._take(msg.subject, msg.reply, msg.data, msg.headers, self)
         except Exception:  # nats-py's reader must go on (its other subscriptions too)
             logger.exception("could not take a message on %r", msg.subject)
 
@@ -501,7 +504,7 @@ async def subscribe_direct(nc: Client, subject: str, take: DirectDelivery) -> Su
         await sub.unsubscribe()
 
     async def callback(msg: Msg) -> None:  # pragma: no cover - another nats-py
-        take._take(msg, take)
+        take._take(msg.subject, msg.reply, msg.data, msg.headers, take)
 
     return await nc.subscribe(subject, cb=callback)  # pragma: no cover - another nats-py
 
@@ -524,11 +527,13 @@ def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:
     nats-py's reader hands every message to ``_process_msg``, which counts it, looks
     its subscription up, parses its headers, builds the ``Msg``, then checks for slow
     consumers, request futures and JetStream flow control before queueing it. For a
-    :class:`DirectDelivery` subscription only the first four apply: installed once on
+    :class:`DirectDelivery` subscription only the first three apply: installed once on
     ``nc`` (an instance attribute, as nats-py's reader looks the method up on every
-    message), this does those and hands the ``Msg`` over; every other subscription's
-    messages go to nats-py's method as before. None where nats-py's internals are not
-    as expected (the subscription's queue still takes each message at once).
+    message), this does those and hands the message's parts over, without a ``Msg``
+    (half a microsecond a message: the taker keeps what it needs in an object of its
+    own); every other subscription's messages go to nats-py's method as before. None
+    where nats-py's internals are not as expected (the subscription's queue still takes
+    each message at once).
     """
     routes = getattr(nc, "_goflux_direct_routes", None)
     if isinstance(routes, dict):
@@ -536,15 +541,12 @@ def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:
     original = getattr(nc, "_process_msg", None)
     process_headers = getattr(nc, "_process_headers", None)
     subs = getattr(nc, "_subs", None)
-    message_class = getattr(nc, "msg_class", None)
     if not (callable(original) and callable(process_headers) and isinstance(subs, dict)):
         return None
-    if not isinstance(message_class, type) or not isinstance(getattr(nc, "stats", None), dict):
+    if not isinstance(getattr(nc, "stats", None), dict):
         return None
     direct: dict[int, DirectDelivery] = {}
     stats = nc.stats
-    fields = [f.name for f in dataclasses.fields(Msg)] if dataclasses.is_dataclass(Msg) else []
-    positional = message_class is Msg and fields == list(_MSG_FIELDS)
 
     async def process_msg(
         sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
@@ -562,21 +564,10 @@ def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:
         sub._received += 1
         # (nc's own method, looked up now: keep_header_lines may replace it)
         parsed = await nc._process_headers(headers) if headers else None
-        if positional:  # nats-py's Msg: its fields in order (keywords cost twice as much)
-            msg = Msg(nc, subject.decode(), reply.decode(), data, parsed, None, False, sid)
-        else:  # a client's own message class: as nats-py builds it
-            msg = message_class(
-                _client=nc,
-                subject=subject.decode(),
-                reply=reply.decode(),
-                data=data,
-                headers=parsed,
-                _sid=sid,
-            )
         try:  # (what put_nowait does: nothing counts towards a slow consumer here)
-            delivery._take(msg, delivery)
+            delivery._take(subject.decode(), reply.decode(), data, parsed, delivery)
         except Exception:  # nats-py's reader must go on (its other subscriptions too)
-            logger.exception("could not take a message on %r", msg.subject)
+            logger.exception("could not take a message on %r", subject)
 
     nc._process_msg = process_msg  # type: ignore[method-assign]
     nc._goflux_direct_routes = direct  # type: ignore[attr-defined]

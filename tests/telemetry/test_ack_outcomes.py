@@ -15,7 +15,6 @@ import asyncio
 import pydantic
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry.sdk.metrics.export import NumberDataPoint, Sum
 
@@ -133,9 +132,8 @@ async def test_a_hand_back_whose_nak_cannot_be_sent_counts_as_a_nak_that_failed(
     subscriber = jetstream.Subscriber(js, StrCodec(), stream=STREAM, telemetry=otel.telemetry)
     subscription = await subscriber.start("orders.created", handle)
     reply = f"$JS.ACK.{STREAM}.{subscription.consumer}.2.7.7.1700000000000000000.0"
-    arrived = Msg(nc, subject="orders.created", reply=reply, data=b"o-7")
-    subscription._handed_back(arrived, False)
-    subscription._handed_back(arrived, True)
+    subscription._handed_back(reply, False)
+    subscription._handed_back(reply, True)
     assert sorted(counts(otel, "goflux.processor.ack.outcome"), key=repr) == sorted(
         [
             (outcome("nak", "orders.created", error=True), 1),

@@ -136,8 +136,14 @@ async def test_direct_delivery_takes_each_message_at_once_in_order(
     handed: list[bytes] = []
     all_taken = asyncio.Event()
 
-    def take(msg: Msg, delivery: _natspy.DirectDelivery) -> None:
-        taken.append(msg.data)
+    def take(
+        subject: str,
+        reply: str,
+        data: bytes,
+        headers: dict[str, str] | None,
+        delivery: _natspy.DirectDelivery,
+    ) -> None:
+        taken.append(data)
         if len(taken) == 200:
             all_taken.set()
 
@@ -161,7 +167,7 @@ async def test_direct_delivery_takes_each_message_at_once_in_order(
         await release.wait()
         handed.append(data)
 
-    delivery._take = lambda msg, d: d.later(slow(msg.data))
+    delivery._take = lambda subject, reply, data, headers, d: d.later(slow(data))
     await nc.publish("direct", b"late")
     await nc.flush()
     await asyncio.wait_for(waiting.wait(), 5)
@@ -189,7 +195,13 @@ async def test_a_take_that_raises_leaves_the_connection_reading(
 
     nc._error_cb = on_error
 
-    def take(msg: Msg, delivery: _natspy.DirectDelivery) -> None:
+    def take(
+        subject: str,
+        reply: str,
+        data: bytes,
+        headers: dict[str, str] | None,
+        delivery: _natspy.DirectDelivery,
+    ) -> None:
         raise RuntimeError("boom")
 
     await _natspy.subscribe_direct(nc, "raising", _natspy.DirectDelivery(take))
@@ -210,8 +222,10 @@ async def test_direct_delivery_leaves_the_other_subscriptions_to_nats_py(
     # callback, an iterator, a request's reply) works as before, and once the direct
     # one is gone its messages are dropped as nats-py drops them.
     nc = await nats.connect(nats_server.url)
-    taken: list[Msg] = []
-    delivery = _natspy.DirectDelivery(lambda msg, d: taken.append(msg))
+    taken: list[tuple[str, bytes, dict[str, str] | None, str]] = []
+    delivery = _natspy.DirectDelivery(
+        lambda subject, reply, data, headers, d: taken.append((subject, data, headers, reply))
+    )
     direct = await _natspy.subscribe_direct(nc, "mixed.direct", delivery)
     echoed: list[bytes] = []
 
@@ -228,21 +242,14 @@ async def test_direct_delivery_leaves_the_other_subscriptions_to_nats_py(
     assert (await plain.next_msg(timeout=5)).data == b"p1"
     assert reply.data == b"re:e1"
     assert echoed == [b"e1"]
-    [msg] = taken
-    assert (msg.subject, msg.data, msg.headers, msg.reply) == (
-        "mixed.direct",
-        b"d1",
-        {"A": "1"},
-        "",
-    )
-    assert msg._sid == direct._id
+    assert taken == [("mixed.direct", b"d1", {"A": "1"}, "")]
     assert nc.stats["in_msgs"] - before == 4  # direct, echo request, its reply, plain
     assert direct.delivered == 1
     nc._remove_sub(direct._id)  # nats-py forgot it; its UNSUB is not at the server yet
     await nc.publish("mixed.direct", b"d2")
     await nc.publish("mixed.plain", b"p2")
     assert (await plain.next_msg(timeout=5)).data == b"p2"  # (after d2: nats-py's order)
-    assert [m.data for m in taken] == [b"d1"]
+    assert [data for _, data, _, _ in taken] == [b"d1"]
     await nc.close()
 
 

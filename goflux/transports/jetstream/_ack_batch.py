@@ -85,7 +85,7 @@ class AckBatch:
             block = self._start_block()
             if block is None:
                 return False
-        command = b"PUB %s 4\r\n+ACK\r\n" % acker.subject.encode()
+        command = b"PUB %s 4\r\n+ACK\r\n" % acker.reply.encode()
         block += command
         nc._pending_data_size += len(command)
         self._acked += 1

@@ -230,11 +230,13 @@ class Ledger:
 
 
 class JetStreamAcker:
-    """Acknowledges one message through its ``$JS.ACK`` reply subject.
+    """One delivered message as received, and its settlement through its ``$JS.ACK`` reply.
 
-    The reply subject carries the delivery facts (see
-    :func:`~goflux.transports.jetstream._acker.ack_tokens`). ``last_progress`` is
-    when the server last heard of the message (its arrival, or the last in-progress
+    The pull engine keeps nothing else of a delivery: the subject, payload and headers
+    nats-py's reader parsed are held here (no nats-py ``Msg`` is built), until the
+    message is settled. The reply subject carries the delivery facts (see
+    :func:`~goflux.transports.jetstream._acker.ack_tokens`). ``last_progress`` is when
+    the server last heard of the message (its arrival, or the last in-progress
     signal): its ``ack_wait`` runs from then.
 
     Args:
@@ -243,6 +245,15 @@ class JetStreamAcker:
         ledger: The subscription's ledger.
         arrival: Event-loop time the message arrived.
         delivered: The delivery count, if known (else read from ``reply``).
+        subject: The subject the message was published to.
+        data: Its payload, as received.
+        headers: Its headers, as nats-py parsed them (None: it had none).
+
+    Attributes:
+        subject: The subject the message was published to.
+        reply: The message's ``$JS.ACK`` reply subject, where settlements go.
+        data: Its payload, as received.
+        headers: Its headers, as nats-py parsed them.
 
     Raises:
         ValueError: ``reply`` is not a JetStream ack subject.
@@ -251,11 +262,14 @@ class JetStreamAcker:
     __slots__ = (
         "_ledger",
         "_nc",
-        "_reply",
+        "data",
         "deferred",
+        "headers",
         "last_progress",
         "num_delivered",
         "released",
+        "reply",
+        "subject",
     )
 
     def __init__(
@@ -265,33 +279,34 @@ class JetStreamAcker:
         ledger: Ledger,
         arrival: float,
         delivered: int | None = None,
+        subject: str = "",
+        data: bytes = b"",
+        headers: dict[str, str] | None = None,
     ) -> None:
         if delivered is None:
             tokens, offset = ack_tokens(reply)  # the tokens are not kept: memory per message
             delivered = int(tokens[offset + 2])
         self._nc = nc
-        self._reply = reply
+        self.reply = reply
         self._ledger = ledger
         self.num_delivered = delivered
         self.last_progress = arrival
         self.released = False  # its in-flight room was given back (at most once)
         self.deferred = False  # a confirmed ack.ack() returns once sent (the auto-ack)
-
-    @property
-    def subject(self) -> str:
-        """The message's ``$JS.ACK`` reply subject, where settlements go."""
-        return self._reply
+        self.subject = subject
+        self.data = data
+        self.headers = headers
 
     @property
     def stream_sequence(self) -> int:
         """The message's sequence in its stream."""
-        tokens, offset = ack_tokens(self._reply)
+        tokens, offset = ack_tokens(self.reply)
         return int(tokens[offset + 3])
 
     @property
     def delivery(self) -> Delivery:
         """The delivery facts from the reply subject."""
-        return delivery_of(self._reply)
+        return delivery_of(self.reply)
 
     def __call__(self) -> Delivery:
         """The delivery facts, built now (see :attr:`delivery`).
@@ -302,7 +317,7 @@ class JetStreamAcker:
         Raises:
             ValueError: The reply is not a JetStream ack subject.
         """
-        return delivery_of(self._reply)
+        return delivery_of(self.reply)
 
     def release(self) -> None:
         """Give the message's in-flight room back to the pull engine (once)."""
@@ -318,8 +333,8 @@ class JetStreamAcker:
         """
         ledger = self._ledger
         try:
-            if not write_publish(self._nc, self._reply, payload):  # the common case: queued
-                await self._nc.publish(self._reply, payload)
+            if not write_publish(self._nc, self.reply, payload):  # the common case: queued
+                await self._nc.publish(self.reply, payload)
         except nats.errors.Error as exc:
             ledger.record_failed(action)
             what = "in_progress" if action is None else _OUTCOME_OF[action]

@@ -45,7 +45,7 @@ class Confirmable(Protocol):
     """A message's acker, as far as confirming its ack goes."""
 
     @property
-    def subject(self) -> str:
+    def reply(self) -> str:
         """The message's ``$JS.ACK`` reply subject."""
 
     @property
@@ -150,7 +150,7 @@ class Confirmations:
         self._pending[token] = _Pending(target, self._loop.time(), waiter)
         self._idle.clear()
         try:
-            await self._nc.publish(target.subject, _ACK, reply=reply)
+            await self._nc.publish(target.reply, _ACK, reply=reply)
         except nats.errors.Error as exc:
             if self._pending.pop(token, None) is not None and not self._pending:
                 self._idle.set()
@@ -270,7 +270,7 @@ class Confirmations:
         pending.sent_at = now
         try:
             reply = self._inbox.reply_subject(token)
-            await self._nc.publish(pending.target.subject, _ACK, reply=reply)
+            await self._nc.publish(pending.target.reply, _ACK, reply=reply)
         except nats.errors.Error as exc:
             if self._pending.pop(token, None) is not None:
                 self._give_up(pending, exc)

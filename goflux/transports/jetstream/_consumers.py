@@ -25,7 +25,6 @@ import logging
 from typing import Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import nats.errors
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import APIError, NotFoundError
@@ -106,8 +105,8 @@ class PulledConsumer(Protocol):
     def selective(self) -> bool:
         """Whether it may refuse a delivery: the engine asks :meth:`admit` only then."""
 
-    def admit(self, msg: Msg) -> Admission:
-        """Whether to take ``msg`` (a delivery, not a status message)."""
+    def admit(self, reply: str) -> Admission:
+        """Whether to take the delivery with this ``$JS.ACK`` ``reply`` subject."""
 
     async def recover(self, cause: Cause, why: str) -> Recovery | SubscribeError:
         """Recover after ``cause``; a :class:`SubscribeError` ends the subscription."""
@@ -142,7 +141,7 @@ class AcknowledgedConsumer:
         self.ephemeral = ephemeral
         self.next_subject = _next_subject(js, stream, name)
 
-    def admit(self, msg: Msg) -> Admission:
+    def admit(self, reply: str) -> Admission:
         """Take every delivery."""
         return Admission.TAKE
 
@@ -297,11 +296,10 @@ class OrderedConsumer:
         # How the current consumer's reply subjects start (learnt from its first one).
         self._first_delivery = "\0"
 
-    def admit(self, msg: Msg) -> Admission:
+    def admit(self, reply: str) -> Admission:
         """Take the next delivery of the current consumer only."""
         if self._recreating:
             return _SKIP
-        reply = msg.reply
         prefix = self._first_delivery
         if reply.startswith(prefix):  # the current consumer's: split the sequences only
             stream_token, consumer_token, _ = reply[len(prefix) :].split(".", 2)

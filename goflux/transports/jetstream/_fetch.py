@@ -240,10 +240,11 @@ class Fetcher(Generic[T]):
         out: list[Message[T]] = []
         tracing = self._tel.active
         for msg in taken:
-            acker = JetStreamAcker(self._nc, msg.reply, self._ledger, arrival)
-            raw = msg.headers
+            raw, data = msg.headers, msg.data
+            acker = JetStreamAcker(
+                self._nc, msg.reply, self._ledger, arrival, None, msg.subject, data, raw
+            )
             headers, message_id = read_headers(raw) if raw else (None, None)
-            data = msg.data
             scope = (
                 self._scopes.open(
                     msg.subject,

@@ -29,11 +29,11 @@ import contextlib
 import functools
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats.errors
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 from nats.js import JetStreamContext
 
@@ -89,12 +89,14 @@ class PullEngine:
         max_in_flight: Most messages outstanding plus requested.
         workers: Handlers that may run at a time (the window covers their pace).
         paced: Whether the handlers' pace is reported to :attr:`window`.
-        deliver: Takes each admitted message with its arrival (event-loop time).
+        deliver: Takes each admitted message's subject, reply, payload and headers, with
+            its arrival (event-loop time).
         fail: Ends the subscription with a failure.
         priority: Its place in the consumer's priority group, if it pulls in one.
         handed_back: Told of each message nak'd on arrival, never delivered (one that
-            came while the subscription drains, or on a retired inbox), with whether
-            the nak was sent (if not, the server redelivers it after ``ack_wait``).
+            came while the subscription drains, or on a retired inbox): its reply
+            subject, and whether the nak was sent (if not, the server redelivers it
+            after ``ack_wait``).
     """
 
     def __init__(
@@ -106,12 +108,17 @@ class PullEngine:
         max_in_flight: int,
         workers: int = 1,
         paced: bool = True,
-        deliver: Callable[[Msg, float], None],
+        deliver: Callable[[str, str, bytes, dict[str, str] | None, float], None],
         fail: Callable[[BaseException], Awaitable[None]],
         priority: Priority | None = None,
-        handed_back: Callable[[Msg, bool], None] | None = None,
+        handed_back: Callable[[str, bool], None] | None = None,
     ) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
+        # Event-loop time of each arrival: asyncio's own loop reads time.monotonic (read
+        # here directly, without a Python call of the loop's); another loop, its clock.
+        self._now: Callable[[], float] = (
+            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        )
         self._handed_back = handed_back
         self._js = js
         self._nc = connection(js)
@@ -376,12 +383,20 @@ class PullEngine:
 
     # -------------------------------------------------------------- receiving
 
-    async def _hand_back(self, msg: Msg) -> None:
-        sent = await hand_back(self._nc, msg.reply)
+    async def _hand_back(self, reply: str) -> None:
+        sent = await hand_back(self._nc, reply)
         if self._handed_back is not None:
-            self._handed_back(msg, sent)
+            self._handed_back(reply, sent)
 
-    def _take(self, generation: int, msg: Msg, delivery: DirectDelivery) -> None:
+    def _take(
+        self,
+        generation: int,
+        subject: str,
+        reply: str,
+        data: bytes,
+        headers: dict[str, str] | None,
+        delivery: DirectDelivery,
+    ) -> None:
         """Take one message from the inbox of ``generation``, in the connection's read loop.
 
         A delivery goes to the subscription at once; status messages (other than
@@ -391,39 +406,38 @@ class PullEngine:
         try:
             consumer = self.consumer
             if generation != self._generation:
-                if msg.reply and consumer.acknowledges:
-                    delivery.later(self._hand_back(msg))  # from a retired inbox
+                if reply and consumer.acknowledges:
+                    delivery.later(self._hand_back(reply))  # from a retired inbox
                 return
-            now = self._loop.time()
+            now = self._now()
             self._last_activity = now
-            if not msg.reply:
-                headers = msg.headers
+            if not reply:
                 if headers is None or headers.get("Status") != HEARTBEAT:
-                    delivery.later(self._on_status(msg))
+                    delivery.later(self._on_status(headers or {}))
                 return  # an idle heartbeat: the pull request is alive
             if self._requested > 0:
                 self._requested -= 1
             if self._priority is not None:
-                self._priority.observe(msg.headers)
+                self._priority.observe(headers)
             if self._stopping:
                 if consumer.acknowledges:
-                    delivery.later(self._hand_back(msg))
+                    delivery.later(self._hand_back(reply))
                 return
             if self._selective:
-                admission = consumer.admit(msg)
+                admission = consumer.admit(reply)
                 if admission is not _TAKE:
                     self._not_admitted(admission, delivery)
                     return
             if self.outstanding >= self._bound and self._max_in_flight > self._bound:
                 self._server_bound_lost()
-            self._deliver(msg, now)
+            self._deliver(subject, reply, data, headers, now)
             self.outstanding += 1
             self._taken += 1
-            self._taken_bytes += len(msg.data)
+            self._taken_bytes += len(data)
         except Exception:
             logger.exception(
                 "could not take a message on %r for consumer %r",
-                msg.subject,
+                subject,
                 self.consumer.name,
             )
 
@@ -449,8 +463,7 @@ class PullEngine:
             self._bound,
         )
 
-    async def _on_status(self, msg: Msg) -> None:
-        headers = msg.headers or {}
+    async def _on_status(self, headers: dict[str, str]) -> None:
         status = headers.get("Status")
         if status == HEARTBEAT:  # idle heartbeat: the pull request is alive
             return

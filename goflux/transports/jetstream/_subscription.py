@@ -26,7 +26,6 @@ from functools import partial
 from typing import Generic, Protocol, TypeVar
 
 import nats.errors
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry.util.types import AttributeValue
 
@@ -119,9 +118,7 @@ def _unacknowledged(
 
     Its delivery facts are read from the reply subject when first asked for.
     """
-    message = received(subject, payload, headers, message_id, data, None, wire)
-    message._delivery = acker  # (calling it builds the facts)
-    return message
+    return received(subject, payload, headers, message_id, data, None, wire, acker)
 
 
 class JetStreamSubscription(StopOnExit, Generic[T]):
@@ -218,7 +215,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             js, stream=consumer.stream, consumer=lambda: self._engine.consumer.name
         )
         self._unwatch: list[Callable[[], None]] = []
-        self._ready: deque[tuple[Msg, JetStreamAcker]] = deque()  # taken, not started
+        self._ready: deque[JetStreamAcker] = deque()  # taken, not started
         # How the reply subject of a first delivery starts (learnt from the last one).
         self._first_delivery = "\0"
         self._idle: list[asyncio.Future[None]] = []  # workers waiting for a message
@@ -375,7 +372,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     async def _hand_back_ready(self) -> None:
         """Nak what was received and not started, for redelivery at once."""
         while self._ready:
-            await self._hand_back(self._ready.popleft()[1])
+            await self._hand_back(self._ready.popleft())
 
     async def _drain_held(self, deadline: float, until: float) -> None:
         """Wait until a stream's consumer settled what it holds; then hand the rest back."""
@@ -453,7 +450,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 for acker in self._running
                 if not acker.released and now - acker.last_progress > half
             ]
-            for _, acker in self._ready:  # oldest first: stop at the first fresh one
+            for acker in self._ready:  # oldest first: stop at the first fresh one
                 if now - acker.last_progress <= half:
                     break
                 stale.append(acker)
@@ -465,13 +462,21 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
     # ------------------------------------------------------------- processing
 
-    def _enqueue(self, msg: Msg, arrival: float) -> None:
-        """Take a message from the engine: queue it and wake a worker."""
-        reply = msg.reply
+    def _enqueue(
+        self,
+        subject: str,
+        reply: str,
+        data: bytes,
+        headers: dict[str, str] | None,
+        arrival: float,
+    ) -> None:
+        """Take a message from the engine: queue it (its acker holds it) and wake a worker."""
         # A consumer without acks (ordered) never redelivers, and a first delivery's reply
         # starts with what the last one's did: no need to split the reply to count it.
         first = not self._acknowledged or reply.startswith(self._first_delivery)
-        acker = JetStreamAcker(self._nc, reply, self._ledger, arrival, 1 if first else None)
+        acker = JetStreamAcker(
+            self._nc, reply, self._ledger, arrival, 1 if first else None, subject, data, headers
+        )
         if acker.num_delivered > 1:
             self._count_redelivery()
         elif not first:
@@ -479,22 +484,22 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         backlog = self._backlog  # the pending count in its reply: goflux.consumer.pending
         backlog.reply = reply
         backlog.delivered_at = arrival
-        self._ready.append((msg, acker))
+        self._ready.append(acker)
         if self._idle or len(self._workers) < self._worker_limit:
             self._wake()  # (else every worker is busy, and each takes from _ready next)
 
-    def _handed_back(self, msg: Msg, sent: bool) -> None:
-        """The engine naked ``msg`` on arrival (draining, or a retired inbox): count it.
+    def _handed_back(self, reply: str, sent: bool) -> None:
+        """The engine naked the message of ``reply`` on arrival (draining, a retired inbox).
 
-        A nak that could not be sent counts with ``goflux.ack.error`` true; the arrival
-        counts as a redelivery either way.
+        Counted here: a nak that could not be sent counts with ``goflux.ack.error`` true;
+        the arrival counts as a redelivery either way.
         """
         if sent:
             self._ledger.record("nak")
         else:
             self._ledger.record_failed("nak")
         with contextlib.suppress(ValueError):  # (the engine admits ack subjects only)
-            tokens, offset = ack_tokens(msg.reply)
+            tokens, offset = ack_tokens(reply)
             if int(tokens[offset + 2]) > 1:
                 self._count_redelivery()
 
@@ -537,16 +542,16 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     continue
                 countdown -= 1
                 if countdown or not paced:
-                    await self._process(*ready.popleft())
+                    await self._process(ready.popleft())
                 else:
                     countdown = _RECHECK
-                    await self._process_timed(*ready.popleft())
+                    await self._process_timed(ready.popleft())
 
-    async def _process_timed(self, msg: Msg, acker: JetStreamAcker) -> None:
+    async def _process_timed(self, acker: JetStreamAcker) -> None:
         """:meth:`_process`, timed: the pull window follows the handlers' pace."""
         loop = self._loop
         started = loop.time()
-        await self._process(msg, acker)
+        await self._process(acker)
         self._engine.window.paced(loop.time() - started)
 
     async def _idle_until_woken(self) -> None:
@@ -565,7 +570,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         through :meth:`_process_timed`, so the pull window learns the handler's pace.
         """
         ready, tel, acknowledged = self._ready, self._tel, self._acknowledged
-        decode, make, handler = self._codec.decode, self._make, self._handler
+        decode, handler = self._codec.decode, self._handler
         running, acks = self._running, self._acks
         inline, countdown = False, 1  # (looked at with the first message)
         while not self._draining or ready:
@@ -573,36 +578,39 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._idle_until_woken()
                 countdown = 1  # look again with the next message
                 continue
-            msg, acker = ready.popleft()
+            acker = ready.popleft()
             countdown -= 1
             if not countdown:
                 inline, countdown = not tel.active, _RECHECK
-                await self._process_timed(msg, acker)
+                await self._process_timed(acker)
                 continue
             if not inline:
-                await self._process(msg, acker)
+                await self._process(acker)
                 continue
-            data = msg.data
-            raw_headers = msg.headers
+            subject, data, raw_headers = acker.subject, acker.data, acker.headers
             headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
             try:
                 payload = decode(data)
             except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
-                await self._settle_undecodable(msg, acker, caught, headers, message_id)
+                await self._settle_undecodable(acker, caught, headers, message_id)
                 continue
-            message = make(msg.subject, payload, headers, message_id, data, acker, raw_headers)
             if acknowledged:  # (held while it runs: the keep-alive looks here)
+                message = received(subject, payload, headers, message_id, data, acker, raw_headers)
                 running[acker] = None
+            else:  # nothing to settle; the acker builds the delivery facts if asked for
+                message = received(
+                    subject, payload, headers, message_id, data, None, raw_headers, acker
+                )
             try:
                 await handler(message)
             except asyncio.CancelledError:
                 running.pop(acker, None)
-                if await self._after_cancellation(msg, message, acker):
+                if await self._after_cancellation(message, acker):
                     raise
                 continue
             except Exception as exc:  # noqa: BLE001 - logged by _after_failure
                 running.pop(acker, None)
-                await self._after_failure(msg, message, acker, exc)
+                await self._after_failure(message, acker, exc)
                 continue
             self.handled += 1
             if not acknowledged:
@@ -634,10 +642,10 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 if guard.gate is not None:
                     await guard.passage()
                     continue
-                msg, acker = ready.popleft()
-                if acker.num_delivered > 1 and await self._suspected(msg, acker, guard, slot):
+                acker = ready.popleft()
+                if acker.num_delivered > 1 and await self._suspected(acker, guard, slot):
                     continue
-                data = msg.reply.encode()
+                data = acker.reply.encode()
                 length = len(data)
                 if length <= TEXT_LIMIT:
                     text[:length] = data
@@ -646,7 +654,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 countdown = countdown - 1 or _RECHECK
                 process = self._process_timed if countdown == _RECHECK else self._process
                 try:
-                    await process(msg, acker)
+                    await process(acker)
                 except (SystemExit, KeyboardInterrupt):
                     exiting = True  # the process ends with the message held: a crash
                     raise
@@ -662,24 +670,22 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             raise
         slot.free()
 
-    async def _suspected(
-        self, msg: Msg, acker: JetStreamAcker, guard: PoisonGuard, slot: Slot
-    ) -> bool:
+    async def _suspected(self, acker: JetStreamAcker, guard: PoisonGuard, slot: Slot) -> bool:
         """Settle a redelivered message that was running when a worker died; False if not one.
 
         At the record's ``quarantine_after`` crashes it is quarantined (dead-lettered
         if configured, terminated) without reaching the handler; below, it is handled
         alone, so that another crash counts it and no bystander.
         """
-        name = crash_key(msg.reply)
+        name = crash_key(acker.reply)
         entry = None if name is None else guard.record.lookup(name.key)
         if name is None or entry is None:
             return False
         limit = guard.record.quarantine_after
         if limit and entry.crashes >= limit:
-            raw = msg.headers
+            raw, data = acker.headers, acker.data
             headers, message_id = read_headers(raw) if raw else (None, None)
-            letter = self._make(msg.subject, msg.data, headers, message_id, msg.data, acker, raw)
+            letter = self._make(acker.subject, data, headers, message_id, data, acker, raw)
             await quarantine(
                 letter,
                 acker,
@@ -693,9 +699,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         running[acker] = None  # kept alive while it waits for its turn
         try:
             async with guard.alone():
-                slot.hold(msg.reply)
+                slot.hold(acker.reply)
                 try:
-                    await self._process(msg, acker)
+                    await self._process(acker)
                 except (SystemExit, KeyboardInterrupt):
                     raise  # the process ends with the message held: a crash
                 except BaseException:
@@ -716,9 +722,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             consumer_group=consumer,
         )
 
-    def _scope(
-        self, msg: Msg, acker: JetStreamAcker, message_id: str | None
-    ) -> ProcessScope | NullScope:
+    def _scope(self, acker: JetStreamAcker, message_id: str | None) -> ProcessScope | NullScope:
         """The processing scope while telemetry is active (the caller checks that)."""
         scopes = self._scopes
         consumer = self._engine.consumer.name
@@ -726,10 +730,10 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             scopes = self._scopes = self._process_scopes(consumer)
 
         return scopes.open(
-            msg.subject,
-            msg.headers,
+            acker.subject,
+            acker.headers,
             message_id=message_id,
-            body_size=len(msg.data),
+            body_size=len(acker.data),
             attributes=partial(self._span_facts, acker) if self._tel.tracing else None,
         )
 
@@ -747,20 +751,20 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if self._tel.metering:
             self._redeliveries.value += 1
 
-    async def _process(self, msg: Msg, acker: JetStreamAcker) -> None:
-        raw_headers = msg.headers
+    async def _process(self, acker: JetStreamAcker) -> None:
+        raw_headers = acker.headers
         headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
-        data = msg.data
+        data = acker.data
         message: Message[T] | None = None
         try:
-            with self._scope(msg, acker, message_id) if self._tel.active else NULL_SCOPE:
+            with self._scope(acker, message_id) if self._tel.active else NULL_SCOPE:
                 try:
                     payload = self._codec.decode(data)
                 except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
-                    error = await self._undecodable(msg, acker, caught, headers, message_id)
+                    error = await self._undecodable(acker, caught, headers, message_id)
                     raise error  # noqa: B904 - its cause is set
                 message = self._make(
-                    msg.subject, payload, headers, message_id, data, acker, raw_headers
+                    acker.subject, payload, headers, message_id, data, acker, raw_headers
                 )
                 running = self._running
                 running[acker] = None
@@ -776,11 +780,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 finally:
                     del running[acker]
         except asyncio.CancelledError:
-            if await self._after_cancellation(msg, message, acker):
+            if await self._after_cancellation(message, acker):
                 raise
             return
         except Exception as exc:  # noqa: BLE001 - logged by _after_failure
-            await self._after_failure(msg, message, acker, exc)
+            await self._after_failure(message, acker, exc)
             return
         self.handled += 1
         if self._auto_ack and message.settled is None:  # the hot path
@@ -800,23 +804,21 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
     async def _undecodable(
         self,
-        msg: Msg,
         acker: JetStreamAcker,
         caught: Exception,
         headers: Headers | None,
         message_id: str | None,
     ) -> DecodeError:
         """Count and reject a message ``caught`` says cannot be decoded; return the error."""
-        data = msg.data
+        data = acker.data
         exc = as_decode_error(caught, self._codec, data)
         self.undecodable += 1
-        letter = self._make(msg.subject, data, headers, message_id, data, acker, msg.headers)
+        letter = self._make(acker.subject, data, headers, message_id, data, acker, acker.headers)
         await self._reject(letter, acker, exc)
         return exc
 
     async def _settle_undecodable(
         self,
-        msg: Msg,
         acker: JetStreamAcker,
         caught: Exception,
         headers: Headers | None,
@@ -828,15 +830,15 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             asyncio.CancelledError: The worker itself is cancelled (a drain deadline).
         """
         try:
-            await self._undecodable(msg, acker, caught, headers, message_id)
+            await self._undecodable(acker, caught, headers, message_id)
         except asyncio.CancelledError:
-            if await self._after_cancellation(msg, None, acker):
+            if await self._after_cancellation(None, acker):
                 raise
         except Exception as exc:  # noqa: BLE001 - logged by _after_failure
-            await self._after_failure(msg, None, acker, exc)
+            await self._after_failure(None, acker, exc)
 
     async def _after_failure(
-        self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker, exc: Exception
+        self, message: Message[T] | None, acker: JetStreamAcker, exc: Exception
     ) -> None:
         """Count, log and settle a failure (called while ``exc`` is being handled)."""
         if message is None and isinstance(exc, DecodeError):
@@ -869,7 +871,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             logger.error(
                 "handler failed for message %s on %r (delivery %d%s): %s: %s",
                 acker.stream_sequence,
-                msg.subject,
+                acker.subject,
                 delivery,
                 _redelivery(delay) if naks else "",
                 type(exc).__name__,
@@ -880,7 +882,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             logger.debug(
                 "handler failed for message %s on %r (delivery %d): %s: %s",
                 acker.stream_sequence,
-                msg.subject,
+                acker.subject,
                 delivery,
                 type(exc).__name__,
                 exc,
@@ -888,9 +890,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if message is not None:
             await self._settle_after(message, acker, failed=True, delay=delay)
 
-    async def _after_cancellation(
-        self, msg: Msg, message: Message[T] | None, acker: JetStreamAcker
-    ) -> bool:
+    async def _after_cancellation(self, message: Message[T] | None, acker: JetStreamAcker) -> bool:
         """Settle after a cancellation; True if the worker itself is cancelled (re-raise)."""
         self.failed += 1
         worker = asyncio.current_task()
@@ -904,7 +904,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 logger.error(
                     "handler for message %s on %r was cancelled (delivery %d%s)",
                     acker.stream_sequence,
-                    msg.subject,
+                    acker.subject,
                     delivery,
                     _redelivery(delay) if delay is not None else "",
                 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from goflux import JsonCodec, SubscribeError
@@ -24,10 +23,9 @@ CODEC = JsonCodec(Order)
 OPTIONS = SubscriberOptions(max_in_flight=10, drain_timeout=1.0, ordered=True)
 
 
-def delivery(js: JetStreamContext, consumer: str, stream_seq: int, consumer_seq: int) -> Msg:
-    """A delivery as the server addresses it: the facts are in the reply subject."""
-    reply = f"$JS.ACK.{STREAM}.{consumer}.1.{stream_seq}.{consumer_seq}.1700000000000000000.0"
-    return Msg(js._nc, subject="orders.a", reply=reply, data=b"{}")
+def delivery(js: JetStreamContext, consumer: str, stream_seq: int, consumer_seq: int) -> str:
+    """A delivery's reply subject as the server addresses it: the facts are in it."""
+    return f"$JS.ACK.{STREAM}.{consumer}.1.{stream_seq}.{consumer_seq}.1700000000000000000.0"
 
 
 async def ordered(js: JetStreamContext) -> OrderedConsumer:

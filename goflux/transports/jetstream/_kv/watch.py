@@ -153,7 +153,7 @@ class KeyWatcher(CloseOnExit, Streaming[Entry[T]], Generic[T]):
         async def on_write(msg: Message[bytes]) -> None:
             lazy = msg._delivery
             if isinstance(lazy, JetStreamAcker):  # read the facts without a Delivery
-                revision, created, delta = write_facts(lazy.subject)
+                revision, created, delta = write_facts(lazy.reply)
             else:
                 delivery = msg.delivery
                 assert delivery is not None  # a JetStream delivery
