@@ -48,6 +48,7 @@ from bench.shape_cases import (
 )
 from bench.sizes import FULL, SMOKE, Sizes
 from goflux.testing import NatsServer
+from goflux.transports.jetstream._options import DEFAULT_MAX_IN_FLIGHT
 
 Case = Callable[[], int]
 
@@ -133,6 +134,7 @@ def matrix(tables: list[Table], sizes: Sizes) -> list[str]:
                     large_pull=RAW_PULLS["64k"].batch,
                     small=sizes.shapes_msgs,
                     large=sizes.shapes_large_msgs,
+                    max_in_flight=DEFAULT_MAX_IN_FLIGHT,
                 ),
                 "",
             ]
@@ -169,7 +171,7 @@ NOTE = (
     "messages overran the server's write buffer for the client); `ack()` per message "
     "(ordered: none), on a "
     "connection of its own. goflux: `jetstream.Subscriber` with its defaults "
-    "(auto-ack, max_in_flight 256). Both decode with the same pydantic `TypeAdapter`. "
+    "(auto-ack, max_in_flight {max_in_flight}). Both decode with the same pydantic `TypeAdapter`. "
     "Headers: a `traceparent` and two user headers on every message. Two subscribers: "
     "two competing pulls (or Subscribers) on one durable, their total counted. CPU: "
     "this process's per message; CPU ratio = raw's over goflux's. Goal: every shape "

@@ -567,7 +567,7 @@ def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:
         try:  # (what put_nowait does: nothing counts towards a slow consumer here)
             delivery._take(subject.decode(), reply.decode(), data, parsed, delivery)
         except Exception:  # nats-py's reader must go on (its other subscriptions too)
-            logger.exception("could not take a message on %r", subject)
+            logger.exception("could not take a message on %r", subject.decode(errors="replace"))
 
     nc._process_msg = process_msg  # type: ignore[method-assign]
     nc._goflux_direct_routes = direct  # type: ignore[attr-defined]

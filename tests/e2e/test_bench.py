@@ -23,6 +23,7 @@ import pytest
 
 from bench import (
     batch_get,
+    client_path,
     codec_consume,
     faststream_cases,
     goals,
@@ -320,6 +321,34 @@ def test_consume_shapes_smoke_run_reports_every_shape(tmp_path: Path) -> None:
     assert "ephemeral-1k-plain-file-2" not in shown
     check_goals(report, SHAPE_GOALS)
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("kind", "headers"), [("ordered", False), ("acked", True)])
+def test_client_path_feeds_every_delivery_to_both_sides(
+    kind: str, headers: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each side returns only once its handler has seen every delivery fed (else the
+    # feed times out): frames, inbox and consumer name are what the subscriptions take.
+    args = ["--kind", kind, "--size", "100", "--messages", "300", "--rounds", "2"]
+    assert client_path.main(args + (["--headers"] if headers else [])) == 0
+    out = capsys.readouterr().out
+    for side in ("goflux", "raw"):
+        found = re.search(rf"{side} +median +(\d+\.\d+)", out)
+        assert found is not None, out
+        assert float(found.group(1)) > 0, out
+    assert re.search(r"raw / goflux, median of rounds \d\.\d{3}", out), out
+
+
+def test_client_path_frames_are_whole_and_addressed_to_the_consumer() -> None:
+    chunks = client_path.frames(7, "C1", 50, 1024, headers=True)
+    assert all(
+        chunk.startswith(b"HMSG client.path 7 $JS.ACK.CLIENT_PATH.C1.1.") for chunk in chunks
+    )
+    assert all(chunk.endswith(b"\r\n") for chunk in chunks)
+    assert sum(chunk.count(b"HMSG ") for chunk in chunks) == 50
+    assert len(chunks) > 1  # about 32 KB each
+    assert b".1.50.50.1764300000000000000.0 " in chunks[-1]
 
 
 @pytest.mark.timeout(60)

@@ -233,8 +233,8 @@ class JetStreamAcker:
     """One delivered message as received, and its settlement through its ``$JS.ACK`` reply.
 
     The pull engine keeps nothing else of a delivery: the subject, payload and headers
-    nats-py's reader parsed are held here (no nats-py ``Msg`` is built), until the
-    message is settled. The reply subject carries the delivery facts (see
+    nats-py's reader parsed are held here (no nats-py ``Msg`` is built), as long as the
+    message is. The reply subject carries the delivery facts (see
     :func:`~goflux.transports.jetstream._acker.ack_tokens`). ``last_progress`` is when
     the server last heard of the message (its arrival, or the last in-progress
     signal): its ``ack_wait`` runs from then.
@@ -245,13 +245,14 @@ class JetStreamAcker:
         ledger: The subscription's ledger.
         arrival: Event-loop time the message arrived.
         delivered: The delivery count, if known (else read from ``reply``).
-        subject: The subject the message was published to.
+        message_subject: The subject the message was published to.
         data: Its payload, as received.
         headers: Its headers, as nats-py parsed them (None: it had none).
 
     Attributes:
-        subject: The subject the message was published to.
-        reply: The message's ``$JS.ACK`` reply subject, where settlements go.
+        reply: The message's ``$JS.ACK`` reply subject, where settlements go (also
+            :attr:`subject`).
+        message_subject: The subject the message was published to.
         data: Its payload, as received.
         headers: Its headers, as nats-py parsed them.
 
@@ -266,10 +267,10 @@ class JetStreamAcker:
         "deferred",
         "headers",
         "last_progress",
+        "message_subject",
         "num_delivered",
         "released",
         "reply",
-        "subject",
     )
 
     def __init__(
@@ -279,7 +280,7 @@ class JetStreamAcker:
         ledger: Ledger,
         arrival: float,
         delivered: int | None = None,
-        subject: str = "",
+        message_subject: str = "",
         data: bytes = b"",
         headers: dict[str, str] | None = None,
     ) -> None:
@@ -293,9 +294,14 @@ class JetStreamAcker:
         self.last_progress = arrival
         self.released = False  # its in-flight room was given back (at most once)
         self.deferred = False  # a confirmed ack.ack() returns once sent (the auto-ack)
-        self.subject = subject
+        self.message_subject = message_subject
         self.data = data
         self.headers = headers
+
+    @property
+    def subject(self) -> str:
+        """The message's ``$JS.ACK`` reply subject, where settlements go (:attr:`reply`)."""
+        return self.reply
 
     @property
     def stream_sequence(self) -> int:

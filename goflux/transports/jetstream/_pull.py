@@ -29,7 +29,6 @@ import contextlib
 import functools
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -113,12 +112,7 @@ class PullEngine:
         priority: Priority | None = None,
         handed_back: Callable[[str, bool], None] | None = None,
     ) -> None:
-        self._loop = loop = asyncio.get_running_loop()
-        # Event-loop time of each arrival: asyncio's own loop reads time.monotonic (read
-        # here directly, without a Python call of the loop's); another loop, its clock.
-        self._now: Callable[[], float] = (
-            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
-        )
+        self._loop = asyncio.get_running_loop()
         self._handed_back = handed_back
         self._js = js
         self._nc = connection(js)
@@ -409,7 +403,7 @@ class PullEngine:
                 if reply and consumer.acknowledges:
                     delivery.later(self._hand_back(reply))  # from a retired inbox
                 return
-            now = self._now()
+            now = self._loop.time()
             self._last_activity = now
             if not reply:
                 if headers is None or headers.get("Status") != HEARTBEAT:

@@ -565,18 +565,21 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
         While telemetry records nothing, each message runs inline here: what
         :meth:`_process` does, without a coroutine of its own per message. Whether
-        telemetry records is looked at on each wake and every ``_RECHECK`` messages in
-        between, so a provider configured meanwhile is soon in use; that message goes
-        through :meth:`_process_timed`, so the pull window learns the handler's pace.
+        telemetry records is looked at after each wake and every ``_RECHECK`` messages
+        in between, so a provider configured meanwhile is soon in use; every
+        ``_RECHECK``-th message (and the first) goes through :meth:`_process_timed`, so
+        the pull window learns the handler's pace.
         """
         ready, tel, acknowledged = self._ready, self._tel, self._acknowledged
         decode, handler = self._codec.decode, self._handler
         running, acks = self._running, self._acks
-        inline, countdown = False, 1  # (looked at with the first message)
+        # The first message is timed (the window starts from its pace), then every
+        # _RECHECK-th; whether telemetry records is looked at then and after each wake.
+        countdown, inline = 1, not tel.active
         while not self._draining or ready:
             if not ready:
                 await self._idle_until_woken()
-                countdown = 1  # look again with the next message
+                inline = not tel.active  # (looked at again after each idle moment)
                 continue
             acker = ready.popleft()
             countdown -= 1
@@ -587,7 +590,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             if not inline:
                 await self._process(acker)
                 continue
-            subject, data, raw_headers = acker.subject, acker.data, acker.headers
+            subject, data, raw_headers = acker.message_subject, acker.data, acker.headers
             headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
             try:
                 payload = decode(data)
@@ -685,7 +688,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         if limit and entry.crashes >= limit:
             raw, data = acker.headers, acker.data
             headers, message_id = read_headers(raw) if raw else (None, None)
-            letter = self._make(acker.subject, data, headers, message_id, data, acker, raw)
+            letter = self._make(acker.message_subject, data, headers, message_id, data, acker, raw)
             await quarantine(
                 letter,
                 acker,
@@ -730,7 +733,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             scopes = self._scopes = self._process_scopes(consumer)
 
         return scopes.open(
-            acker.subject,
+            acker.message_subject,
             acker.headers,
             message_id=message_id,
             body_size=len(acker.data),
@@ -764,7 +767,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     error = await self._undecodable(acker, caught, headers, message_id)
                     raise error  # noqa: B904 - its cause is set
                 message = self._make(
-                    acker.subject, payload, headers, message_id, data, acker, raw_headers
+                    acker.message_subject, payload, headers, message_id, data, acker, raw_headers
                 )
                 running = self._running
                 running[acker] = None
@@ -813,7 +816,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         data = acker.data
         exc = as_decode_error(caught, self._codec, data)
         self.undecodable += 1
-        letter = self._make(acker.subject, data, headers, message_id, data, acker, acker.headers)
+        letter = self._make(
+            acker.message_subject, data, headers, message_id, data, acker, acker.headers
+        )
         await self._reject(letter, acker, exc)
         return exc
 
@@ -871,7 +876,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             logger.error(
                 "handler failed for message %s on %r (delivery %d%s): %s: %s",
                 acker.stream_sequence,
-                acker.subject,
+                acker.message_subject,
                 delivery,
                 _redelivery(delay) if naks else "",
                 type(exc).__name__,
@@ -882,7 +887,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             logger.debug(
                 "handler failed for message %s on %r (delivery %d): %s: %s",
                 acker.stream_sequence,
-                acker.subject,
+                acker.message_subject,
                 delivery,
                 type(exc).__name__,
                 exc,
@@ -904,7 +909,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 logger.error(
                     "handler for message %s on %r was cancelled (delivery %d%s)",
                     acker.stream_sequence,
-                    acker.subject,
+                    acker.message_subject,
                     delivery,
                     _redelivery(delay) if delay is not None else "",
                 )

@@ -29,7 +29,7 @@ from goflux import (
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from tests.conftest import STREAM, Otel
-from tests.helpers import Inbox, settle_loop
+from tests.helpers import Inbox, drained, settle_loop
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -499,6 +499,32 @@ async def test_a_consumer_that_stops_holding_the_bound_gets_pulls_within_it_agai
     release.set()
     await started.wait_for(30)
     await sub.close()
+
+
+async def test_a_deliverys_acker_holds_it_as_received_and_keeps_its_ack_subject(
+    js: JetStreamContext,
+) -> None:
+    # No nats-py Msg is built for a pull inbox's delivery: its acker holds what the
+    # reader parsed. Its public `subject` is still the $JS.ACK subject settlements go
+    # to (`reply` too); the subject published to is `message_subject`.
+    inbox: Inbox[Order] = Inbox()
+    subscription = await jetstream.Subscriber(js, CODEC, stream=STREAM, manual_ack=True).start(
+        "orders.>", inbox
+    )
+    await jetstream.Publisher(js, CODEC).publish("orders.b", order(7), headers={"tenant": "t1"})
+    [message] = await inbox.wait_for(1)
+    acker = message._acker
+    assert isinstance(acker, jetstream.JetStreamAcker)
+    assert acker.subject == acker.reply
+    assert acker.reply.startswith(f"$JS.ACK.{STREAM}.{subscription.consumer}.1.")
+    assert acker.message_subject == message.subject == "orders.b"
+    assert acker.data == message.data == CODEC.encode(order(7))
+    assert acker.headers is not None
+    assert acker.headers is message._wire  # the header lines as received, not a copy
+    assert message.headers == {"tenant": "t1"}
+    await message.ack()
+    await drained(js, STREAM, subscription.consumer)
+    await subscription.stop()
 
 
 async def test_a_stopped_or_retired_pull_inbox_is_not_kept_alive(
