@@ -46,6 +46,7 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from bench.pull import Tally
 from bench.shape_cases import ADAPTER, CODEC, HEADERS, payload
 from goflux import Message
 from goflux.testing import NatsServer
@@ -101,27 +102,13 @@ def frames(sid: int, consumer: str, count: int, size: int, headers: bool) -> lis
     return chunks
 
 
-class Count:
-    """Messages handled so far; :attr:`done` is set at the goal."""
-
-    def __init__(self, goal: int) -> None:
-        self.value = 0
-        self.goal = goal
-        self.done = asyncio.Event()
-
-    def add(self) -> None:
-        self.value += 1
-        if self.value == self.goal:
-            self.done.set()
-
-
 def _callgrind(command: str) -> None:
     if os.environ.get(_ZERO):
         pid = str(os.getpid())
         subprocess.run(["callgrind_control", command, pid], check=False, capture_output=True)
 
 
-async def _feed(nc: Client, chunks: list[bytes], count: Count) -> float:
+async def _feed(nc: Client, chunks: list[bytes], count: Tally) -> float:
     """Feed ``chunks`` to nats-py's parser; return the CPU seconds until all were handled."""
     parser: Any = nc._ps
     gc.collect()
@@ -140,7 +127,7 @@ async def _feed(nc: Client, chunks: list[bytes], count: Count) -> float:
 async def goflux_side(nc: Client, kind: str, messages: int, size: int, headers: bool) -> float:
     """goflux's Subscriber fed ``messages`` deliveries; CPU seconds spent."""
     js = nc.jetstream()
-    count = Count(messages)
+    count = Tally(messages)
 
     async def handle(message: Message[Any]) -> None:
         count.add()
@@ -157,7 +144,7 @@ async def goflux_side(nc: Client, kind: str, messages: int, size: int, headers: 
 
 async def raw_side(nc: Client, kind: str, messages: int, size: int, headers: bool) -> float:
     """Raw nats-py's callback fed ``messages`` deliveries; CPU seconds spent."""
-    count = Count(messages)
+    count = Tally(messages)
     validate = ADAPTER.validate_json
     ack = kind != "ordered"
 

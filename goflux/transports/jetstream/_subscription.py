@@ -567,19 +567,21 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         :meth:`_process` does, without a coroutine of its own per message. Whether
         telemetry records is looked at after each wake and every ``_RECHECK`` messages
         in between, so a provider configured meanwhile is soon in use; every
-        ``_RECHECK``-th message (and the first) goes through :meth:`_process_timed`, so
-        the pull window learns the handler's pace.
+        ``_RECHECK``-th message (and the first, and while the handlers' pace holds the
+        pull window small, the first after each wake) goes through
+        :meth:`_process_timed`, so the pull window learns the handler's pace.
         """
         ready, tel, acknowledged = self._ready, self._tel, self._acknowledged
         decode, handler = self._codec.decode, self._handler
-        running, acks = self._running, self._acks
+        running, acks, window = self._running, self._acks, self._engine.window
         # The first message is timed (the window starts from its pace), then every
-        # _RECHECK-th; whether telemetry records is looked at then and after each wake.
+        # _RECHECK-th, and the first after each wake while the pace holds the window
+        # small; whether telemetry records is looked at then and after each wake.
         countdown, inline = 1, not tel.active
         while not self._draining or ready:
             if not ready:
                 await self._idle_until_woken()
-                inline = not tel.active  # (looked at again after each idle moment)
+                inline, countdown = not tel.active, 1 if window.held_by_pace else countdown
                 continue
             acker = ready.popleft()
             countdown -= 1

@@ -73,6 +73,15 @@ class PullWindow:
         """The most the window may be."""
         return self._ceiling
 
+    @property
+    def held_by_pace(self) -> bool:
+        """Whether the handlers' pace keeps the window below its ceiling and size bound.
+
+        While it does, a subscription times its handlers more often, so that a slow
+        start (a cold first message) does not keep the window small for long.
+        """
+        return self._by_pace < min(self._ceiling, self._by_size)
+
     def lower_ceiling(self, ceiling: int) -> None:
         """Never ask for more than ``ceiling`` from now on."""
         self._ceiling = min(self._ceiling, ceiling)

@@ -71,6 +71,37 @@ async def test_a_slow_handler_gets_about_a_second_of_work_ahead(js: JetStreamCon
     assert FIRST < max(seen) <= int(LEAD / 0.005), seen
 
 
+async def test_a_slow_first_message_does_not_keep_the_window_small(
+    js: JetStreamContext,
+) -> None:
+    # A cold start: the first message takes 0.3 s, the rest none. The window shrinks
+    # to its floor, and is widened again from the next messages' pace: it times the
+    # first message after each wake while the pace holds it small (not every 64th
+    # only, which took about 450 messages to reach 64 again).
+    handled = 0
+    sizes: dict[int, int] = {}
+    done = asyncio.Event()
+
+    async def handle(msg: Message[Order]) -> None:
+        nonlocal handled
+        if handled == 0:
+            await asyncio.sleep(0.3)
+        handled += 1
+        sizes[handled] = subscription._engine.window.size
+        if handled == 300:
+            done.set()
+
+    await jetstream.ensure_consumer(js, stream=STREAM, name="cold", filter_subject="orders.>")
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(300))
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="cold")
+    subscription = await sub.start("orders.>", handle)
+    await asyncio.wait_for(done.wait(), 30)
+    await sub.close()
+    assert sizes[2] <= 4  # the slow first message (timed once it returned) shrank it
+    assert max(sizes[n] for n in range(2, 150)) >= FIRST, sizes
+
+
 @pytest.mark.parametrize("size", [256 * 1024])
 async def test_large_messages_are_asked_for_a_few_mib_at_a_time(
     js: JetStreamContext, size: int
