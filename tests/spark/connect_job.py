@@ -21,7 +21,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from goflux import JsonCodec
 from goflux.codecs import Gzip, MsgpackCodec, Zstd, pipe
 from goflux.transports import spark as gspark
-from tests.spark.helpers import Sale
+from tests.spark.helpers import Sale, run_to_end, starting_again
 
 SOURCE, OUT = "SALES", "OUT"
 
@@ -31,14 +31,8 @@ def source(spark: SparkSession, url: str, args: dict[str, Any]) -> dict[str, Any
     df = gspark.read_stream(
         spark, Sale, servers=url, stream=SOURCE, max_messages_per_trigger=args["per_trigger"]
     )
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", args["out"])
-        .option("checkpointLocation", args["checkpoint"])
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    writer = df.writeStream.format("parquet").option("path", args["out"])
+    query = run_to_end(writer, args["checkpoint"])
     stored = spark.read.parquet(args["out"])
     counts = stored.selectExpr("count(*) AS n", "count(DISTINCT seq) AS d", "min(seq) AS lo")
     row = counts.first()
@@ -49,11 +43,12 @@ def source(spark: SparkSession, url: str, args: dict[str, Any]) -> dict[str, Any
 def batch_read(spark: SparkSession, url: str, args: dict[str, Any]) -> dict[str, Any]:
     """A batch read of ``[starting, ending)``."""
     df = gspark.read(spark, Sale, servers=url, stream=SOURCE, starting=args["starting"])
-    row = df.selectExpr(
+    counts = df.selectExpr(
         "count(*) AS n", "count(DISTINCT seq) AS d", "min(seq) AS lo", "max(seq) AS hi"
-    ).first()
+    )
+    row = starting_again(counts.first)
     assert row is not None
-    first = df.orderBy("seq").select("id").first()
+    first = starting_again(df.orderBy("seq").select("id").first)
     return {**row.asDict(), "first_id": None if first is None else first.id}
 
 
@@ -76,11 +71,9 @@ def sink(spark: SparkSession, url: str, args: dict[str, Any]) -> dict[str, Any]:
             servers=url, subject="out.sales", codec=codec, **ids
         )
         writer = df.writeStream.foreachBatch(publisher)
-    query = writer.option("checkpointLocation", args["checkpoint"])
-    running = query.trigger(availableNow=True).start()
     error = None
     try:
-        running.awaitTermination()
+        run_to_end(writer, args["checkpoint"])
     except StreamingQueryException as exc:  # the test checks the message
         error = str(exc)
     history = (
@@ -151,15 +144,9 @@ def codecs(spark: SparkSession, url: str, args: dict[str, Any]) -> dict[str, Any
     publisher = gspark.foreach_batch_publisher(
         servers=url, subject="out.sales", codec=sink_codec, key_column="id"
     )
-    query = (
-        df.writeStream.foreachBatch(publisher)
-        .option("checkpointLocation", args["checkpoint"])
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    run_to_end(df.writeStream.foreachBatch(publisher), args["checkpoint"])
     back = gspark.read(spark, Sale, servers=url, stream=OUT, codec=sink_codec)
-    rows = back.select("id", "amount", "lines").collect()
+    rows = starting_again(back.select("id", "amount", "lines").collect)
     return {
         "columns": back.columns,
         "published": sum(stats.published for stats in publisher.history),

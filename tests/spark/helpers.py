@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -15,7 +16,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import BaseModel
-from pyspark.errors import StreamingQueryException
+from pyspark.errors import PySparkException, StreamingQueryException
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from goflux import Codec, Headers, JsonCodec
@@ -238,31 +240,60 @@ def forget_commit(checkpoint: Path, batch_id: int) -> None:
     (checkpoint / "commits" / f".{batch_id}.crc").unlink(missing_ok=True)
 
 
-WORKER_START_FAILED = "Python worker failed to connect back"
-"""Spark's failure when a Python worker misses its fixed 10 s to connect back."""
+WORKER_START_FAILED = "to connect back"
+"""Spark's failure when a Python worker misses its fixed 10 s to connect back.
 
-_QUERY_STARTS = 3
+PySpark 4.0 says "Python worker failed to connect back" or "Timed out while waiting
+for the Python worker to connect back"; both end so.
+"""
+
+_WORKER_STARTS = 3
 
 
-def run_to_end(writer: DataStreamWriter, checkpoint: Path) -> None:
-    """Start ``writer`` with ``checkpoint`` and ``Trigger.AvailableNow``; wait for its end.
+def worker_start_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is Spark's failure of a Python worker that connected back too late."""
+    return WORKER_START_FAILED in str(exc)
 
-    Spark gives the Python worker of a Python data source a fixed 10 s to connect back
-    (no setting changes it); on a machine short of CPU (the full check runs the JVM
-    tests niced, beside the other tests) a query can fail so before its first batch.
-    Such a query, failed before any batch ran, is started again from the same
-    checkpoint, as ``goflux demo`` does. Any other failure, this one after a batch
-    ran, or this one three times, fails the test.
+
+def starting_again(step: Callable[[], R]) -> R:
+    """Run ``step``; run it again when a Python worker it started missed Spark's 10 s.
+
+    Spark gives a Python worker (the one that plans a Python data source, runs a
+    streaming source, or, on a Connect server, runs a query's foreachBatch function)
+    a fixed 10 s to connect back, and no setting changes it; on a machine short of CPU
+    (the full check runs the JVM tests niced, beside the other tests) a step can fail
+    so before it did anything. Such a step is run again, as ``goflux demo`` does: for
+    the steps it wraps (a batch read, a query's start) nothing happened yet. Any other
+    failure, or this one three times, is raised.
+    """
+    for attempt in range(1, _WORKER_STARTS + 1):
+        try:
+            return step()
+        except PySparkException as exc:
+            if not worker_start_failed(exc) or attempt == _WORKER_STARTS:
+                raise
+            print(f"a Python worker missed Spark's 10 s; attempt {attempt + 1}", file=sys.stderr)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run_to_end(writer: DataStreamWriter, checkpoint: Path | str) -> StreamingQuery:
+    """Start ``writer`` with ``checkpoint`` and ``Trigger.AvailableNow``; return it ended.
+
+    A start whose Python worker missed Spark's fixed 10 s to connect back, and a query
+    that failed so before its first batch, are started again from the same checkpoint
+    (``starting_again``). Any other failure, this one after a batch ran, or this one
+    three times, fails the test. Works on a classic and on a Connect session.
     """
     writer = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
-    for attempt in range(1, _QUERY_STARTS + 1):
-        query = writer.start()
+    for attempt in range(1, _WORKER_STARTS + 1):
+        query = starting_again(writer.start)
         try:
             query.awaitTermination()
         except StreamingQueryException as exc:
             started = bool(query.recentProgress)  # a batch ran: not a failed start
-            if started or WORKER_START_FAILED not in str(exc) or attempt == _QUERY_STARTS:
+            if started or not worker_start_failed(exc) or attempt == _WORKER_STARTS:
                 raise
-            continue
+            print(f"a Python worker missed Spark's 10 s; start {attempt + 1}", file=sys.stderr)
         assert query.exception() is None
-        return
+        return query
+    raise AssertionError("unreachable")  # pragma: no cover
