@@ -23,9 +23,20 @@ CODEC = JsonCodec(Order)
 OPTIONS = SubscriberOptions(max_in_flight=10, drain_timeout=1.0, ordered=True)
 
 
-def delivery(js: JetStreamContext, consumer: str, stream_seq: int, consumer_seq: int) -> str:
+# The forms of a delivery's reply subject: the original one, and the newer one with a
+# domain and an account hash after ACK, without and with a random token at the end.
+FORMS = {
+    "original": "$JS.ACK.{stream}.{consumer}.1.{sseq}.{cseq}.1700000000000000000.0",
+    "domain": "$JS.ACK.hub.ACCHASH.{stream}.{consumer}.1.{sseq}.{cseq}.1700000000000000000.0",
+    "token": "$JS.ACK.hub.ACCHASH.{stream}.{consumer}.1.{sseq}.{cseq}.1700000000000000000.0.x7",
+}
+
+
+def delivery(
+    js: JetStreamContext, consumer: str, stream_seq: int, consumer_seq: int, form: str = "original"
+) -> str:
     """A delivery's reply subject as the server addresses it: the facts are in it."""
-    return f"$JS.ACK.{STREAM}.{consumer}.1.{stream_seq}.{consumer_seq}.1700000000000000000.0"
+    return FORMS[form].format(stream=STREAM, consumer=consumer, sseq=stream_seq, cseq=consumer_seq)
 
 
 async def ordered(js: JetStreamContext) -> OrderedConsumer:
@@ -33,16 +44,25 @@ async def ordered(js: JetStreamContext) -> OrderedConsumer:
     return OrderedConsumer(js, STREAM, info, subject="orders.>", options=OPTIONS)
 
 
-async def test_an_ordered_consumer_takes_only_the_next_delivery(js: JetStreamContext) -> None:
+@pytest.mark.parametrize("form", FORMS)
+async def test_an_ordered_consumer_takes_only_the_next_delivery(
+    js: JetStreamContext, form: str
+) -> None:
     consumer = await ordered(js)
     name = consumer.name
-    assert consumer.admit(delivery(js, name, 1, 1)) is Admission.TAKE
-    assert consumer.admit(delivery(js, name, 2, 2)) is Admission.TAKE
-    assert consumer.admit(delivery(js, "replaced", 3, 3)) is Admission.SKIP
+    assert consumer.admit(delivery(js, name, 1, 1, form)) is Admission.TAKE
+    assert consumer.admit(delivery(js, name, 2, 2, form)) is Admission.TAKE
+    assert consumer.admit(delivery(js, "replaced", 3, 3, form)) is Admission.SKIP
     # Stream sequences may jump (a filter); consumer sequences may not.
-    assert consumer.admit(delivery(js, name, 5, 3)) is Admission.TAKE
-    assert consumer.admit(delivery(js, name, 7, 5)) is Admission.GAP  # 4 went missing
-    assert consumer.admit(delivery(js, name, 6, 4)) is Admission.TAKE  # still expected
+    assert consumer.admit(delivery(js, name, 5, 3, form)) is Admission.TAKE
+    assert consumer.admit(delivery(js, name, 7, 5, form)) is Admission.GAP  # 4 went missing
+    assert consumer.admit(delivery(js, name, 6, 4, form)) is Admission.TAKE  # still expected
+    # A delivery count other than 1 (never sent to an ordered consumer) is read in full.
+    redelivered = delivery(js, name, 8, 5, form).replace(f".{name}.1.", f".{name}.2.")
+    assert consumer.admit(redelivered) is Admission.TAKE
+    assert consumer.admit(delivery(js, name, 9, 7, form)) is Admission.GAP
+    assert consumer.admit(delivery(js, name, 9, 6, form)) is Admission.TAKE
+    assert consumer.admit("$JS.ACK.not.enough") is Admission.SKIP
 
 
 async def test_an_ordered_consumer_replaces_itself_after_the_last_message_taken(
