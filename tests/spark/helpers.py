@@ -15,6 +15,7 @@ import pytest
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pydantic import BaseModel
 from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark.sql.streaming.query import StreamingQuery
@@ -248,11 +249,23 @@ for the Python worker to connect back"; both end so.
 """
 
 _WORKER_STARTS = 3
+# What a step fails with: a PySparkException (every error on a Connect session, and
+# on a classic one those PySpark converts), or py4j's error for the JVM exceptions a
+# classic session passes on as they are (a plain SparkException from a query's start).
+_STEP_ERRORS = (PySparkException, Py4JJavaError)
 
 
 def worker_start_failed(exc: BaseException) -> bool:
     """Whether ``exc`` is Spark's failure of a Python worker that connected back too late."""
     return WORKER_START_FAILED in str(exc)
+
+
+def _again(attempt: int, exc: BaseException) -> bool:
+    """Whether a step that failed with ``exc`` on ``attempt`` runs again (and say so)."""
+    if attempt == _WORKER_STARTS or not worker_start_failed(exc):
+        return False
+    print(f"a Python worker missed Spark's 10 s; attempt {attempt + 1}", file=sys.stderr)
+    return True
 
 
 def starting_again(step: Callable[[], R]) -> R:
@@ -263,37 +276,45 @@ def starting_again(step: Callable[[], R]) -> R:
     a fixed 10 s to connect back, and no setting changes it; on a machine short of CPU
     (the full check runs the JVM tests niced, beside the other tests) a step can fail
     so before it did anything. Such a step is run again, as ``goflux demo`` does: for
-    the steps it wraps (a batch read, a query's start) nothing happened yet. Any other
-    failure, or this one three times, is raised.
+    the steps it wraps (a batch read) nothing happened yet. Any other failure, or this
+    one three times, is raised.
     """
-    for attempt in range(1, _WORKER_STARTS + 1):
+    attempt = 1
+    while True:
         try:
             return step()
-        except PySparkException as exc:
-            if not worker_start_failed(exc) or attempt == _WORKER_STARTS:
+        except _STEP_ERRORS as exc:
+            if not _again(attempt, exc):
                 raise
-            print(f"a Python worker missed Spark's 10 s; attempt {attempt + 1}", file=sys.stderr)
-    raise AssertionError("unreachable")  # pragma: no cover
+        attempt += 1
 
 
 def run_to_end(writer: DataStreamWriter, checkpoint: Path | str) -> StreamingQuery:
     """Start ``writer`` with ``checkpoint`` and ``Trigger.AvailableNow``; return it ended.
 
-    A start whose Python worker missed Spark's fixed 10 s to connect back, and a query
-    that failed so before its first batch, are started again from the same checkpoint
-    (``starting_again``). Any other failure, this one after a batch ran, or this one
-    three times, fails the test. Works on a classic and on a Connect session.
+    A start that failed because a Python worker missed Spark's fixed 10 s to connect
+    back, and a query that failed so before its first batch, are started again from
+    the same checkpoint (nothing ran). Any other failure, this one after a batch ran,
+    or this one at the third start, fails the test. Works on a classic and on a
+    Connect session.
     """
     writer = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
-    for attempt in range(1, _WORKER_STARTS + 1):
-        query = starting_again(writer.start)
+    attempt = 1
+    while True:
+        try:
+            query = writer.start()
+        except _STEP_ERRORS as exc:
+            if not _again(attempt, exc):
+                raise
+            attempt += 1
+            continue
         try:
             query.awaitTermination()
         except StreamingQueryException as exc:
             started = bool(query.recentProgress)  # a batch ran: not a failed start
-            if started or not worker_start_failed(exc) or attempt == _WORKER_STARTS:
+            if started or not _again(attempt, exc):
                 raise
-            print(f"a Python worker missed Spark's 10 s; start {attempt + 1}", file=sys.stderr)
+            attempt += 1
+            continue
         assert query.exception() is None
         return query
-    raise AssertionError("unreachable")  # pragma: no cover
