@@ -92,6 +92,27 @@ async def test_an_ordered_consumer_replaces_itself_after_the_last_message_taken(
     assert await js.consumers_info(STREAM) == []
 
 
+@pytest.mark.parametrize("count", ["1", "2"])
+async def test_an_ordered_consumer_resumes_after_the_stream_sequence_it_took_last(
+    js: JetStreamContext, count: str
+) -> None:
+    """Read on the fast path (a first delivery) and the full one (any other count)."""
+    await jetstream.Publisher(js, CODEC).publish_many(
+        jetstream.Outgoing("orders.a", order(n)) for n in range(6)
+    )
+    consumer = await ordered(js)
+    first = consumer.name
+    assert consumer.admit(delivery(js, first, 1, 1)) is Admission.TAKE
+    assert consumer.admit(delivery(js, first, 2, 2)) is Admission.TAKE
+    # Stream sequence 4 as the consumer's third delivery (a filter skipped 3).
+    last = delivery(js, first, 4, 3).replace(f".{first}.1.", f".{first}.{count}.")
+    assert consumer.admit(last) is Admission.TAKE
+    assert await consumer.recover("lost", "test") is Recovery.PULL
+    info = await js.consumer_info(STREAM, consumer.name)
+    assert (info.config.deliver_policy, info.config.opt_start_seq) == ("by_start_sequence", 5)
+    await consumer.remove()
+
+
 @pytest.mark.parametrize("policy", ["new", "last_per_subject"])
 async def test_an_ordered_consumer_replaced_before_taking_anything_misses_nothing_written(
     js: JetStreamContext, policy: str
