@@ -795,6 +795,50 @@ async def test_the_ordered_mode_resumes_after_its_consumer_disappears(js: JetStr
     assert [m.payload.id for m in inbox.messages] == [f"o-{n}" for n in range(80)]
 
 
+@pytest.mark.parametrize("lost", ["first of a read", "inside a read"])
+async def test_the_ordered_mode_takes_a_delivery_lost_on_the_way_again_in_order(
+    js: JetStreamContext, lost: str
+) -> None:
+    """A delivery the client never gets is a gap: nothing after it is taken from that consumer.
+
+    The loss is put where a lossy link would put it, between nats-py's parser and the
+    subscription: the first delivery of a read is admitted on its own, the others of a
+    read together once it is parsed; either way the replacement consumer starts again
+    at the lost one, and the handler sees every message once, in order.
+    """
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(400))
+    inbox: Inbox[Order] = Inbox()
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, ordered=True, max_in_flight=200)
+    subscription = await sub.start("orders.>", inbox)
+    first = subscription.consumer
+    nc = js._nc
+    route = nc._process_msg  # (goflux's route, installed when the subscription started)
+    reads = nc._goflux_reads  # the reads of nc's reader, as goflux follows them
+    seen: list[tuple[int, int]] = []  # each delivery's read and place in it
+    dropped: list[tuple[int, int]] = []
+
+    async def lossy(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+        if reply.startswith(b"$JS.ACK."):
+            place = seen[-1][1] + 1 if seen and seen[-1][0] == reads.count else 0
+            seen.append((reads.count, place))
+            wanted = place == 0 if lost == "first of a read" else place >= 3
+            if not dropped and len(seen) > 20 and wanted:
+                dropped.append(seen[-1])
+                return  # lost on the way
+        await route(sid, subject, reply, data, headers)
+
+    nc._process_msg = lossy
+    try:
+        await inbox.wait_for(400, timeout=20)
+    finally:
+        nc._process_msg = route
+    await sub.close()
+    assert dropped, "no delivery was dropped where the test wanted"
+    assert subscription.consumer != first  # replaced after the gap
+    assert [m.payload.id for m in inbox.messages] == [f"o-{n}" for n in range(400)]
+
+
 async def test_settlement_and_redelivery_metrics(js: JetStreamContext, otel: Otel) -> None:
     attempts: Counter[str] = Counter()
     done = asyncio.Event()
