@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import types
 from collections.abc import Awaitable, Callable
@@ -33,12 +32,10 @@ __all__ = (
     "ErrorCallback",
     "HeaderLines",
     "LineKeepingClient",
-    "Reads",
     "Take",
     "api_prefix",
     "api_timeout",
     "callback_task",
-    "client_reads",
     "connection",
     "drain",
     "end_direct",
@@ -432,16 +429,12 @@ class DirectDelivery:
     once it hands to :meth:`later`, whose tasks a drain of the subscription waits for.
     """
 
-    __slots__ = ("_later", "_sub", "_take", "reads", "wants_reads")
+    __slots__ = ("_later", "_sub", "_take")
 
-    def __init__(self, take: Take, *, reads: bool = False) -> None:
+    def __init__(self, take: Take) -> None:
         self._take = take
         self._sub: Subscription | None = None
         self._later: set[asyncio.Task[None]] = set()
-        self.wants_reads = reads
-        """Whether ``take`` follows the reads (:attr:`reads` is then set where it can)."""
-        self.reads: Reads | None = None
-        """The reads of the client's reader (:class:`Reads`), if asked for and hooked."""
 
     def later(self, work: Awaitable[None]) -> None:
         """Run ``work`` as a task that a drain of the subscription waits for."""
@@ -496,8 +489,6 @@ async def subscribe_direct(nc: Client, subject: str, take: DirectDelivery) -> Su
     queue = getattr(sub, "_pending_queue", None)
     if isinstance(queue, asyncio.Queue) and isinstance(getattr(sub, "_pending_size", None), int):
         take._sub = sub
-        if take.wants_reads:
-            take.reads = client_reads(nc)
         sub._pending_queue = take  # type: ignore[assignment]
         while not queue.empty():  # (nothing can have come yet: no request was sent)
             take.put_nowait(queue.get_nowait())
@@ -528,61 +519,6 @@ def end_direct(nc: Client, subscription: Subscription) -> None:
     sid = subscription_id(subscription)
     if isinstance(routes, dict) and sid is not None and sid not in nc._subs:
         routes.pop(sid, None)
-
-
-class Reads:
-    """The reads of one client's nats-py reader: how many so far, and what to call after one.
-
-    nats-py's reader awaits its parser's ``parse`` with each read, and the parser hands
-    every message in it to the subscriptions without yielding to the event loop. So a
-    message taken with the same :attr:`count` as another came in the same read, and a
-    callback added to :attr:`after` runs once the parser is done with the read (even if
-    it failed), before any other task or callback of the event loop can run.
-    """
-
-    __slots__ = ("after", "count")
-
-    def __init__(self) -> None:
-        self.count = 0
-        """Reads so far (the current one included)."""
-        self.after: list[Callable[[], None]] = []
-        """Called once each after the current read, in the order added; must not block."""
-
-
-def client_reads(nc: Client) -> Reads | None:
-    """The :class:`Reads` of ``nc``: its parser's ``parse`` wrapped once to keep them.
-
-    (An instance attribute: nats-py's reader looks ``parse`` up on every read, and the
-    parser lives as long as the client, through reconnects.) None where nats-py's
-    reader is not as expected.
-    """
-    reads = getattr(nc, "_goflux_reads", None)
-    if isinstance(reads, Reads):
-        return reads
-    parser = getattr(nc, "_ps", None)
-    original = getattr(parser, "parse", None)
-    if parser is None or not inspect.iscoroutinefunction(original):
-        return None
-    reads = Reads()
-    after = reads.after
-
-    async def parse(data: bytes = b"") -> None:
-        reads.count += 1
-        try:
-            await original(data)
-        finally:
-            if after:
-                due = after.copy()
-                after.clear()
-                for callback in due:
-                    try:
-                        callback()
-                    except Exception:  # nats-py's reader must go on
-                        logger.exception("a callback after a read failed")
-
-    parser.parse = parse
-    nc._goflux_reads = reads  # type: ignore[attr-defined]
-    return reads
 
 
 def _direct_routes(nc: Client) -> dict[int, DirectDelivery] | None:

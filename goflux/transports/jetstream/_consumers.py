@@ -22,8 +22,6 @@ import contextlib
 import enum
 import json
 import logging
-from collections.abc import Sequence
-from itertools import repeat
 from typing import Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import nats.errors
@@ -110,13 +108,6 @@ class PulledConsumer(Protocol):
     def admit(self, reply: str) -> Admission:
         """Whether to take the delivery with this ``$JS.ACK`` ``reply`` subject."""
 
-    def admit_run(self, replies: Sequence[str]) -> bool:
-        """Take the deliveries of ``replies`` (one or more, in arrival order) at once.
-
-        True: all are taken, as :meth:`admit` would have taken each. False: nothing
-        changed, and the engine asks :meth:`admit` about each in turn.
-        """
-
     async def recover(self, cause: Cause, why: str) -> Recovery | SubscribeError:
         """Recover after ``cause``; a :class:`SubscribeError` ends the subscription."""
 
@@ -153,10 +144,6 @@ class AcknowledgedConsumer:
     def admit(self, reply: str) -> Admission:
         """Take every delivery."""
         return Admission.TAKE
-
-    def admit_run(self, replies: Sequence[str]) -> bool:
-        """Take every delivery."""
-        return True
 
     async def recover(self, cause: Cause, why: str) -> Recovery | SubscribeError:
         """Pull again after lost requests; after a 503, fail if the consumer is gone.
@@ -270,7 +257,6 @@ class OrderedConsumer:
     __slots__ = (
         "_consumer_sequence",
         "_delivery_head",
-        "_delivery_prefixes",
         "_delivery_tail",
         "_js",
         "_options",
@@ -314,8 +300,6 @@ class OrderedConsumer:
         # token more. rsplit by that many dots splits off exactly those.
         self._delivery_head = "\0"
         self._delivery_tail = 4
-        # The head and its dot, endlessly (what admit_run matches every reply against).
-        self._delivery_prefixes = repeat("\0.")
 
     def admit(self, reply: str) -> Admission:
         """Take the next delivery of the current consumer only."""
@@ -335,9 +319,8 @@ class OrderedConsumer:
                 return _SKIP  # a late delivery from a replaced consumer
             stream_token, consumer_token = tokens[offset + 3], tokens[offset + 4]
             if tokens[offset + 2] == "1":
-                self._delivery_head = head = ".".join(tokens[: offset + 3])
+                self._delivery_head = ".".join(tokens[: offset + 3])
                 self._delivery_tail = len(tokens) - offset - 3
-                self._delivery_prefixes = repeat(head + ".")
         consumer_sequence = int(consumer_token)
         if consumer_sequence != self._consumer_sequence + 1:
             logger.info(
@@ -351,41 +334,6 @@ class OrderedConsumer:
         self._stream_token = stream_token  # read as a number only to resume after it
         return _TAKE
 
-    def admit_run(self, replies: Sequence[str]) -> bool:
-        """Take ``replies`` at once if they are the current consumer's next first deliveries.
-
-        That is so when every one starts as the current consumer's first deliveries do,
-        the first is the consumer sequence after the last taken, and the last is as many
-        further on as there are replies: a consumer numbers its deliveries one by one,
-        so ``n`` of them from ``k + 1`` to ``k + n`` are each of those, in order, with
-        none missing. Two replies are split, not every one: with the others of a read,
-        a delivery's check costs about 900 CPU instructions, against 3,000 for
-        :meth:`admit`. False, with nothing
-        changed, for anything else (a gap, a late delivery of a replaced consumer, a
-        redelivery, a consumer whose replies' form is not learnt yet): then the engine
-        asks :meth:`admit` about each.
-        """
-        # (While the consumer is replaced, its head is unset: nothing matches it.)
-        head, tail = self._delivery_head, self._delivery_tail
-        count = len(replies)
-        first = replies[0].rsplit(".", tail)
-        last = first if count == 1 else replies[-1].rsplit(".", tail)
-        if (
-            first[0] != head  # (another consumer's, or a token more or fewer than its)
-            or last[0] != head
-            or (count > 1 and not all(map(str.startswith, replies, self._delivery_prefixes)))
-        ):
-            return False
-        taken = self._consumer_sequence
-        try:
-            if int(first[2]) != taken + 1 or (count > 1 and int(last[2]) != taken + count):
-                return False
-        except ValueError:
-            return False
-        self._consumer_sequence = taken + count
-        self._stream_token = last[1]
-        return True
-
     async def recover(self, cause: Cause, why: str) -> Recovery | SubscribeError:
         """Replace the consumer, resuming after the last message taken.
 
@@ -396,7 +344,6 @@ class OrderedConsumer:
             return Recovery.WAIT  # a replacement is under way; it pulls when done
         self._recreating = True
         self._delivery_head = "\0"  # no late delivery of the old consumer passes as current
-        self._delivery_prefixes = repeat("\0.")
         old = self.name
         try:
             with contextlib.suppress(nats.errors.Error, APIError, TimeoutError):

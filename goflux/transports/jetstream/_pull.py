@@ -30,7 +30,7 @@ import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeAlias
+from typing import Any
 
 import nats.errors
 from nats.aio.subscription import Subscription as NatsSubscription
@@ -76,8 +76,6 @@ _TAKE = Admission.TAKE  # (read once: an enum member's lookup is not cheap)
 # Most seconds between two looks at the connection: a reconnect is noticed this soon
 # (nats-py offers no signal for it that goflux could subscribe to on the user's client).
 _MAX_TICK = 0.5
-# A delivery read and not yet admitted: subject, reply, payload, headers, arrival.
-_Staged: TypeAlias = tuple[str, str, bytes, dict[str, str] | None, float]
 
 
 class PullEngine:
@@ -99,6 +97,39 @@ class PullEngine:
             subject, and whether the nak was sent (if not, the server redelivers it
             after ``ack_wait``).
     """
+
+    # (Slots: its attributes are read per message, and cheaper so than from a dict.)
+    __slots__ = (
+        "_bound",
+        "_deliver",
+        "_fail",
+        "_generation",
+        "_handed_back",
+        "_inbox",
+        "_js",
+        "_last_activity",
+        "_limits",
+        "_loop",
+        "_max_in_flight",
+        "_nc",
+        "_priority",
+        "_pull_scheduled",
+        "_reconnects",
+        "_recovering",
+        "_refusals",
+        "_refused",
+        "_requested",
+        "_selective",
+        "_stopping",
+        "_sub",
+        "_taken",
+        "_taken_bytes",
+        "_unlisten",
+        "_watchdog",
+        "consumer",
+        "outstanding",
+        "window",
+    )
 
     def __init__(
         self,
@@ -142,11 +173,6 @@ class PullEngine:
         self._requested = 0  # messages asked for by pull requests still open
         self.outstanding = 0  # messages delivered and not yet released
         self._pull_scheduled = False
-        # A selective consumer's deliveries of the current read after its first (taken at
-        # once), admitted after it; the client's count of that read.
-        self._staged: list[_Staged] = []
-        self._read = 0
-        self._staged_to: DirectDelivery | None = None
         self._stopping = False
         self._recovering = False
         self._watchdog: asyncio.Task[None] | None = None
@@ -289,9 +315,7 @@ class PullEngine:
         previous = self._sub
         self._generation += 1
         self._inbox = self._nc.new_inbox()
-        delivery = DirectDelivery(
-            functools.partial(self._take, self._generation), reads=self._selective
-        )
+        delivery = DirectDelivery(functools.partial(self._take, self._generation))
         self._sub = await subscribe_direct(self._nc, self._inbox, delivery)
         return previous
 
@@ -391,7 +415,7 @@ class PullEngine:
         if self._handed_back is not None:
             self._handed_back(reply, sent)
 
-    def _take(  # noqa: PLR0912 - one path per kind of message, inline: it runs per message
+    def _take(
         self,
         generation: int,
         subject: str,
@@ -402,8 +426,7 @@ class PullEngine:
     ) -> None:
         """Take one message from the inbox of ``generation``, in the connection's read loop.
 
-        A delivery goes to the subscription at once (a selective consumer's once it is
-        admitted, right after the read that brought it); status messages (other than
+        A delivery goes to the subscription at once; status messages (other than
         heartbeats) and hand-backs need I/O and run as tasks a drain waits for.
         Nothing here may raise into nats-py's reader: what cannot be taken is logged.
         """
@@ -427,26 +450,15 @@ class PullEngine:
                 if consumer.acknowledges:
                     delivery.later(self._hand_back(reply))
                 return
+            if self._selective:
+                admission = consumer.admit(reply)
+                if admission is not _TAKE:
+                    self._not_admitted(admission, delivery)
+                    return
             if self.outstanding >= self._bound and self._max_in_flight > self._bound:
                 self._server_bound_lost()
-            reads = delivery.reads
-            if self._selective and reads is not None and reads.count == self._read:
-                # Not the read's first delivery: admitted with the others right after it.
-                staged = self._staged
-                if not staged:
-                    self._staged_to = delivery
-                    reads.after.append(self._admit_staged)
-                staged.append((subject, reply, data, headers, now))
-            else:
-                if self._selective:  # the read's first delivery, or reads not followed
-                    if reads is not None:
-                        self._read = reads.count
-                    admission = consumer.admit(reply)
-                    if admission is not _TAKE:
-                        self._not_admitted(admission, delivery)
-                        return
-                self._deliver(subject, reply, data, headers, now)
-            self.outstanding += 1  # (a staged one holds its room until it is admitted or not)
+            self._deliver(subject, reply, data, headers, now)
+            self.outstanding += 1
             self._taken += 1
             self._taken_bytes += len(data)
         except Exception:
@@ -455,57 +467,6 @@ class PullEngine:
                 subject,
                 self.consumer.name,
             )
-
-    def _admit_staged(self) -> None:
-        """Admit what a selective consumer was sent since the last call, and hand it on.
-
-        Runs right after the read that brought it (:meth:`DirectDelivery.after_read`,
-        asked by its first delivery), before any worker can run: a worker only sees
-        what was admitted. The consumer
-        checks the deliveries as a run first (:meth:`PulledConsumer.admit_run`), and
-        one by one only if that does not take them all: a gap, a late delivery of a
-        replaced consumer. Nothing here may raise into the event loop.
-        """
-        staged, delivery = self._staged, self._staged_to
-        if not staged:
-            return
-        self._staged, self._staged_to = [], None
-        consumer = self.consumer
-        try:
-            taken = consumer.admit_run([entry[1] for entry in staged])
-        except Exception:
-            logger.exception("could not admit deliveries for consumer %r", consumer.name)
-            taken = False
-        if taken:
-            self._hand_on(staged)
-            return
-        admitted: list[_Staged] = []
-        for entry in staged:
-            try:
-                admission = consumer.admit(entry[1])
-            except Exception:
-                logger.exception("could not admit a delivery for consumer %r", consumer.name)
-                continue
-            if admission is _TAKE:
-                admitted.append(entry)
-            elif delivery is not None:
-                self._not_admitted(admission, delivery)
-        # The room the others held is free (a pull asks for it later: on a gap, once
-        # the consumer is replaced, not now from the one about to go).
-        self.outstanding -= len(staged) - len(admitted)
-        self._hand_on(admitted)
-
-    def _hand_on(self, admitted: list[_Staged]) -> None:
-        """Deliver ``admitted`` (staged deliveries, in order) to the subscription."""
-        deliver = self._deliver
-        for subject, reply, data, headers, arrival in admitted:
-            try:
-                deliver(subject, reply, data, headers, arrival)
-            except Exception:
-                logger.exception(
-                    "could not take a message on %r for consumer %r", subject, self.consumer.name
-                )
-                self.outstanding -= 1
 
     def _not_admitted(self, admission: Admission, delivery: DirectDelivery) -> None:
         """A selective consumer (ordered) did not take a delivery; on a gap, recover."""

@@ -795,16 +795,15 @@ async def test_the_ordered_mode_resumes_after_its_consumer_disappears(js: JetStr
     assert [m.payload.id for m in inbox.messages] == [f"o-{n}" for n in range(80)]
 
 
-@pytest.mark.parametrize("lost", ["first of a read", "inside a read"])
-async def test_the_ordered_mode_takes_a_delivery_lost_on_the_way_again_in_order(
-    js: JetStreamContext, lost: str
+@pytest.mark.parametrize("fault", ["lost", "duplicated", "swapped"])
+async def test_the_ordered_mode_gets_a_delivery_the_link_lost_or_garbled_again_in_order(
+    js: JetStreamContext, fault: str
 ) -> None:
-    """A delivery the client never gets is a gap: nothing after it is taken from that consumer.
+    """A delivery lost, duplicated or overtaken on the way is a gap: nothing is taken past it.
 
-    The loss is put where a lossy link would put it, between nats-py's parser and the
-    subscription: the first delivery of a read is admitted on its own, the others of a
-    read together once it is parsed; either way the replacement consumer starts again
-    at the lost one, and the handler sees every message once, in order.
+    The fault is put where a faulty link would put it, between nats-py's parser and the
+    subscription; the replacement consumer starts again after the last message taken,
+    and the handler sees every message once, in order.
     """
     pub = jetstream.Publisher(js, CODEC)
     await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(400))
@@ -814,27 +813,34 @@ async def test_the_ordered_mode_takes_a_delivery_lost_on_the_way_again_in_order(
     first = subscription.consumer
     nc = js._nc
     route = nc._process_msg  # (goflux's route, installed when the subscription started)
-    reads = nc._goflux_reads  # the reads of nc's reader, as goflux follows them
-    seen: list[tuple[int, int]] = []  # each delivery's read and place in it
-    dropped: list[tuple[int, int]] = []
+    deliveries = 0
+    held: list[tuple[int, bytes, bytes, bytes, bytes]] = []
 
-    async def lossy(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+    async def faulty(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+        nonlocal deliveries
         if reply.startswith(b"$JS.ACK."):
-            place = seen[-1][1] + 1 if seen and seen[-1][0] == reads.count else 0
-            seen.append((reads.count, place))
-            wanted = place == 0 if lost == "first of a read" else place >= 3
-            if not dropped and len(seen) > 20 and wanted:
-                dropped.append(seen[-1])
-                return  # lost on the way
+            deliveries += 1
+            if deliveries == 21:
+                if fault == "lost":
+                    return
+                if fault == "duplicated":
+                    await route(sid, subject, reply, data, headers)
+                else:  # swapped with the next one
+                    held.append((sid, subject, reply, data, headers))
+                    return
+            if deliveries == 22 and held:
+                await route(sid, subject, reply, data, headers)
+                await route(*held.pop())
+                return
         await route(sid, subject, reply, data, headers)
 
-    nc._process_msg = lossy
+    nc._process_msg = faulty
     try:
         await inbox.wait_for(400, timeout=20)
     finally:
         nc._process_msg = route
     await sub.close()
-    assert dropped, "no delivery was dropped where the test wanted"
+    assert deliveries > 22  # the fault happened
     assert subscription.consumer != first  # replaced after the gap
     assert [m.payload.id for m in inbox.messages] == [f"o-{n}" for n in range(400)]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from nats.js import JetStreamContext
 
@@ -65,56 +63,6 @@ async def test_an_ordered_consumer_takes_only_the_next_delivery(
     assert consumer.admit(delivery(js, name, 9, 7, form)) is Admission.GAP
     assert consumer.admit(delivery(js, name, 9, 6, form)) is Admission.TAKE
     assert consumer.admit("$JS.ACK.not.enough") is Admission.SKIP
-
-
-@pytest.mark.parametrize("form", FORMS)
-async def test_an_ordered_consumer_takes_a_run_only_if_it_is_the_next_deliveries_in_full(
-    js: JetStreamContext, form: str
-) -> None:
-    consumer = await ordered(js)
-    name = consumer.name
-
-    def run(*seqs: tuple[int, int], of: str = name) -> list[str]:
-        return [delivery(js, of, sseq, cseq, form) for sseq, cseq in seqs]
-
-    # Not before the form of its replies is learnt (from a delivery admitted alone).
-    assert consumer.admit_run(run((1, 1))) is False
-    assert consumer.admit(delivery(js, name, 1, 1, form)) is Admission.TAKE
-    assert consumer.admit_run(run((2, 2))) is True  # a run of one
-    assert consumer.admit_run(run((3, 3), (5, 4), (6, 5))) is True  # stream sequences jump
-
-    # Refused as a whole, with nothing taken: a gap, first or inside; not the next one;
-    # a late delivery of a replaced consumer among them; a redelivery; a malformed one.
-    def redelivered(reply: str) -> str:
-        return reply.replace(f".{name}.1.", f".{name}.2.")
-
-    refused = [
-        run((7, 7), (8, 8)),
-        run((7, 6), (9, 8)),
-        run((7, 6), (8, 7), (9, 9)),
-        run((5, 4), (8, 7)),  # one taken already, then a gap: as many as expected
-        [*run((7, 6)), *run((8, 3), of="replaced"), *run((9, 8))],  # as many as expected
-        [*run((7, 6)), redelivered(run((8, 7))[0]), *run((9, 8))],
-        [redelivered(run((7, 6))[0]), *run((8, 7))],
-        [*run((7, 6)), run((8, 7))[0] + ".extra"],
-        [*run((7, 6)), run((8, 7))[0].replace(".8.7.", ".7.")],  # a token fewer
-        [*run((7, 6)), run((8, 7))[0].replace(".7.", ".seven.")],
-    ]
-    for replies in refused:
-        assert consumer.admit_run(replies) is False, replies
-    assert consumer.admit_run(run((7, 6), (8, 7))) is True  # still the next ones
-    # Nothing is taken while the consumer is being replaced; what was taken last is
-    # where the replacement resumes.
-    recovering = asyncio.create_task(consumer.recover("lost", "test"))
-    await asyncio.sleep(0)  # (one turn: it is waiting for the server's answer now)
-    assert consumer.admit_run(run((9, 8))) is False
-    assert await recovering is Recovery.PULL
-    info = await js.consumer_info(STREAM, consumer.name)
-    assert (info.config.deliver_policy, info.config.opt_start_seq) == ("by_start_sequence", 9)
-    # A replaced consumer's run is not taken; nor is the new one's before it is learnt.
-    assert consumer.admit_run(run((9, 8), of=name)) is False
-    assert consumer.admit_run(run((9, 1), of=consumer.name)) is False
-    await consumer.remove()
 
 
 async def test_an_ordered_consumer_replaces_itself_after_the_last_message_taken(
