@@ -8,13 +8,19 @@ modules only (``packages=False``) and need no install.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import itertools
 import json
+import select
 import shutil
+import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -98,3 +104,91 @@ async def node_peer(script: str, *args: str, packages: bool = True) -> AsyncIter
         except TimeoutError:
             process.kill()
             await process.wait()
+
+
+class NodeService:
+    """A one-shot script started once and kept for the requests of every test here.
+
+    Node and a script's npm packages take a few tenths of a second to load (the AsyncAPI
+    parser about 2 s), which :func:`run_node` pays on every call. This starts ``node
+    SCRIPT --serve`` on the first :meth:`ask` and keeps it until the test process ends;
+    one that died or stopped answering is replaced on the next ask. Each request is
+    answered on its own, as a one-shot run of the script would answer it.
+
+    The script reads one JSON request a line on stdin, ``{"id": N, "args": [...]}``
+    (the arguments of a one-shot run), and writes one JSON line for each,
+    ``{"id": N, "result": ...}`` or ``{"id": N, "error": "..."}``; it exits when stdin
+    closes.
+    """
+
+    def __init__(self, script: str, packages: bool = True) -> None:
+        self.script = script
+        self.packages = packages
+        self.process: subprocess.Popen[str] | None = None
+        self.stderr: IO[str] | None = None
+        self.ids = itertools.count(1)
+        atexit.register(self.stop)
+
+    def ask(self, *args: str) -> Any:
+        """The script's result for ``args``; fails the test on its error or silence."""
+        process = self.running()
+        assert process.stdin is not None
+        assert process.stdout is not None
+        request = next(self.ids)
+        try:
+            process.stdin.write(json.dumps({"id": request, "args": args}) + "\n")
+            process.stdin.flush()
+            while True:
+                ready, _, _ = select.select([process.stdout], [], [], TIMEOUT)
+                line = process.stdout.readline() if ready else ""
+                if not line:
+                    break
+                try:
+                    answer = json.loads(line)
+                except ValueError:  # the rest of a line an interrupted test began to read
+                    continue
+                if answer.get("id") != request:  # asked by an interrupted test (a timeout)
+                    continue
+                assert "error" not in answer, f"node {self.script} failed: {answer['error']}"
+                return answer["result"]
+        except BrokenPipeError:
+            pass
+        error = self.stop()
+        pytest.fail(f"node {self.script} --serve gave no answer to {list(args)}: {error}")
+
+    def running(self) -> subprocess.Popen[str]:
+        if self.process is None or self.process.poll() is not None:
+            self.stop()
+            self.stderr = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+            self.process = subprocess.Popen(
+                _command(self.script, "--serve", packages=self.packages),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+                text=True,
+                encoding="utf-8",
+                cwd=NODE_DIR,
+            )
+        return self.process
+
+    def stop(self) -> str:
+        """Stop the script (its stdin closed); return what it wrote to stderr."""
+        process, self.process = self.process, None
+        stderr, self.stderr = self.stderr, None
+        if process is not None:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            with contextlib.suppress(BrokenPipeError):  # it died: nothing to tell it
+                process.stdin.close()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            process.stdout.close()
+        if stderr is None:
+            return ""
+        stderr.seek(0)
+        text = stderr.read()
+        stderr.close()
+        return text

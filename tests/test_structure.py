@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import re
@@ -38,11 +39,21 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
+def syntax(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once for the tests that read it (not to be changed)."""
+    return _parsed(path.read_text())
+
+
+@functools.cache
+def _parsed(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
 def imported(path: Path, name: str, known: set[str]) -> set[str]:
     """The goflux modules ``path`` imports, at any depth (functions included)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(syntax(path)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -225,7 +236,7 @@ JETSTREAM = PACKAGE / "transports" / "jetstream"
 
 def code_literals(path: Path) -> list[str]:
     """Status-code and error-code literals in ``path``'s code (docstrings left out)."""
-    tree = ast.parse(path.read_text())
+    tree = syntax(path)
     texts = {
         id(node.value)
         for node in ast.walk(tree)
@@ -329,7 +340,7 @@ def test_errors_are_defined_once_under_goflux_error() -> None:
     defined = [
         node.name
         for path in PACKAGE.rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(syntax(path))
         if isinstance(node, ast.ClassDef) and node.name in errors
     ]
     assert sorted(defined) == sorted(errors), "an error class is defined twice"

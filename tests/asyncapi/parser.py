@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-NODE_DIR = Path(__file__).resolve().parent.parent / "node"
-VALIDATOR = NODE_DIR / "validate_asyncapi.mjs"
+from tests.nodejs import NODE_DIR, NodeService
+
+# One Node process for every document this test process validates: loading the parser
+# takes about 2 s, a document then a few tenths of a second.
+VALIDATOR = NodeService("validate_asyncapi.mjs")
 
 # Information the parser gives on every 3.0.0 document: a newer minor version exists.
 NEWER_VERSION = "asyncapi-latest-version"
@@ -30,26 +30,15 @@ class Verdict:
 
 
 def parse(*documents: str) -> list[Verdict]:
-    """Run the parser on each document (JSON or YAML text) in one Node process."""
-    node = shutil.which("node")
-    assert node is not None, "the tests need Node.js (scripts/node-clients.sh installs its parts)"
+    """Run the parser on each document (JSON or YAML text), one after the other."""
     assert (NODE_DIR / "node_modules" / "@asyncapi" / "parser").is_dir(), (
         "run scripts/node-clients.sh (or scripts/check.sh) to install tests/node"
     )
+    verdicts = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = []
         for n, text in enumerate(documents):
             path = Path(tmp) / f"doc{n}.txt"
             path.write_text(text, encoding="utf-8")
-            files.append(str(path))
-        result = subprocess.run(
-            [node, str(VALIDATOR), *files],
-            capture_output=True,
-            text=True,
-            timeout=40,  # below the 60 s of the tests that call it
-            check=False,
-            cwd=NODE_DIR,
-        )
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-    assert len(lines) == len(documents), result.stderr
-    return [Verdict(line["valid"], line["version"], line["diagnostics"]) for line in lines]
+            found = VALIDATOR.ask(str(path))
+            verdicts.append(Verdict(found["valid"], found["version"], found["diagnostics"]))
+    return verdicts

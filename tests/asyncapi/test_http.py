@@ -31,6 +31,7 @@ def message(document: dict[str, Any], ref: dict[str, str]) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow  # the Node parser on three documents
 async def test_the_documents_validate_with_the_official_parser(
     described: dict[str, Any],
 ) -> None:

@@ -185,6 +185,7 @@ def test_server_runs_in_the_foreground_until_interrupted(tmp_path: Path) -> None
     assert any(store.rglob("*"))  # the store is kept
 
 
+@pytest.mark.slow  # a CLI child process
 def test_demo_without_java_says_what_to_install() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "NATS_URL")}
     env["PATH"] = str(Path(sys.executable).parent)  # no java here
@@ -200,6 +201,7 @@ def test_demo_refuses_too_few_orders() -> None:
     assert "at least 13 orders" in result.stderr
 
 
+@pytest.mark.slow  # a CLI child process (tests/service/test_run_options.py: in-process)
 def test_run_refuses_a_negative_quarantine_count() -> None:
     result = goflux("run", "app:service", "--workers", "2", "--quarantine-after", "-1")
     assert result.returncode == 2
@@ -215,6 +217,7 @@ def test_demo_with_an_unreachable_server_says_so_at_once() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # ten CLI child processes
 def test_kv_put_get_ls_and_clear_errors(nats_server: NatsServer) -> None:
     async def make() -> None:
         nc = await nats.connect(nats_server.url)
@@ -284,6 +287,7 @@ def test_kv_watch_prints_changes_until_interrupted(nats_server: NatsServer) -> N
     assert watcher.returncode == 130
 
 
+@pytest.mark.slow  # a CLI child, and the TTL's second
 def test_kv_watch_shows_why_the_server_purged_a_key(nats_server: NatsServer) -> None:
     async def make() -> None:
         nc = await nats.connect(nats_server.url)
@@ -319,6 +323,7 @@ def jetstream_bytes() -> BytesCodec:
     return BytesCodec()
 
 
+@pytest.mark.slow  # five CLI child processes
 def test_obj_put_ls_get_and_clear_errors(nats_server: NatsServer, tmp_path: Path) -> None:
     async def make() -> None:
         nc = await nats.connect(nats_server.url)

@@ -68,6 +68,7 @@ def test_the_demo_without_its_extras_names_them_in_one_line() -> None:
     )
 
 
+@pytest.mark.slow  # a CLI child process
 def test_the_demo_names_only_what_is_missing() -> None:
     result = goflux_without("pandas", "demo", "--url", "nats://127.0.0.1:1")
     assert (result.returncode, result.stderr) == (
@@ -80,34 +81,50 @@ def test_the_demo_names_only_what_is_missing() -> None:
     ("blocked", "args", "line"),
     [
         ("nats", ["streams"], "goflux streams needs the 'nats' extra: pip install 'goflux[nats]'"),
-        ("nats", ["kv", "ls"], "goflux kv needs the 'nats' extra: pip install 'goflux[nats]'"),
-        ("nats", ["obj", "ls"], "goflux obj needs the 'nats' extra: pip install 'goflux[nats]'"),
-        (
+        # A child process each: the first case is the fast tier's, the others go slow.
+        pytest.param(
+            "nats",
+            ["kv", "ls"],
+            "goflux kv needs the 'nats' extra: pip install 'goflux[nats]'",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "nats",
+            ["obj", "ls"],
+            "goflux obj needs the 'nats' extra: pip install 'goflux[nats]'",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
             "nats",
             ["services"],
             "goflux services needs the 'nats' extra: pip install 'goflux[nats]'",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             "watchfiles",
             ["run", "app:service", "--reload"],
             "goflux run --reload needs the 'service' extra: pip install 'goflux[service]'",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             "uvicorn,watchfiles",
             ["run", "app:service", "--reload", "--health-port", "0"],
             "goflux run --health-port --reload needs the 'service' extra: "
             "pip install 'goflux[service]'",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             "yaml",
             ["asyncapi", "app:service", "--format", "yaml"],
             "goflux asyncapi --format yaml needs the 'asyncapi' extra: "
             "pip install 'goflux[asyncapi]'",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             "uvicorn",
             ["asyncapi", "app:service", "--serve"],
             "goflux asyncapi --serve needs the 'asyncapi' extra: pip install 'goflux[asyncapi]'",
+            marks=pytest.mark.slow,
         ),
     ],
 )
@@ -118,6 +135,7 @@ def test_a_command_without_its_extra_says_which_to_install(
     assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n")
 
 
+@pytest.mark.slow  # a CLI child process
 def test_the_server_command_without_a_binary_names_the_extra() -> None:
     result = goflux_without("", "server", server=False)
     assert result.returncode == 2
@@ -126,6 +144,7 @@ def test_the_server_command_without_a_binary_names_the_extra() -> None:
     )
 
 
+@pytest.mark.slow  # a CLI child process
 def test_run_needs_no_extra_without_reload_or_health_probes() -> None:
     result = goflux_without("uvicorn,watchfiles", "run", "no_such_module:service")
     assert result.returncode == 2
@@ -177,6 +196,7 @@ def test_every_need_names_a_real_extra() -> None:
     assert set(_needs.NEEDS) <= set(commands)
 
 
+@pytest.mark.slow  # a CLI child; test_version_says_not_installed runs in-process
 def test_version_lists_goflux_and_the_libraries_it_runs_with() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "goflux", "--version"],

@@ -243,7 +243,15 @@ class _Fed:
 _SKIPPABLE = b"\x50\x2a\x4d\x18" + struct.pack("<I", 0)
 
 
-@pytest.mark.parametrize("kind", ["gzip", "zstd", "zstd skippable"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        # 20,000 members or frames to decode: the skippable ones go fast, the others not
+        pytest.param("gzip", marks=pytest.mark.slow),
+        pytest.param("zstd", marks=pytest.mark.slow),
+        "zstd skippable",
+    ],
+)
 def test_many_members_or_frames_cost_what_their_size_does(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

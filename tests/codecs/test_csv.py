@@ -86,6 +86,7 @@ def test_a_bare_carriage_return_is_quoted() -> None:
     assert codec.decode(data) == [Person(name="a\rb", age=1), Person(name="c", age=2)]
 
 
+@pytest.mark.slow  # bulk data
 def test_a_megabyte_of_rows() -> None:
     codec = CsvCodec(Person)
     rows = [Person(name=f"person number {i}", age=i) for i in range(50_000)]

@@ -71,9 +71,12 @@ _ZSTD = pytest.param(
     ("backports",),
     "Zstd()",
     "Zstd needs backports.zstd, which is not installed: pip install 'goflux[compression]'",
-    marks=pytest.mark.skipif(
-        sys.version_info >= (3, 14), reason="compression.zstd is in the standard library"
-    ),
+    marks=[
+        pytest.mark.skipif(
+            sys.version_info >= (3, 14), reason="compression.zstd is in the standard library"
+        ),
+        pytest.mark.slow,
+    ],
     id="Zstd",
 )
 
@@ -81,15 +84,18 @@ _ZSTD = pytest.param(
 @pytest.mark.parametrize(
     ("absent", "make", "message"),
     [
-        (
+        # A child process each: YamlCodec's case is the fast tier's, the others go slow.
+        pytest.param(
             ("cramjam",),
             "Snappy()",
             "Snappy needs cramjam, which is not installed: pip install 'goflux[compression]'",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             ("brotli",),
             "Brotli()",
             "Brotli needs brotli, which is not installed: pip install 'goflux[compression]'",
+            marks=pytest.mark.slow,
         ),
         _ZSTD,
         (
@@ -97,20 +103,23 @@ _ZSTD = pytest.param(
             "YamlCodec(int)",
             "YamlCodec needs ruamel.yaml, which is not installed: pip install 'goflux[yaml]'",
         ),
-        (
+        pytest.param(
             ("msgpack", "ormsgpack"),
             "MsgpackCodec(int)",
             "MsgpackCodec needs ormsgpack, which is not installed: pip install 'goflux[msgpack]'",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             ("tomli_w",),
             "TomlCodec(dict)",
             "TomlCodec needs tomli_w, which is not installed: pip install 'goflux[toml]'",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             ("defusedxml",),
             "XmlCodec(dict)",
             "XmlCodec needs defusedxml, which is not installed: pip install 'goflux[xml]'",
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["Snappy", "Brotli", "Zstd", "YamlCodec", "MsgpackCodec", "TomlCodec", "XmlCodec"],

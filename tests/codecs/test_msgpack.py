@@ -89,6 +89,7 @@ def test_round_trip(name: str) -> None:
     assert codec.decode(codec.encode(SAMPLES[name])) == SAMPLES[name]
 
 
+@pytest.mark.slow  # bulk data
 def test_round_trip_of_a_megabyte() -> None:
     codec = MsgpackCodec(Order)
     order = large()
@@ -422,6 +423,7 @@ _VALUES = st.recursive(
 _ENDINGS = st.sampled_from([b"", b"\x00", b"\xc0", b"\xc4\x10", b"\xd6\xff\x00\x00"])
 
 
+@pytest.mark.slow  # 400 Hypothesis examples
 @settings(max_examples=400, deadline=None)
 @given(_VALUES, st.integers(0, 10_000), st.integers(0, 255), _ENDINGS, st.integers(0, 3))
 def test_it_reads_what_msgpack_reads_and_refuses_what_it_refuses(

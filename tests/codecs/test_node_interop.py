@@ -19,9 +19,10 @@ import pytest
 from goflux.codecs import MsgpackCodec, TomlCodec, XmlCodec, YamlCodec
 from tests.codecs.models import SAMPLES, Order, large
 from tests.codecs.test_yaml import Scalars
-from tests.nodejs import run_node
+from tests.nodejs import NodeService
 
-CASES = [*sorted(SAMPLES), "large"]
+# The megabyte order takes Node and goflux seconds a round trip: the full tier only.
+CASES = [*sorted(SAMPLES), pytest.param("large", marks=pytest.mark.slow)]
 
 
 def sample(name: str) -> Order:
@@ -58,23 +59,27 @@ def untagged(obj: Any) -> Any:
     return obj
 
 
+# One Node process for every conversion of this test process (its packages load once).
+NODE = NodeService("codecs.mjs")
+
+
 async def node_decodes(fmt: str, data: bytes, tmp_path: Path, arrays: str = "") -> Any:
     path = tmp_path / f"from-python.{fmt}"
     path.write_bytes(data)
-    return untagged(await run_node("codecs.mjs", "decode", fmt, str(path), arrays))
+    return untagged(NODE.ask("decode", fmt, str(path), arrays))
 
 
 async def node_encodes(fmt: str, value: Any, tmp_path: Path, root: str = "") -> bytes:
     source, target = tmp_path / "value.json", tmp_path / f"from-node.{fmt}"
     source.write_text(json.dumps(tagged(value)))
-    await run_node("codecs.mjs", "encode", fmt, str(source), str(target), root)
+    NODE.ask("encode", fmt, str(source), str(target), root)
     return target.read_bytes()
 
 
 async def node_recodes(fmt: str, data: bytes, tmp_path: Path) -> bytes:
     source, target = tmp_path / f"in.{fmt}", tmp_path / f"out.{fmt}"
     source.write_bytes(data)
-    await run_node("codecs.mjs", "recode", fmt, str(source), str(target))
+    NODE.ask("recode", fmt, str(source), str(target))
     return target.read_bytes()
 
 

@@ -76,6 +76,7 @@ def test_round_trip(name: str) -> None:
     assert codec.decode(codec.encode(SAMPLES[name])) == SAMPLES[name]
 
 
+@pytest.mark.slow  # bulk data
 def test_round_trip_of_a_megabyte() -> None:
     codec = YamlCodec(Order)
     order = large()

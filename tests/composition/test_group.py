@@ -146,6 +146,7 @@ async def test_wait_tasks_get_until_the_deadline() -> None:
         group.task(finisher)
 
 
+@pytest.mark.slow  # a child process under load
 async def test_sigterm_during_load_finishes_in_flight_work_and_loses_nothing(
     nats_server: NatsServer, js: JetStreamContext
 ) -> None:

@@ -96,6 +96,7 @@ async def test_held_messages_cost_no_task_each_and_little_memory(js: JetStreamCo
     assert info.num_redelivered == 0
 
 
+@pytest.mark.slow  # waits out ack_wait
 async def test_held_messages_get_in_progress_signals_past_ack_wait(
     nc: Client, js: JetStreamContext
 ) -> None:

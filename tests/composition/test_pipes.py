@@ -187,6 +187,7 @@ async def test_pipe_on_jetstream_carries_headers_id_and_a_trace_link_end_to_end(
     assert send_clean.context.trace_id == process_orders.context.trace_id
 
 
+@pytest.mark.slow  # the redelivery back-off
 async def test_pipe_failure_is_redelivered_and_the_copy_stored_once(js: JetStreamContext) -> None:
     """A publish that fails after an earlier one succeeded: the retry is de-duplicated."""
     await jetstream.ensure_stream(js, name="ITEMS", subjects=["items.>"])

@@ -152,6 +152,7 @@ async def test_process_bounds_concurrency_and_isolates_failures() -> None:
     assert sorted(seen) == [i for i in range(100) if i % 10]
 
 
+@pytest.mark.slow  # 12,000 messages
 async def test_process_memory_stays_bounded_on_an_endless_stream() -> None:
     bus: channel.Bus[bytes] = channel.Bus()
     pub, sub = channel.Publisher(bus), channel.Subscriber(bus)
@@ -259,6 +260,7 @@ async def test_jetstream_process_runs_at_most_4_handlers_and_acks_each_message_o
     assert info.ack_floor.stream_seq == 200  # every message acked
 
 
+@pytest.mark.slow  # back-off timers
 async def test_process_redelivers_a_failing_message_later_each_time_and_drops_a_permanent_one(
     js: JetStreamContext,
 ) -> None:

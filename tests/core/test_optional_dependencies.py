@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.processes import ROOT
 
 
@@ -106,6 +108,7 @@ def test_reload_without_watchfiles_fails_before_any_worker_starts() -> None:
     assert "worker 1 started" not in done.stderr
 
 
+@pytest.mark.slow  # two child processes
 def test_the_http_transport_names_its_extra() -> None:
     for module in ("httpx", "starlette"):
         done = run_without(
@@ -125,6 +128,7 @@ def test_the_http_transport_names_its_extra() -> None:
         )
 
 
+@pytest.mark.slow  # five child processes
 def test_each_codec_names_its_extra_and_the_package_imports_without_them() -> None:
     for module, extra, codec in (
         ("ormsgpack", "msgpack", "MsgpackCodec"),

@@ -238,6 +238,7 @@ async def test_a_failed_dead_letter_keeps_the_message_until_it_succeeds(
     assert letter.headers["X-Goflux-Dead-Letter-Delivery-Count"] == str(deliveries.counts[-1])
 
 
+@pytest.mark.slow  # a 1 s back-off
 async def test_a_waiting_retry_survives_a_consumer_restart(js: JetStreamContext) -> None:
     """The delay lives in the broker: a new consumer process gets the retry when it is due."""
     first = Deliveries()
@@ -320,6 +321,7 @@ async def test_retry_ack_acks_on_success_in_manual_mode(js: JetStreamContext) ->
     assert msg.settled == "ack"
 
 
+@pytest.mark.slow  # the redelivery back-off
 async def test_auto_ack_in_manual_mode_acks_returns_and_naks_failures(
     js: JetStreamContext,
 ) -> None:
@@ -342,6 +344,7 @@ async def test_auto_ack_in_manual_mode_acks_returns_and_naks_failures(
     assert deliveries.gaps[0] >= 0.4  # the default redelivery back-off (0.5 s, jitter 10%)
 
 
+@pytest.mark.slow  # timeout and back-off timers
 async def test_a_timed_out_handler_is_retried_with_backoff(js: JetStreamContext) -> None:
     deliveries = Deliveries()
 

@@ -117,6 +117,7 @@ class RetrySignal(logging.Handler):
             self.loop.call_soon_threadsafe(self.retried.set)
 
 
+@pytest.mark.slow  # a server outage and restart
 @pytest.mark.timeout(180)  # above its waits: 30 s for a retry, then 120 s for the producers
 async def test_every_message_is_stored_once_across_a_server_restart(
     nats_server: NatsServer,

@@ -100,6 +100,7 @@ async def test_headers_a_peer_may_send_do_not_block_the_dead_letter(
         assert letter.headers[kept[0]] == kept[1]
 
 
+@pytest.mark.slow  # a back-off timer
 async def test_a_stray_cancellation_is_retried_with_backoff(js: JetStreamContext) -> None:
     """A CancelledError escaping the handler (not a drain) must not cause a hot loop."""
     deliveries = Deliveries()
@@ -226,6 +227,7 @@ async def test_headers_over_max_payload_are_refused_before_sending(
         assert nc.is_connected
 
 
+@pytest.mark.slow  # back-off timers
 async def test_a_failing_dead_letter_destination_keeps_the_message(
     dlq_stream: JetStreamContext,
 ) -> None:

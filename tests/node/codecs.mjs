@@ -4,6 +4,7 @@
 //   node codecs.mjs decode FORMAT IN [ARRAYS]       prints the value IN holds, as tagged JSON
 //   node codecs.mjs encode FORMAT IN OUT [ROOT]     writes OUT: the tagged JSON in IN, encoded
 //   node codecs.mjs recode FORMAT IN OUT            decodes IN and encodes it again into OUT
+//   node codecs.mjs --serve                         each of them, asked on stdin (serve.mjs)
 //
 // FORMAT: msgpack (@msgpack/msgpack), yaml (js-yaml 5, YAML 1.2), toml (smol-toml),
 // xml (fast-xml-parser; ARRAYS is a comma-separated list of element names that are
@@ -15,6 +16,7 @@ import { decode as msgpackDecode, encode as msgpackEncode } from "@msgpack/msgpa
 import { XMLBuilder, XMLParser } from "fast-xml-parser";
 import * as yaml from "js-yaml";
 import { parse as tomlParse, stringify as tomlStringify } from "smol-toml";
+import { serve } from "./serve.mjs";
 
 function tag(value) {
   if (value instanceof Uint8Array) return { $bytes: Buffer.from(value).toString("base64") };
@@ -76,17 +78,23 @@ function encode(format, value, root) {
   }
 }
 
-const [command, format, input, output, extra] = process.argv.slice(2);
-const bytes = readFileSync(input);
-if (command === "decode") {
-  const arrays = output ? output.split(",") : [];
-  console.log(JSON.stringify(tag(decode(format, bytes, arrays))));
-} else if (command === "encode") {
-  writeFileSync(output, encode(format, untag(JSON.parse(bytes.toString("utf8"))), extra));
-  console.log(JSON.stringify({ ok: true }));
-} else if (command === "recode") {
-  writeFileSync(output, encode(format, decode(format, bytes, [])));
-  console.log(JSON.stringify({ ok: true }));
-} else {
+function run([command, format, input, output, extra]) {
+  const bytes = readFileSync(input);
+  if (command === "decode") {
+    const arrays = output ? output.split(",") : [];
+    return tag(decode(format, bytes, arrays));
+  } else if (command === "encode") {
+    writeFileSync(output, encode(format, untag(JSON.parse(bytes.toString("utf8"))), extra));
+    return { ok: true };
+  } else if (command === "recode") {
+    writeFileSync(output, encode(format, decode(format, bytes, [])));
+    return { ok: true };
+  }
   throw new Error(`unknown command ${command}`);
+}
+
+if (process.argv[2] === "--serve") {
+  await serve(run);
+} else {
+  console.log(JSON.stringify(run(process.argv.slice(2))));
 }

@@ -55,6 +55,7 @@ async def test_whole_and_partial_ranges_read_exactly(client: Client) -> None:
     assert await read(client, 7, 7) == []
 
 
+@pytest.mark.slow  # 6,000 messages
 async def test_sparse_filter_finds_every_match(client: Client) -> None:
     await fill(client, 6_000, lambda n: "s.rare" if n % 120 == 0 else "s.common")
     expected = [n + 1 for n in range(6_000) if n % 120 == 0]

@@ -104,6 +104,7 @@ async def test_the_backlog_refreshes_while_nothing_is_delivered(
     await subscription.stop()
 
 
+@pytest.mark.slow  # refresh intervals
 async def test_an_unread_gauge_asks_nothing_and_stops_asking_when_reading_stops(
     js: JetStreamContext, otel: Otel, requests: Requests
 ) -> None:
@@ -193,6 +194,7 @@ def limited_server(tmp_path: Path) -> Iterator[NatsServer]:
         yield server
 
 
+@pytest.mark.slow  # refresh intervals
 async def test_without_permission_to_ask_the_subscription_stops_asking_and_says_so_once(
     limited_server: NatsServer, otel: Otel, caplog: pytest.LogCaptureFixture
 ) -> None:

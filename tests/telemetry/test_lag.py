@@ -283,6 +283,7 @@ async def test_a_message_streams_buffer_counts_as_lag_on_the_channel(otel: Otel)
     await _stream_lag(otel, subscriber, publish, round_trip)
 
 
+@pytest.mark.slow  # refresh intervals
 async def test_jetstream_pending_follows_the_servers_backlog_while_nothing_is_delivered(
     nc: Client, js: JetStreamContext, otel: Otel
 ) -> None:

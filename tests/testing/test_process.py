@@ -164,6 +164,7 @@ def test_a_nats_server_not_ready_in_time_is_killed_with_its_log(tmp_path: Path) 
     assert not server.running
 
 
+@pytest.mark.slow  # a start-up timer
 def test_a_spark_process_not_ready_in_time_is_stopped_with_its_directory() -> None:
     cluster = SparkStandaloneCluster(startup_timeout=0.5)
     with pytest.raises(
@@ -175,6 +176,7 @@ def test_a_spark_process_not_ready_in_time_is_stopped_with_its_directory() -> No
         _ = cluster.work_dir  # deleted with the processes
 
 
+@pytest.mark.slow  # start-up timers
 def test_a_cluster_start_up_is_one_limit_for_all_its_processes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -239,6 +239,7 @@ def test_restart_after_stop_is_refused_because_the_store_is_gone() -> None:
         asyncio.run(server.restart())
 
 
+@pytest.mark.slow  # a child process
 def test_a_crashed_owner_s_server_and_store_are_cleaned_up_by_the_next_one() -> None:
     code = (
         "import time; from goflux.testing import NatsServer; s = NatsServer().start(); "
@@ -261,6 +262,7 @@ def test_a_crashed_owner_s_server_and_store_are_cleaned_up_by_the_next_one() -> 
     assert not Path(store).exists()
 
 
+@pytest.mark.slow  # a child process
 def test_the_sweep_never_touches_a_live_owner_s_store() -> None:
     with NatsServer() as server:
         store = server.store_dir

@@ -58,6 +58,7 @@ async def trickling_server() -> AsyncIterator[str]:
         await server.wait_closed()
 
 
+@pytest.mark.slow  # 1 s timeouts
 async def test_the_timeout_bounds_the_whole_call_not_each_read() -> None:
     async with trickling_server() as url:
         async with ghttp.Publisher(url, CODEC, timeout=1.0) as pub:
@@ -109,6 +110,7 @@ async def test_redirects_are_followed_by_the_own_client_and_named_otherwise(
     assert len(inbox.messages) == 1
 
 
+@pytest.mark.slow  # a 20 MB body
 async def test_a_body_far_too_large_says_so_when_the_connection_closes(served: Serve) -> None:
     sub = ghttp.Subscriber(CODEC, max_body_size=1024)
     await sub.start("orders.x", Inbox[Order]())

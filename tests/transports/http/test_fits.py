@@ -162,6 +162,7 @@ async def test_a_group_starts_and_drains_http_members(served: Serve) -> None:
     assert len(inbox.messages) == 1
 
 
+@pytest.mark.slow  # Retry-After: 1
 async def test_retry_ack_asks_the_sender_to_retry_and_gives_up_with_a_422(served: Serve) -> None:
     attempts: list[str] = []
     dead: Inbox[bytes] = Inbox()
@@ -196,6 +197,7 @@ async def test_retry_ack_asks_the_sender_to_retry_and_gives_up_with_a_422(served
     assert letter.headers["Dead-Letter-Reason"] == "undecodable"
 
 
+@pytest.mark.slow  # Retry-After: 1
 async def test_retry_publish_waits_as_long_as_retry_after_asks(served: Serve) -> None:
     answers: list[float] = []
 

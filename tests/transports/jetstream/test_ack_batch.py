@@ -201,6 +201,7 @@ async def test_an_auto_ack_while_the_connection_is_down_reaches_the_server_after
     await nc.close()
 
 
+@pytest.mark.slow  # a server restart
 async def test_an_auto_ack_after_a_given_up_confirmation_frees_the_room_once(
     nats_server: NatsServer,
 ) -> None:
@@ -233,6 +234,7 @@ async def test_an_auto_ack_after_a_given_up_confirmation_frees_the_room_once(
     await nc.close()
 
 
+@pytest.mark.slow  # 16 timed batches
 async def test_a_stream_consumed_in_batches_is_not_paced_by_its_hand_off(
     js: JetStreamContext,
 ) -> None:

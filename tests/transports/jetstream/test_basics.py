@@ -219,6 +219,7 @@ async def test_publish_many_accepts_async_iterators_and_stops_at_bad_input(
 # ---------------------------------------------------------------- consuming
 
 
+@pytest.mark.slow  # the redelivery back-off
 async def test_auto_ack_on_return_and_nak_on_raise(js: JetStreamContext) -> None:
     attempts: Counter[str] = Counter()
     deliveries: list[int] = []
@@ -678,6 +679,7 @@ async def test_stop_hands_back_at_once_what_its_deadline_leaves(js: JetStreamCon
     assert all(m.delivery and m.delivery.num_delivered == 2 for m in b_inbox.messages)
 
 
+@pytest.mark.slow  # a server restart
 async def test_consumption_resumes_by_itself_after_a_server_restart(
     nats_server: NatsServer,
 ) -> None:
@@ -771,6 +773,7 @@ async def test_the_ordered_mode_replays_a_stream_in_order(js: JetStreamContext) 
     assert subscription.consumer not in {c.name for c in await js.consumers_info(STREAM)}
 
 
+@pytest.mark.slow  # a missed heartbeat
 async def test_the_ordered_mode_resumes_after_its_consumer_disappears(js: JetStreamContext) -> None:
     pub = jetstream.Publisher(js, CODEC)
     await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(50))
@@ -845,6 +848,7 @@ async def test_the_ordered_mode_gets_a_delivery_the_link_lost_or_garbled_again_i
     assert [m.payload.id for m in inbox.messages] == [f"o-{n}" for n in range(400)]
 
 
+@pytest.mark.slow  # the redelivery back-off
 async def test_settlement_and_redelivery_metrics(js: JetStreamContext, otel: Otel) -> None:
     attempts: Counter[str] = Counter()
     done = asyncio.Event()

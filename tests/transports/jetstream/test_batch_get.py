@@ -84,6 +84,7 @@ async def synced(nc: Client, requests: Requests) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- get_batch
 
 
+@pytest.mark.slow  # bulk data
 async def test_get_batch_reads_10_000_messages_in_order_in_bounded_requests(
     nc: Client, bare_js: JetStreamContext, requests: Requests
 ) -> None:
@@ -493,6 +494,7 @@ async def test_aclosing_a_read_left_early_removes_its_subscription_at_once(
     assert len(nc._subs) == before
 
 
+@pytest.mark.slow  # a 0.5 s timeout
 async def test_a_server_that_stops_answering_mid_read_is_named_with_the_sequence() -> None:
     async with NatsServer() as server:
         nc = await nats.connect(server.url)

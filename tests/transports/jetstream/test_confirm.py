@@ -148,6 +148,7 @@ async def test_a_confirmed_manual_ack_returns_once_the_server_applied_it(
     assert seen == [(0, 1)]
 
 
+@pytest.mark.slow  # confirmation timeouts
 @pytest.mark.parametrize("how", ["ack(confirm=True)", "confirm_acks"])
 async def test_a_confirmed_ack_the_server_never_answers_raises_naming_the_message(
     nats_server: NatsServer, doomed_js: JetStreamContext, otel: Otel, how: str
@@ -231,6 +232,7 @@ async def test_a_confirmed_ack_after_the_consumer_is_gone_fails_at_once(
     assert "after 1 attempt(s)" in str(info.value)
 
 
+@pytest.mark.slow  # confirmation timeouts
 async def test_confirmations_do_not_hold_up_the_worker_but_hold_the_in_flight_room(
     nats_server: NatsServer, doomed_js: JetStreamContext, otel: Otel, given_up: GivenUp
 ) -> None:

@@ -96,6 +96,7 @@ async def test_values_beyond_2_64_stay_exact(counted: JetStreamContext, stream: 
     assert await counter.get(subject) == -1
 
 
+@pytest.mark.slow  # 10,000 adds
 @pytest.mark.parametrize("stream", ["HITS", "SLOW"])
 async def test_ten_concurrent_adders_give_the_exact_total(
     counted: JetStreamContext, stream: str
@@ -544,6 +545,7 @@ async def test_a_deleted_direct_stream_is_not_found(counted: JetStreamContext) -
         await counter.totals()
 
 
+@pytest.mark.slow  # bulk data
 @pytest.mark.parametrize(
     ("meanwhile", "error"),
     [

@@ -54,6 +54,7 @@ def failures(caplog: pytest.LogCaptureFixture, sequence: int) -> list[logging.Lo
     ]
 
 
+@pytest.mark.slow  # back-off timers
 async def test_a_failing_message_comes_back_later_each_time_while_others_flow(
     js: JetStreamContext, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -125,6 +126,7 @@ async def test_immediate_redelivery_is_a_choice_and_its_error_lines_are_coalesce
         assert f"(delivery {n}; nak'd for redelivery at once)" in line, (n, line)
 
 
+@pytest.mark.slow  # back-off timers
 async def test_a_list_of_delays_sets_the_back_off(js: JetStreamContext) -> None:
     deliveries: list[float] = []
     third = asyncio.Event()
@@ -314,6 +316,7 @@ async def test_a_redelivery_back_off_without_the_subscribers_own_naks_is_refused
         jetstream.Subscriber(js, CODEC, stream=STREAM, redelivery_backoff=[1], **mode)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # back-off timers
 async def test_a_handler_whose_own_cancellation_escapes_is_redelivered_later_each_time(
     js: JetStreamContext,
 ) -> None:

@@ -111,6 +111,7 @@ async def test_one_item_and_an_async_iterator(fast_js: JetStreamContext) -> None
     ]
 
 
+@pytest.mark.slow  # 3,000 items
 async def test_the_client_stays_within_the_window_of_the_servers_acks(
     fast_js: JetStreamContext, nats_server: NatsServer, otel: Otel
 ) -> None:
@@ -219,6 +220,7 @@ async def test_a_stream_limit_hit_mid_batch_reports_the_gap(
     assert len(otel.spans()) - len(failed) == 250
 
 
+@pytest.mark.slow  # a refused last item: waits out the 5 s ack timeout
 async def test_a_message_too_large_mid_batch_or_last_reports_the_gap(
     fast_js: JetStreamContext,
 ) -> None:
@@ -271,6 +273,7 @@ async def test_bad_arguments(fast_js: JetStreamContext) -> None:
         await publisher.publish_fast(["fast.1"])  # type: ignore[list-item]
 
 
+@pytest.mark.slow  # a 1 s schedule
 async def test_an_item_with_a_schedule_is_stored_as_a_schedule(bare_js: JetStreamContext) -> None:
     """``Outgoing(schedule=, target=)`` in a fast batch is a schedule, not a plain message."""
     await jetstream.ensure_stream(
@@ -355,6 +358,7 @@ def batch_limits(tmp_path: Path, limits: str) -> list[str]:
     return ["-c", str(conf)]
 
 
+@pytest.mark.slow  # items 1.3 s apart, past the server's 1 s batch timeout
 async def test_a_slow_source_keeps_the_batch_alive_by_pinging(tmp_path: Path) -> None:
     """The server forgets a batch after its batch timeout (1 s here) without a message.
     With pings every 0.4 s at most, a source that takes 1.3 s per item is fine; without

@@ -35,6 +35,7 @@ async def pending(js: JetStreamContext) -> tuple[int, int]:
     return info.num_pending or 0, info.num_ack_pending or 0
 
 
+@pytest.mark.slow  # waits out a 0.5 s pull
 async def test_fetch_10_then_the_other_15(js: JetStreamContext) -> None:
     await publish(js, 25)
     sub = await durable(js)
@@ -53,6 +54,7 @@ async def test_fetch_10_then_the_other_15(js: JetStreamContext) -> None:
     assert await sub.fetch(5, no_wait=True) == []
 
 
+@pytest.mark.slow  # a 0.5 s timeout
 async def test_next_on_an_empty_consumer_times_out_at_its_timeout(js: JetStreamContext) -> None:
     sub = await durable(js)
     loop = asyncio.get_running_loop()
@@ -74,6 +76,7 @@ async def test_next_returns_a_message_published_while_it_waits(js: JetStreamCont
     await message.ack()
 
 
+@pytest.mark.slow  # waits out a 0.5 s pull
 async def test_unsettled_fetched_messages_are_redelivered_and_settled_ones_not(
     js: JetStreamContext,
 ) -> None:
@@ -214,6 +217,7 @@ async def test_a_closed_subscriber_refuses_reads(js: JetStreamContext) -> None:
         await sub.fetch(1)
 
 
+@pytest.mark.slow  # waits out a 0.5 s pull
 async def test_fetch_in_a_pinned_priority_group_reads_only_for_the_pinned_client(
     js: JetStreamContext,
 ) -> None:

@@ -433,6 +433,7 @@ async def test_a_watcher_sees_a_keys_writes_in_order_and_at_least_the_latest(
     assert got[-1] == 300  # the latest write always arrives
 
 
+@pytest.mark.slow  # the server's pause and resume
 @pytest.mark.parametrize(("history", "seen"), [(1, ["delete"]), (2, ["put", "delete"])])
 async def test_a_write_replaced_before_the_watch_received_it_is_gone_with_history_1(
     bare_js: JetStreamContext, history: int, seen: list[str]

@@ -23,6 +23,7 @@ async def stream_config(js: JetStreamContext, bucket: str) -> dict[str, object]:
     return config
 
 
+@pytest.mark.slow  # TTL timers
 async def test_a_key_with_a_ttl_is_gone_after_it_and_a_watcher_sees_the_marker(
     bare_js: JetStreamContext,
 ) -> None:
@@ -60,6 +61,7 @@ async def test_a_key_with_a_ttl_is_gone_after_it_and_a_watcher_sees_the_marker(
     assert await kv.create("session.a", "again") > marker.revision
 
 
+@pytest.mark.slow  # TTL timers
 async def test_a_purge_with_a_ttl_leaves_nothing_behind(bare_js: JetStreamContext) -> None:
     kv = await jetstream.key_value(bare_js, "purged", CODEC, limit_marker_ttl=timedelta(seconds=30))
     await kv.put("k", "v1")
@@ -177,6 +179,7 @@ async def test_a_huge_ttl_of_another_client_reads_as_timedelta_max(
     assert (watched.key, watched.ttl) == ("big", timedelta.max)
 
 
+@pytest.mark.slow  # TTL timers
 async def test_ttls_beyond_100_years_are_refused_on_keys_and_stream_publishes(
     bare_js: JetStreamContext,
 ) -> None:
@@ -210,6 +213,7 @@ async def test_ttls_beyond_100_years_are_refused_on_keys_and_stream_publishes(
     assert (await bare_js.get_msg("LONG", receipt.sequence)).data == b"v"
 
 
+@pytest.mark.slow  # TTL timers
 async def test_a_key_with_ttl_never_outlives_the_buckets_max_age(
     bare_js: JetStreamContext,
 ) -> None:

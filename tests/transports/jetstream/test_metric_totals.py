@@ -70,6 +70,7 @@ def by(totals: Counter[tuple[tuple[str, object], ...]], key: str) -> Counter[obj
     return out
 
 
+@pytest.mark.slow  # redeliveries, a drain and a restart
 async def test_totals_equal_the_messages_handled_across_a_drain_and_a_restart(
     js: JetStreamContext,
 ) -> None:
@@ -226,6 +227,7 @@ async def test_redeliveries_handed_back_by_a_drain_are_counted(js: JetStreamCont
     provider.shutdown()
 
 
+@pytest.mark.slow  # a child process
 def test_telemetries_made_before_and_after_the_global_provider_is_set_all_count(
     nats_url: str,
 ) -> None:

@@ -392,6 +392,7 @@ async def test_a_consumer_with_groups_refuses_a_subscriber_without_one_at_start(
         await plain.start("orders.>", Inbox[Order]())
 
 
+@pytest.mark.slow  # a pull's expiry
 async def test_groups_added_under_a_running_subscriber_fail_it_instead_of_stalling(
     js: JetStreamContext,
 ) -> None:

@@ -55,6 +55,7 @@ async def ttl_js(bare_js: JetStreamContext) -> JetStreamContext:
 # ------------------------------------------------------------------ TTLs
 
 
+@pytest.mark.slow  # a TTL timer
 async def test_a_message_with_ttl_1_is_gone_after_about_a_second(ttl_js: JetStreamContext) -> None:
     publisher = jetstream.Publisher(ttl_js, CODEC)
     await publisher.publish("ttl.keep", order(1))
@@ -94,6 +95,7 @@ async def test_ttl_on_a_stream_without_allow_msg_ttl_says_so(js: JetStreamContex
     assert await messages_in(js, "ORDERS") == 0
 
 
+@pytest.mark.slow  # a TTL timer
 async def test_publish_many_items_carry_ttls(ttl_js: JetStreamContext) -> None:
     publisher = jetstream.Publisher(ttl_js, CODEC)
     receipts = await publisher.publish_many(

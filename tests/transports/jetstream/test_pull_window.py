@@ -48,6 +48,7 @@ def test_the_window_covers_the_pace_and_size_within_its_ceiling() -> None:
     assert window.ceiling == 3
 
 
+@pytest.mark.slow  # a timed handler
 async def test_a_slow_handler_gets_about_a_second_of_work_ahead(js: JetStreamContext) -> None:
     # 5 ms a message: once the first one is timed, the window is about 200 messages
     # (more than the first pull's 64), where max_in_flight (512) would take all 300
@@ -102,6 +103,7 @@ async def test_a_slow_first_message_does_not_keep_the_window_small(
     assert max(sizes[n] for n in range(2, 150)) >= FIRST, sizes
 
 
+@pytest.mark.slow  # 30 MB
 @pytest.mark.parametrize("size", [256 * 1024])
 async def test_large_messages_are_asked_for_a_few_mib_at_a_time(
     js: JetStreamContext, size: int

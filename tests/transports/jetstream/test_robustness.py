@@ -97,6 +97,7 @@ async def test_queued_messages_are_kept_alive_and_never_handled_twice(
     assert subscription.redelivered == 0
 
 
+@pytest.mark.slow  # a pull's expiry
 async def test_closing_the_connection_fails_the_subscription(
     nc: Client, js: JetStreamContext
 ) -> None:
@@ -133,6 +134,7 @@ async def test_a_later_manual_ack_does_not_free_room_twice(js: JetStreamContext)
     await sub.close()
 
 
+@pytest.mark.slow  # the redelivery back-off
 async def test_a_handler_s_own_cancellation_is_a_failure_not_a_dead_worker(
     js: JetStreamContext,
 ) -> None:

@@ -244,6 +244,7 @@ async def consumer_state(js: JetStreamContext, consumer: str) -> dict[str, Any]:
     return await raw_info(js, "CONSUMER", STREAM, consumer)
 
 
+@pytest.mark.slow  # the server's pause and resume
 async def test_a_paused_consumer_delivers_nothing_until_resumed(js: JetStreamContext) -> None:
     await jetstream.ensure_consumer(js, stream=STREAM, name="audit", filter_subject="orders.>")
     inbox: Inbox[Order] = Inbox()
@@ -275,6 +276,7 @@ async def test_a_paused_consumer_delivers_nothing_until_resumed(js: JetStreamCon
         assert [m.payload.id for m in messages] == ["o-1", "o-2", "o-3"]
 
 
+@pytest.mark.slow  # a 1 s pause
 async def test_a_pause_ends_by_itself_at_until(js: JetStreamContext) -> None:
     await jetstream.ensure_consumer(js, stream=STREAM, name="late", filter_subject="orders.>")
     inbox: Inbox[Order] = Inbox()
