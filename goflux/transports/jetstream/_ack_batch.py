@@ -10,6 +10,11 @@ reads acknowledged). Right after the step, :meth:`AckBatch.flush` counts the ack
 and gives their in-flight room back to the pull engine in one call. A consumer
 without acks (ordered) gives its room back the same way.
 
+A worker about to wait for its next message says so (``deferred``): it calls
+:meth:`AckBatch.flush` itself before it waits, so no callback is scheduled for the
+step. With one message a step (large messages, a slow trickle) that callback cost
+about 9,000 CPU instructions a message.
+
 Should the block leave nats-py's buffer meanwhile (the writer ran, or the connection
 changed state), or should anything be queued after it (a handler's own publish, a
 pull request), the next ack starts a new one: an ack never overtakes what was queued
@@ -50,6 +55,7 @@ class AckBatch:
         "_nc",
         "_scheduled",
         "_status",
+        "deferred",
     )
 
     def __init__(self, nc: Client, ledger: Ledger) -> None:
@@ -62,14 +68,16 @@ class AckBatch:
         self._acked = 0  # acks written in this step
         self._freed = 0  # room given back in this step (acks included)
         self._scheduled = False  # flush() runs after this step
+        self.deferred = False  # a worker calls flush() before it waits (nothing scheduled)
 
-    def ack(self, acker: JetStreamAcker, message: Message[Any]) -> bool:
+    def ack(self, acker: JetStreamAcker, message: Message[Any], deferred: bool = False) -> bool:
         """Write the plain ack of ``message`` into nats-py's buffer; False if not done.
 
         False (nothing done) where the subscription confirms its acks or no block can
         be written now (see the module's docstring). Otherwise ``message`` (unsettled,
         settled by ``acker``) reads acknowledged from now on, and its in-flight room is
-        given back to the pull engine with the step's other acks.
+        given back to the pull engine with the step's other acks. ``deferred``: the
+        caller calls :meth:`flush` before it next waits, in this step.
         """
         if self._ledger.confirm_all:
             return False
@@ -92,16 +100,28 @@ class AckBatch:
         if not acker.released:  # (a confirmed ack given up may have given it back)
             acker.released = True
             self._freed += 1
+        if not self._scheduled:
+            self._after_step(deferred)
         acked_by_transport(message)
         return True
 
-    def free(self, acker: JetStreamAcker) -> None:
-        """Give ``acker``'s room back with this step's acks (a message without acks)."""
+    def free(self, acker: JetStreamAcker, deferred: bool = False) -> None:
+        """Give ``acker``'s room back with this step's acks (a message without acks).
+
+        ``deferred``: the caller calls :meth:`flush` before it next waits, in this step.
+        """
         if acker.released:
             return
         acker.released = True
         self._freed += 1
         if not self._scheduled:
+            self._after_step(deferred)
+
+    def _after_step(self, deferred: bool) -> None:
+        """See that :meth:`flush` runs once this step is over (none is scheduled yet)."""
+        if deferred:
+            self.deferred = True
+        else:
             self._scheduled = True
             self._loop.call_soon(self.flush)
 
@@ -112,9 +132,6 @@ class AckBatch:
             self._block = None
             return None
         self._block, self._in, self._status = block, nc._pending, nc._status
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self.flush)
         return block
 
     def flush(self) -> None:
@@ -123,7 +140,7 @@ class AckBatch:
         The next ack starts a new block. Runs right after the step that wrote them;
         a subscription that finishes calls it too (a no-op if nothing is pending).
         """
-        self._scheduled = False
+        self._scheduled = self.deferred = False
         self._block = self._in = None
         acked, freed = self._acked, self._freed
         self._acked = self._freed = 0

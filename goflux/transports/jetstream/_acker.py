@@ -41,6 +41,7 @@ __all__ = (
     "JetStreamAcker",
     "Ledger",
     "ack_tokens",
+    "delivery_count",
     "delivery_of",
     "first_delivery_prefix",
     "hand_back",
@@ -77,6 +78,16 @@ def ack_tokens(reply: str) -> tuple[list[str], int]:
     if len(tokens) >= 11:
         return tokens, 4
     raise ValueError(f"not a JetStream ack subject: {reply!r}")
+
+
+def delivery_count(reply: str) -> int:
+    """How many times the message ``reply`` acknowledges was delivered, this one included.
+
+    Raises:
+        ValueError: ``reply`` is not a JetStream ack subject.
+    """
+    tokens, offset = ack_tokens(reply)  # the tokens are not kept: memory per message
+    return int(tokens[offset + 2])
 
 
 def first_delivery_prefix(reply: str) -> str:
@@ -285,8 +296,7 @@ class JetStreamAcker:
         headers: dict[str, str] | None = None,
     ) -> None:
         if delivered is None:
-            tokens, offset = ack_tokens(reply)  # the tokens are not kept: memory per message
-            delivered = int(tokens[offset + 2])
+            delivered = delivery_count(reply)
         self._nc = nc
         self.reply = reply
         self._ledger = ledger

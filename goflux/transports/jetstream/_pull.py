@@ -29,6 +29,7 @@ import contextlib
 import functools
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -78,6 +79,18 @@ _TAKE = Admission.TAKE  # (read once: an enum member's lookup is not cheap)
 _MAX_TICK = 0.5
 
 
+def _loop_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """``loop.time``, as ``time.monotonic`` itself where the loop's is that.
+
+    asyncio's own loops read ``time.monotonic()`` in a Python method of their own: the
+    clock called directly costs about 280 CPU instructions a call less (it is read
+    for every delivery). Another loop (uvloop) keeps its own method.
+    """
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return time.monotonic
+    return loop.time
+
+
 class PullEngine:
     """Pulls messages from one consumer for one subscription.
 
@@ -101,6 +114,7 @@ class PullEngine:
     # (Slots: its attributes are read per message, and cheaper so than from a dict.)
     __slots__ = (
         "_bound",
+        "_clock",
         "_deliver",
         "_fail",
         "_generation",
@@ -146,6 +160,7 @@ class PullEngine:
         handed_back: Callable[[str, bool], None] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        self._clock = _loop_clock(self._loop)
         self._handed_back = handed_back
         self._js = js
         self._nc = connection(js)
@@ -436,7 +451,7 @@ class PullEngine:
                 if reply and consumer.acknowledges:
                     delivery.later(self._hand_back(reply))  # from a retired inbox
                 return
-            now = self._loop.time()
+            now = self._clock()
             self._last_activity = now
             if not reply:
                 if headers is None or headers.get("Status") != HEARTBEAT:

@@ -255,3 +255,34 @@ async def test_a_stream_consumed_in_batches_is_not_paced_by_its_hand_off(
             if sum(sizes) >= total:
                 break
     assert sizes == [64] * 16
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["acked", "ordered"])
+async def test_a_message_alone_in_its_step_gives_its_room_back_before_its_worker_waits(
+    js: JetStreamContext, ordered: bool
+) -> None:
+    # Each message comes alone (the next is published once the last was handled), so
+    # its worker has nothing left ready: it gives the room back (and counts the ack)
+    # itself before it waits, in the handler's own step, with no callback scheduled.
+    # The test task, woken by the handler, runs after that step: the room is free by
+    # then (a callback would run after the test task). A room never given back would
+    # stop the subscription at the second message (max_in_flight 1). (The first
+    # message is timed, for the pull window's pace, and settled the general way.)
+    handled: asyncio.Queue[str] = asyncio.Queue()
+
+    async def handle(msg: Message[Order]) -> None:
+        handled.put_nowait(msg.payload.id)
+
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, max_in_flight=1, ordered=ordered)
+    subscription = await sub.start("orders.>", handle)
+    pub = jetstream.Publisher(js, CODEC)
+    for n in range(20):
+        await pub.publish("orders.a", order(n))
+        async with asyncio.timeout(10):
+            assert await handled.get() == f"o-{n}"
+        if n:
+            assert subscription.outstanding == 0
+    if not ordered:
+        await wait_for_state(js, subscription.consumer, (0, 20))
+    await sub.close()
+    assert subscription.handled == 20

@@ -523,6 +523,22 @@ async def test_a_deliverys_acker_holds_it_as_received_and_keeps_its_ack_subject(
     assert acker.headers is not None
     assert acker.headers is message._wire  # the header lines as received, not a copy
     assert message.headers == {"tenant": "t1"}
+    # Built field by field where it arrives (a class call costs more): every field
+    # as JetStreamAcker(...) sets it, the delivery count read from the reply here.
+    built = jetstream.JetStreamAcker(
+        acker._nc,
+        acker.reply,
+        acker._ledger,
+        acker.last_progress,
+        None,
+        acker.message_subject,
+        acker.data,
+        acker.headers,
+    )
+    # (Less `released`: the handler returned, so the room of the message was given back.)
+    fields = [f for f in jetstream.JetStreamAcker.__slots__ if f != "released"]
+    assert acker.released
+    assert {f: getattr(acker, f) for f in fields} == {f: getattr(built, f) for f in fields}
     await message.ack()
     await drained(js, STREAM, subscription.consumer)
     await subscription.stop()

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from nats.js import JetStreamContext
 
-from goflux import JsonCodec, SubscribeError
+from goflux import JsonCodec, Message, SubscribeError
 from goflux.transports import jetstream
 from goflux.transports.jetstream._consumers import (
     AcknowledgedConsumer,
     Admission,
     OrderedConsumer,
     Recovery,
+    new_consumer_name,
     ordered_consumer_config,
 )
 from goflux.transports.jetstream._options import SubscriberOptions
@@ -37,6 +40,38 @@ def delivery(
 ) -> str:
     """A delivery's reply subject as the server addresses it: the facts are in it."""
     return FORMS[form].format(stream=STREAM, consumer=consumer, sseq=stream_seq, cseq=consumer_seq)
+
+
+# What the client names the consumers it creates: 12 random characters of 62. Every
+# delivery's reply subject carries the name, and nats-py's parser pays per character.
+GENERATED_NAME = re.compile(r"[0-9A-Za-z]{12}")
+
+
+def test_generated_consumer_names_are_short_random_and_distinct() -> None:
+    names = [new_consumer_name() for _ in range(20_000)]
+    assert all(GENERATED_NAME.fullmatch(name) for name in names)
+    assert len(set(names)) == len(names)
+    # Every character of the alphabet turns up, in every position.
+    for position in range(12):
+        assert len({name[position] for name in names}) == 62
+
+
+@pytest.mark.parametrize("mode", ["ephemeral", "ordered"])
+async def test_the_consumers_a_subscriber_creates_have_generated_names(
+    js: JetStreamContext, mode: str
+) -> None:
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, ordered=mode == "ordered")
+    first = await sub.start("orders.>", ignore)
+    second = await sub.start("orders.>", ignore)
+    names = {first.consumer, second.consumer}
+    assert len(names) == 2
+    assert all(GENERATED_NAME.fullmatch(name) for name in names)
+    assert {info.name for info in await js.consumers_info(STREAM)} == names
+    await sub.close()
+
+
+async def ignore(message: Message[Order]) -> None:
+    """A handler that does nothing."""
 
 
 async def ordered(js: JetStreamContext) -> OrderedConsumer:
@@ -77,6 +112,7 @@ async def test_an_ordered_consumer_replaces_itself_after_the_last_message_taken(
         assert consumer.admit(delivery(js, first, seq, seq)) is Admission.TAKE
     assert await consumer.recover("lost", "test") is Recovery.PULL
     assert consumer.name != first
+    assert GENERATED_NAME.fullmatch(consumer.name)
     assert consumer.next_subject.endswith(f".CONSUMER.MSG.NEXT.{STREAM}.{consumer.name}")
     names = {info.name for info in await js.consumers_info(STREAM)}
     assert names == {consumer.name}  # the old one is deleted
