@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from nats.js import JetStreamContext
@@ -144,3 +145,17 @@ async def raw_publish(url: str, subject: str, header_lines: bytes, payload: byte
     finally:
         writer.close()
         await writer.wait_closed()
+
+
+def all_stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped."""
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    states = [(task / "stat").read_text().rpartition(")")[2].split()[0] for task in tasks]
+    return all(state in ("T", "t") for state in states)
+
+
+async def stopped(pid: int) -> None:
+    """Wait until every thread of process ``pid`` is stopped (SIGSTOP takes a moment)."""
+    async with asyncio.timeout(10):
+        while not all_stopped(pid):  # noqa: ASYNC110 - no event for it: ask the kernel
+            await asyncio.sleep(0)

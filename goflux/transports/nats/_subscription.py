@@ -333,20 +333,37 @@ class CoreSubscription(StopOnExit):
             if not draining.cancelled() and draining.exception() is not None:
                 logger.warning("drain of %r failed: %s", self._pattern, draining.exception())
             return
-        if not done:
-            await self._expire(sub, dispatch)
-        # With the queue settled, the drain finishes by itself. Cancelling it while it
-        # awaits its PONG would break nats-py's read loop (it sets a result on the
-        # cancelled future and loses the rest of that read), so only as a last resort.
-        await asyncio.wait({draining}, timeout=_SETTLE_TIMEOUT)
-        if not draining.done():
-            draining.cancel()
-        with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
-            await draining
-        await forget(self._nc, sub)
+        sweeping = await self._expire(sub, dispatch) if not done else None
+        try:
+            # With the queue settled, the drain finishes by itself. Cancelling it while it
+            # awaits its PONG would break nats-py's read loop (it sets a result on the
+            # cancelled future and loses the rest of that read), so only as a last resort.
+            await asyncio.wait({draining}, timeout=_SETTLE_TIMEOUT)
+            if not draining.done():
+                draining.cancel()
+            with contextlib.suppress(asyncio.CancelledError, nats.errors.Error):
+                await draining
+            await forget(self._nc, sub)
+            queue = pending_queue(sub)
+            if sweeping is not None and queue is not None:
+                # Forgotten, nothing is queued any more: let the sweep finish what was.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_SETTLE_TIMEOUT):
+                        await queue.join()
+        finally:
+            if sweeping is not None:
+                sweeping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeping
 
-    async def _expire(self, sub: NatsSubscription, dispatch: asyncio.Task[None] | None) -> None:
-        """The drain deadline passed: cancel the running handler, settle what is left."""
+    async def _expire(
+        self, sub: NatsSubscription, dispatch: asyncio.Task[None] | None
+    ) -> asyncio.Task[None] | None:
+        """The drain deadline passed: cancel the running handler, settle what is left.
+
+        Returns the task settling the messages left in nats-py's queue, and those still
+        put there until the drain ends (None where nats-py has no such queue).
+        """
         self._expired = True
         logger.warning("drain of %r timed out; cancelling the running handler", self._pattern)
         if dispatch is not None:
@@ -354,13 +371,27 @@ class CoreSubscription(StopOnExit):
             with contextlib.suppress(asyncio.CancelledError):
                 await dispatch
         queue = pending_queue(sub)
-        if queue is not None:
-            while not queue.empty():
-                msg = queue.get_nowait()
-                try:
-                    await self._leftover(msg)
-                finally:
-                    queue.task_done()  # lets nats-py's drain (join) complete
+        if queue is None:
+            return None
+        return self._loop.create_task(self._sweep(queue))
+
+    async def _sweep(self, queue: asyncio.Queue[Msg]) -> None:
+        """Settle each message in ``queue`` as a leftover, as it comes, until cancelled.
+
+        nats-py's task that took them is cancelled at the deadline, but messages the
+        server sent before it read the UNSUB still arrive until the drain's round trip
+        ends, and nats-py's drain waits until every queued message is taken (``join``):
+        left in the queue, one would hold the drain (and the stop) for
+        ``_SETTLE_TIMEOUT``, and a responder would leave its request unanswered.
+        """
+        while True:
+            msg = await queue.get()
+            try:
+                await self._leftover(msg)
+            except Exception:
+                logger.exception("settling a message left on %r failed", self._pattern)
+            finally:
+                queue.task_done()  # lets nats-py's drain (join) complete
 
     async def _finish(self, failure: BaseException | None) -> None:
         if self._done.done():

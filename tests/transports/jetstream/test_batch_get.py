@@ -14,7 +14,6 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import nats
@@ -33,6 +32,7 @@ from goflux.transports.jetstream import (
     StreamFeatureDisabled,
     StreamNotFound,
 )
+from tests.helpers import stopped
 from tests.models import Order
 
 CODEC = StrCodec()
@@ -520,20 +520,6 @@ async def test_a_server_that_stops_answering_mid_read_is_named_with_the_sequence
                     os.kill(server.pid, signal.SIGCONT)
         finally:
             await nc.close()
-
-
-def all_stopped(pid: int) -> bool:
-    """Whether every thread of process ``pid`` is stopped."""
-    tasks = Path(f"/proc/{pid}/task").iterdir()
-    states = [(task / "stat").read_text().rpartition(")")[2].split()[0] for task in tasks]
-    return all(state in ("T", "t") for state in states)
-
-
-async def stopped(pid: int) -> None:
-    """Wait until every thread of process ``pid`` is stopped (SIGSTOP takes a moment)."""
-    async with asyncio.timeout(10):
-        while not all_stopped(pid):  # noqa: ASYNC110 - no event for it: ask the kernel
-            await asyncio.sleep(0)
 
 
 # ---------------------------------------------------------------- one point in time

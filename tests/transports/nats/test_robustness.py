@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import signal
 import time
 
 import pytest
 from nats.aio.client import Client
 
 from goflux import BytesCodec, Message, RemoteError, RequestError
+from goflux.testing import NatsServer
+from goflux.transports import _natspy
 from goflux.transports import nats as gnats
 from tests.conftest import Otel
-from tests.helpers import Inbox
+from tests.helpers import Inbox, stopped
 
 RAW = BytesCodec()
 
@@ -114,6 +119,52 @@ async def test_requests_caught_by_a_responder_s_drain_deadline_get_an_error_repl
     assert time.perf_counter() - began < 2.0  # answered, not left to time out
     assert all(isinstance(r, RemoteError) and r.code == 503 for r in results), results
     assert serving.failed == 3
+
+
+class _Said(logging.Handler):
+    """Sets ``event`` when a log record's message contains ``words``."""
+
+    def __init__(self, words: str, event: asyncio.Event) -> None:
+        super().__init__()
+        self.words = words
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.event.set()
+
+
+async def test_a_request_arriving_after_the_drain_deadline_is_answered_and_ends_the_drain(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    # The server delivers what it read before the drain's UNSUB, and a slow one may send
+    # it after the deadline cancelled nats-py's callback task. Left in nats-py's queue,
+    # it went unanswered and held the drain (and the stop) for 5 s, as nats-py's drain
+    # waits until its queue is empty.
+    serving = await gnats.Responder(nc, RAW, RAW).start("svc", echo)
+    requester = gnats.Requester(nc, RAW, RAW, timeout=10)
+    assert await requester.request("svc", b"early") == b"early"  # the reply inbox exists
+    expired = asyncio.Event()
+    said = _Said("timed out", expired)
+    logger = logging.getLogger("goflux.transports.nats")
+    logger.addHandler(said)
+    assert nats_server.pid is not None
+    os.kill(nats_server.pid, signal.SIGSTOP)  # nothing is delivered until SIGCONT
+    try:
+        await stopped(nats_server.pid)
+        late = asyncio.create_task(requester.request("svc", b"late"))
+        await _natspy._written(nc, 5)  # the request is out, before the drain's UNSUB
+        stopping = asyncio.create_task(serving.stop(0))
+        await expired.wait()  # the deadline passed: nats-py's callback task is cancelled
+    finally:
+        os.kill(nats_server.pid, signal.SIGCONT)
+        logger.removeHandler(said)
+    with pytest.raises(RemoteError) as info:
+        await late
+    assert info.value.code == 503
+    await stopping
+    assert serving.failed == 1
+    assert serving.dropped == 0
 
 
 async def test_failed_requests_carry_their_real_error_type(nc: Client, otel: Otel) -> None:
