@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from unittest import mock
 
 import nats
 import pytest
@@ -542,6 +544,30 @@ async def test_a_deliverys_acker_holds_it_as_received_and_keeps_its_ack_subject(
     await message.ack()
     await drained(js, STREAM, subscription.consumer)
     await subscription.stop()
+
+
+@pytest.mark.parametrize("offset", [-3600.0, 3600.0])
+async def test_a_loop_whose_time_is_replaced_times_deliveries_by_that_clock(
+    js: JetStreamContext, offset: float
+) -> None:
+    # The engine reads time.monotonic() itself where the loop's time() is asyncio's
+    # own; a time() replaced on the loop (as fake-time tools do) is what the keep-alive
+    # and the watchdog compare with, so a delivery's arrival must come from it too.
+    loop = asyncio.get_running_loop()
+
+    def shifted() -> float:
+        return time.monotonic() + offset
+
+    with mock.patch.object(loop, "time", shifted):
+        inbox: Inbox[Order] = Inbox()
+        subscription = await jetstream.Subscriber(js, CODEC, stream=STREAM).start("orders.>", inbox)
+        await jetstream.Publisher(js, CODEC).publish("orders.a", order(1))
+        [message] = await inbox.wait_for(1)
+        acker = message._acker
+        assert isinstance(acker, jetstream.JetStreamAcker)
+        assert abs(loop.time() - acker.last_progress) < 60
+        assert abs(loop.time() - subscription._engine._last_activity) < 60
+        await subscription.stop()
 
 
 async def test_a_stopped_or_retired_pull_inbox_is_not_kept_alive(
