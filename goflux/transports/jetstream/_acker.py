@@ -447,7 +447,7 @@ class JetStreamAcker:
 async def hand_back(nc: Client, reply: str) -> bool:
     """Nak a message that was received but never taken into the in-flight count.
 
-    Used for messages arriving while a subscription drains, or on a retired inbox; if
+    Used for messages arriving after a subscription finished, or on a retired inbox; if
     the nak cannot be sent, the server redelivers the message after ``ack_wait``.
 
     Returns:

@@ -10,7 +10,10 @@ request ended, 409 consumer deleted or request refused, 400 bad request, 423 pin
 another client, 503 no responders), watches
 for silence and reconnects, and starts over on a new inbox when requests may have been
 lost. Each inbox is a generation: requests still open on a retired inbox stop counting
-(the server drops them), and what still arrives there is handed back.
+(the server drops them), and what still arrives there is handed back. A drain stops
+asking, and what its open requests still bring goes to ``deliver`` like the rest, to be
+worked off: handed back, it would stay pending at the server, ready for the next
+client to pull, where "drained" promises nothing left.
 
 In a consumer's priority group (:mod:`._priority`), each request names the group (and
 the subscription's thresholds, and its pin id once the server pinned it); a 423 says
@@ -110,9 +113,9 @@ class PullEngine:
         fail: Ends the subscription with a failure.
         priority: Its place in the consumer's priority group, if it pulls in one.
         handed_back: Told of each message nak'd on arrival, never delivered (one that
-            came while the subscription drains, or on a retired inbox): its reply
-            subject, and whether the nak was sent (if not, the server redelivers it
-            after ``ack_wait``).
+            came after the engine closed, or on a retired inbox): its reply subject,
+            and whether the nak was sent (if not, the server redelivers it after
+            ``ack_wait``).
     """
 
     # (Slots: its attributes are read per message, and cheaper so than from a dict.)
@@ -142,6 +145,7 @@ class PullEngine:
         "_sub",
         "_taken",
         "_taken_bytes",
+        "_taking",
         "_unlisten",
         "_watchdog",
         "consumer",
@@ -192,7 +196,8 @@ class PullEngine:
         self._requested = 0  # messages asked for by pull requests still open
         self.outstanding = 0  # messages delivered and not yet released
         self._pull_scheduled = False
-        self._stopping = False
+        self._stopping = False  # no pull request any more (a drain, or closed)
+        self._taking = True  # deliveries go to ``deliver`` (until closed)
         self._recovering = False
         self._watchdog: asyncio.Task[None] | None = None
         self._last_activity = 0.0
@@ -224,13 +229,19 @@ class PullEngine:
         )
 
     async def stop_pulling(self, timeout: float) -> None:
-        """Stop asking: remove interest, then hand back what still arrives.
+        """Stop asking: remove interest, and take what the open requests still bring.
 
-        Interest goes first: a nak sent while a pull request is still open would be
-        redelivered into it, to an inbox nobody reads any more, and come back only
-        after ack_wait. Messages that still arrive are handed back (naked), and the
-        drain waits until those naks are sent. A pinned subscription keeps its pin until
-        :meth:`give_up_pin`, once what it received is worked off.
+        No request is sent any more; the inbox is drained (unsubscribed, then what
+        the server sent before it read the unsubscribe is read). What arrives
+        meanwhile answers requests sent within the in-flight bound: it goes to
+        ``deliver`` like any delivery, for the subscription to work off. Handed back
+        (nak'd) instead, each would stay pending at the server until another client
+        pulls: after a clean drain of every subscriber, pending with nobody to take
+        it. Interest goes before any nak the subscription sends at its deadline: a
+        nak sent while a pull request is still open would be redelivered into it,
+        to an inbox nobody reads any more, and come back only after ack_wait. A
+        pinned subscription keeps its pin until :meth:`give_up_pin`, once what it
+        received is worked off.
         """
         self._stopping = True
         if self._sub is None:
@@ -254,11 +265,13 @@ class PullEngine:
     async def close(self, *, failed: bool) -> None:
         """Stop for good: end the watchdog, remove the consumer, drop the inbox if failed.
 
-        The inbox goes last. A failure read from a status message is handled in a
-        task of the inbox's (:meth:`DirectDelivery.later`), which may be the one
-        running this; unsubscribing does not cancel it.
+        What still arrives is handed back. The inbox goes last. A failure read from a
+        status message is handled in a task of the inbox's
+        (:meth:`DirectDelivery.later`), which may be the one running this;
+        unsubscribing does not cancel it.
         """
         self._stopping = True
+        self._taking = False
         for unlisten in self._unlisten:
             unlisten()
         watchdog = self._watchdog
@@ -466,7 +479,7 @@ class PullEngine:
                 self._requested -= 1
             if self._priority is not None:
                 self._priority.observe(headers)
-            if self._stopping:
+            if not self._taking:  # closed: the subscription has finished
                 if consumer.acknowledges:
                     delivery.later(self._hand_back(reply))
                 return

@@ -359,18 +359,18 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     async def stop(self, timeout: float | None = None) -> None:
         """Drain: stop pulling, then finish what was received, within a deadline.
 
-        No message is taken from the server any more; the handlers go on through the
-        messages already received (at most ``max_in_flight``), in order, so a drain
-        that meets its deadline leaves nothing unacknowledged at the server and
-        nothing to redeliver. After ``timeout`` seconds (default: the subscriber's
-        drain timeout) handlers still running are cancelled, and their messages and
-        those not started are nak'd (redelivered at once to another subscriber; the
-        server counts them as pending acknowledgement until then). A message stream's
-        subscription likewise goes on handing what it received to the stream, and
-        waits for the stream's consumer to settle it; what is unsettled at the
-        deadline is nak'd. An ephemeral consumer created
-        for the subscription is deleted. The deadline holds even if the caller is
-        cancelled.
+        No message is asked for any more; the handlers go on through the messages
+        received (at most ``max_in_flight``, what the open pull requests still bring
+        included), in order, so a drain that meets its deadline leaves nothing
+        unacknowledged at the server and nothing to redeliver. After ``timeout``
+        seconds (default: the subscriber's drain timeout) handlers still running are
+        cancelled, and their messages and those not started are nak'd (redelivered
+        at once to another subscriber; the server counts them as pending
+        acknowledgement until then). A message stream's subscription likewise goes on
+        handing what it received to the stream, and waits for the stream's consumer
+        to settle it; what is unsettled at the deadline is nak'd. An ephemeral
+        consumer created for the subscription is deleted. The deadline holds even if
+        the caller is cancelled.
         """
         if self._drainer is None and self._done.done():
             return  # it has ended already (failed): nothing left to drain
@@ -391,6 +391,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         try:
             await self._engine.stop_pulling(deadline)
             self._wake(everyone=True)
+            self._work_off_arrivals()
             if self._workers:
                 _, pending = await asyncio.wait(
                     self._workers, timeout=max(until - self._loop.time(), 0.0)
@@ -414,6 +415,19 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 await self._confirmations.settled()  # each is bounded by its attempts
         finally:
             await self._finish(None)
+
+    def _work_off_arrivals(self) -> None:
+        """Start workers for what arrived while pulling stopped, where too few still run.
+
+        A worker that found nothing ready once the drain began has ended; what the open
+        pull requests brought after that is worked off like what came before, up to
+        ``concurrency`` at a time (a message stream's one worker hands it on in order).
+        """
+        ready, workers = self._ready, self._workers
+        running = sum(1 for worker in workers if not worker.done())
+        for _ in range(min(len(ready), self._worker_limit) - running):
+            name = f"goflux-jetstream-{self.consumer}-{len(workers)}"
+            workers.append(self._loop.create_task(self._work(), name=name))
 
     async def _hand_back_ready(self) -> None:
         """Nak what was received and not started, for redelivery at once."""
@@ -548,7 +562,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             self._wake()  # (else every worker is busy, and each takes from _ready next)
 
     def _handed_back(self, reply: str, sent: bool) -> None:
-        """The engine naked the message of ``reply`` on arrival (draining, a retired inbox).
+        """The engine naked the message of ``reply`` on arrival (closed, a retired inbox).
 
         Counted here: a nak that could not be sent counts with ``goflux.ack.error`` true;
         the arrival counts as a redelivery either way.
