@@ -696,6 +696,64 @@ async def test_stop_works_off_what_was_received_and_leaves_nothing_unacknowledge
     assert all(m.delivery and m.delivery.num_delivered == 1 for m in b_inbox.messages)
 
 
+async def test_stop_works_off_what_its_open_pull_requests_still_bring(
+    js: JetStreamContext,
+) -> None:
+    """What the server sent before it read the drain's unsubscribe is handled, not nak'd.
+
+    The deliveries are held between nats-py's parser and the subscription until the
+    drain's PONG comes, and let through just before it: as they come when the server
+    answers a pull request while the drain's UNSUB and PING are on their way. Nak'd,
+    they would stay pending at the server with nobody to take them.
+    """
+    await jetstream.ensure_consumer(
+        js, stream=STREAM, name="late", filter_subject="orders.>", ack_wait=60
+    )
+    nc = js._nc
+    route, pong = nc._process_msg, nc._process_pong
+    held: list[tuple[int, bytes, bytes, bytes, bytes]] = []
+    arrived = asyncio.Event()
+    stopping = False
+
+    async def holding(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+        if reply.startswith(b"$JS.ACK."):
+            held.append((sid, subject, reply, data, headers))
+            if len(held) == 10:
+                arrived.set()
+            return
+        await route(sid, subject, reply, data, headers)
+
+    async def late_pong() -> None:
+        if stopping:
+            while held:  # (the server wrote them before it read the UNSUB and PING)
+                await route(*held.pop(0))
+        await pong()
+
+    inbox: Inbox[Order] = Inbox()
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="late", max_in_flight=10)
+    nc._process_pong = late_pong
+    try:
+        subscription = await sub.start("orders.>", inbox)
+        nc._process_msg = holding  # (goflux's route was installed by the start)
+        # Stored after the start: the open pull request gets them, and they are held.
+        await jetstream.Publisher(js, CODEC).publish_many(
+            jetstream.Outgoing("orders.a", order(n)) for n in range(10)
+        )
+        async with asyncio.timeout(10):
+            await arrived.wait()
+        stopping = True
+        await subscription.stop(timeout=30)
+    finally:
+        nc._process_msg, nc._process_pong = route, pong
+    assert not held  # let through during the drain
+    assert [m.payload.id for m in inbox.messages] == [f"o-{n}" for n in range(10)]
+    async with asyncio.timeout(10):
+        while (await js.consumer_info(STREAM, "late")).num_ack_pending:
+            await nc.flush()
+    info = await js.consumer_info(STREAM, "late")
+    assert (info.num_redelivered, info.ack_floor.stream_seq) == (0, 10)
+
+
 async def test_stop_hands_back_at_once_what_its_deadline_leaves(js: JetStreamContext) -> None:
     await jetstream.ensure_consumer(
         js, stream=STREAM, name="shared", filter_subject="orders.>", ack_wait=60
