@@ -38,6 +38,7 @@ __all__ = (
     "callback_task",
     "connection",
     "drain",
+    "drain_within",
     "end_direct",
     "error_callback",
     "flush",
@@ -87,6 +88,37 @@ async def drain(subscription: Subscription) -> None:
         nats.errors.Error: The connection failed while draining.
     """
     await subscription.drain()  # type: ignore[no-untyped-call]
+
+
+_DRAINS_LEFT: set[asyncio.Future[None]] = set()  # drains outliving their wait (kept alive)
+
+
+async def drain_within(subscription: Subscription, timeout: float) -> None:
+    """Drain ``subscription``, waiting at most ``timeout`` seconds; the drain goes on.
+
+    nats-py's drain awaits a flush of its own, whose PONG future nats-py resolves
+    without checking whether it was cancelled (see :func:`flush`): cancelled at a
+    deadline, the late PONG would stop the connection's reader for good. So the drain
+    runs shielded: at the deadline (or when the caller is cancelled) only the wait
+    ends, and the drain finishes when the PONG comes.
+
+    Raises:
+        TimeoutError: The drain did not finish within ``timeout`` seconds.
+        nats.errors.Error: The connection failed while draining.
+    """
+    draining = asyncio.ensure_future(drain(subscription))
+    try:
+        await asyncio.wait_for(asyncio.shield(draining), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        _DRAINS_LEFT.add(draining)
+        draining.add_done_callback(_drain_ended)
+        raise
+
+
+def _drain_ended(draining: asyncio.Future[None]) -> None:
+    _DRAINS_LEFT.discard(draining)
+    if not draining.cancelled():
+        draining.exception()  # (retrieved: a failed late drain is nothing to report)
 
 
 async def flush(nc: Client, timeout: float = 10.0) -> None:

@@ -45,7 +45,7 @@ from goflux.transports._natspy import (
     DirectDelivery,
     api_prefix,
     connection,
-    drain,
+    drain_within,
     end_direct,
     flush,
     subscribe_direct,
@@ -247,7 +247,7 @@ class PullEngine:
         if self._sub is None:
             return
         try:
-            await asyncio.wait_for(drain(self._sub), timeout=max(timeout, 0.1))
+            await drain_within(self._sub, max(timeout, 0.1))
         except (nats.errors.Error, TimeoutError):
             logger.warning("could not drain the pull inbox of %r", self.consumer.name)
         end_direct(self._nc, self._sub)
@@ -261,6 +261,11 @@ class PullEngine:
         if self._priority is not None and not self._nc.is_closed:
             consumer = self.consumer
             await release_pin(self._js, consumer.stream, consumer.name, self._priority)
+
+    def stop_taking(self) -> None:
+        """Hand back (nak) what arrives from now on: the subscription takes nothing more."""
+        self._stopping = True
+        self._taking = False
 
     async def close(self, *, failed: bool) -> None:
         """Stop for good: end the watchdog, remove the consumer, drop the inbox if failed.
@@ -353,7 +358,7 @@ class PullEngine:
 
     async def _retire(self, subscription: NatsSubscription) -> None:
         with contextlib.suppress(nats.errors.Error, TimeoutError):
-            await asyncio.wait_for(drain(subscription), timeout=self._limits.expires)
+            await drain_within(subscription, self._limits.expires)
         end_direct(self._nc, subscription)
 
     async def _closed(self) -> bool:

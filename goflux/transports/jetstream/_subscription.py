@@ -408,6 +408,9 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     for task in pending:
                         task.cancel()
                     await asyncio.wait(pending)
+            # From here on what still arrives (an inbox whose drain timed out) is nak'd
+            # on arrival: no worker would take it any more.
+            self._engine.stop_taking()
             await self._hand_back_ready()  # what the workers left at the deadline
             await self._drain_held(deadline, until)
             await self._engine.give_up_pin()
@@ -423,6 +426,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         pull requests brought after that is worked off like what came before, up to
         ``concurrency`` at a time (a message stream's one worker hands it on in order).
         """
+        if self._finishing:
+            return  # failed meanwhile: no handler runs after the end
         ready, workers = self._ready, self._workers
         running = sum(1 for worker in workers if not worker.done())
         for _ in range(min(len(ready), self._worker_limit) - running):

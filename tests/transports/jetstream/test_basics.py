@@ -754,6 +754,170 @@ async def test_stop_works_off_what_its_open_pull_requests_still_bring(
     assert (info.num_redelivered, info.ack_floor.stream_seq) == (0, 10)
 
 
+class LatePong:
+    """Holds the deliveries of a pull inbox (installed after the start), then lets them
+    through in front of the drain's PONG, as a link delivers what the server sent
+    before it read the drain's UNSUB and PING. ``before`` runs first (a delay, a fault).
+    """
+
+    def __init__(self, nc: Client, before: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.nc, self.before = nc, before
+        self.route, self.pong = nc._process_msg, nc._process_pong
+        self.held: list[tuple[int, bytes, bytes, bytes, bytes]] = []
+        self.stopping = False
+        self.ponged = asyncio.Event()  # the drain's PONG was processed
+
+    def install(self) -> None:
+        self.route = self.nc._process_msg  # (goflux's route, installed by the start)
+        self.nc._process_msg, self.nc._process_pong = self._holding, self._late_pong
+
+    def uninstall(self) -> None:
+        self.nc._process_msg, self.nc._process_pong = self.route, self.pong
+
+    async def wait_held(self, count: int) -> None:
+        async with asyncio.timeout(10):
+            while len(self.held) < count:
+                await self.nc.flush()
+
+    async def _holding(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        if reply.startswith(b"$JS.ACK.") and not self.stopping:
+            self.held.append((sid, subject, reply, data, headers))
+            return
+        await self.route(sid, subject, reply, data, headers)
+
+    async def _late_pong(self) -> None:
+        if self.stopping and not self.ponged.is_set():
+            if self.before is not None:
+                await self.before()
+            while self.held:
+                await self.route(*self.held.pop(0))
+            await self.pong()
+            self.ponged.set()
+            return
+        await self.pong()
+
+
+async def test_a_drain_cut_short_leaves_the_connection_reading_when_its_pong_comes(
+    js: JetStreamContext,
+) -> None:
+    # stop(0) waits at most 0.1 s for the pull inbox's drain; nats-py's own flush
+    # inside it must not be cancelled then: its late PONG would stop the reader.
+    nc = js._nc
+    inbox: Inbox[Order] = Inbox()
+    subscription = await jetstream.Subscriber(js, CODEC, stream=STREAM).start("orders.>", inbox)
+
+    async def late() -> None:
+        await asyncio.sleep(0.3)  # (the link's delay, past the 0.1 s the drain waits)
+
+    link = LatePong(nc, late)
+    link.install()
+    try:
+        link.stopping = True
+        await subscription.stop(timeout=0)
+        async with asyncio.timeout(10):
+            await link.ponged.wait()
+    finally:
+        link.uninstall()
+    await settle_loop()
+    assert not nc._reading_task.done(), "the connection's reader stopped"
+    await asyncio.wait_for(nc.flush(), 5)
+
+
+async def test_what_arrives_after_a_drain_gave_up_on_its_inbox_is_handed_back(
+    js: JetStreamContext,
+) -> None:
+    # The drain waits 0.5 s for its inbox, and the deliveries of an open request come
+    # with the PONG 1 s late, while a pinned subscription gives its pin up: they are
+    # nak'd on arrival, not left unsettled (outstanding) until ack_wait.
+    await jetstream.ensure_consumer(
+        js,
+        stream=STREAM,
+        name="pinned",
+        ack_wait=60,
+        priority_groups=["jobs"],
+        priority_policy="pinned_client",
+        priority_timeout=30.0,
+    )
+    inbox: Inbox[Order] = Inbox()
+    sub = jetstream.Subscriber(
+        js, CODEC, stream=STREAM, consumer="pinned", priority_group="jobs", max_in_flight=20
+    )
+    subscription = await sub.start("orders.>", inbox)
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish("orders.a", order(100))  # the pin comes with it
+    await inbox.wait_for(1)
+
+    async def late() -> None:
+        await asyncio.sleep(1.0)  # (the link's delay, past the drain's 0.5 s)
+
+    link = LatePong(js._nc, late)
+    link.install()
+    try:
+        await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(10))
+        await link.wait_held(10)
+        link.stopping = True
+        await subscription.stop(timeout=0.5)
+        async with asyncio.timeout(10):
+            await link.ponged.wait()
+    finally:
+        link.uninstall()
+    await settle_loop()
+    assert (subscription.outstanding, len(subscription._ready)) == (0, 0)
+    assert len(inbox.messages) == 1
+    b_inbox: Inbox[Order] = Inbox()  # nak'd: taken at once by the next subscriber
+    b = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="pinned", priority_group="jobs")
+    await b.start("orders.>", b_inbox)
+    await b_inbox.wait_for(10)
+    await b.close()
+
+
+async def test_no_handler_runs_after_a_drain_ended_by_a_failure(js: JetStreamContext) -> None:
+    # The deliveries of an open request are taken while the drain unsubscribes, and
+    # the subscription fails meanwhile (a 409, a closed connection): none is handled
+    # once it has ended.
+    await jetstream.ensure_consumer(
+        js, stream=STREAM, name="failing", filter_subject="orders.>", ack_wait=60
+    )
+    after_end: list[str] = []
+    subscription: jetstream.JetStreamSubscription[Order] | None = None
+
+    async def handler(message: Message[Order]) -> None:
+        assert subscription is not None
+        if not subscription.running:
+            after_end.append(message.payload.id)
+
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="failing", max_in_flight=10)
+    subscription = await sub.start("orders.>", handler)
+    engine = subscription._engine
+
+    async def fail() -> None:
+        await engine._fail(SubscribeError("failed while draining"))
+
+    link = LatePong(js._nc)
+    link.install()
+
+    async def fail_after_the_deliveries() -> None:
+        while link.held:
+            await link.route(*link.held.pop(0))
+        await fail()
+
+    link.before = fail_after_the_deliveries
+    try:
+        await jetstream.Publisher(js, CODEC).publish_many(
+            jetstream.Outgoing("orders.a", order(n)) for n in range(10)
+        )
+        await link.wait_held(10)
+        link.stopping = True
+        await subscription.stop(timeout=5)
+    finally:
+        link.uninstall()
+    await settle_loop()
+    assert after_end == []
+    assert not subscription.running
+
+
 async def test_stop_hands_back_at_once_what_its_deadline_leaves(js: JetStreamContext) -> None:
     await jetstream.ensure_consumer(
         js, stream=STREAM, name="shared", filter_subject="orders.>", ack_wait=60
