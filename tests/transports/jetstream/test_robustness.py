@@ -19,7 +19,7 @@ from goflux import JsonCodec, Message, PublishError, PublishReceipt, SubscribeEr
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from tests.conftest import STREAM, Otel
-from tests.helpers import Inbox, drained
+from tests.helpers import Inbox, drained, pull_waiting
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -243,7 +243,11 @@ async def test_deleting_an_ephemeral_consumer_fails_the_subscription(
     js: JetStreamContext,
 ) -> None:
     sub = jetstream.Subscriber(js, CODEC, stream=STREAM, expires=5.0)
-    subscription = await sub.start("orders.>", noop)  # returns with a pull request open
+    subscription = await sub.start("orders.>", noop)
+    # The server read the pull request before start() returned, but a loaded server
+    # may not hold it as waiting yet: deleted before, it gets no 409 to answer.
+    async with asyncio.timeout(10):
+        await pull_waiting(js, STREAM, subscription.consumer)
     await js.delete_consumer(STREAM, subscription.consumer)
     with pytest.raises(SubscribeError, match="deleted"):
         await asyncio.wait_for(subscription.wait(), 5)
@@ -256,7 +260,9 @@ async def test_deleting_the_stream_fails_an_ephemeral_or_ordered_subscription(
     js: JetStreamContext, ordered: bool
 ) -> None:
     sub = jetstream.Subscriber(js, CODEC, stream=STREAM, expires=5.0, ordered=ordered)
-    subscription = await sub.start("orders.>", noop)  # returns with a pull request open
+    subscription = await sub.start("orders.>", noop)
+    async with asyncio.timeout(10):  # (held as waiting: see the test above)
+        await pull_waiting(js, STREAM, subscription.consumer)
     await js.delete_stream(STREAM)
     with pytest.raises(SubscribeError):
         await asyncio.wait_for(subscription.wait(), 5)
