@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import types
 from collections.abc import Awaitable, Callable
@@ -93,14 +94,17 @@ async def drain(subscription: Subscription) -> None:
 _DRAINS_LEFT: set[asyncio.Future[None]] = set()  # drains outliving their wait (kept alive)
 
 
-async def drain_within(subscription: Subscription, timeout: float) -> None:
+async def drain_within(
+    subscription: Subscription, timeout: float, ended: Callable[[], None] | None = None
+) -> None:
     """Drain ``subscription``, waiting at most ``timeout`` seconds; the drain goes on.
 
     nats-py's drain awaits a flush of its own, whose PONG future nats-py resolves
     without checking whether it was cancelled (see :func:`flush`): cancelled at a
     deadline, the late PONG would stop the connection's reader for good. So the drain
     runs shielded: at the deadline (or when the caller is cancelled) only the wait
-    ends, and the drain finishes when the PONG comes.
+    ends, and the drain finishes when the PONG comes; ``ended`` is called then (a
+    route to forget with :func:`end_direct`, which the caller could not yet).
 
     Raises:
         TimeoutError: The drain did not finish within ``timeout`` seconds.
@@ -111,14 +115,16 @@ async def drain_within(subscription: Subscription, timeout: float) -> None:
         await asyncio.wait_for(asyncio.shield(draining), timeout)
     except (TimeoutError, asyncio.CancelledError):
         _DRAINS_LEFT.add(draining)
-        draining.add_done_callback(_drain_ended)
+        draining.add_done_callback(functools.partial(_drain_ended, ended))
         raise
 
 
-def _drain_ended(draining: asyncio.Future[None]) -> None:
+def _drain_ended(ended: Callable[[], None] | None, draining: asyncio.Future[None]) -> None:
     _DRAINS_LEFT.discard(draining)
     if not draining.cancelled():
         draining.exception()  # (retrieved: a failed late drain is nothing to report)
+    if ended is not None:
+        ended()
 
 
 async def flush(nc: Client, timeout: float = 10.0) -> None:

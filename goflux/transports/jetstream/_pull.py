@@ -247,7 +247,9 @@ class PullEngine:
         if self._sub is None:
             return
         try:
-            await drain_within(self._sub, max(timeout, 0.1))
+            await drain_within(
+                self._sub, max(timeout, 0.1), functools.partial(end_direct, self._nc, self._sub)
+            )
         except (nats.errors.Error, TimeoutError):
             logger.warning("could not drain the pull inbox of %r", self.consumer.name)
         end_direct(self._nc, self._sub)
@@ -358,7 +360,11 @@ class PullEngine:
 
     async def _retire(self, subscription: NatsSubscription) -> None:
         with contextlib.suppress(nats.errors.Error, TimeoutError):
-            await drain_within(subscription, self._limits.expires)
+            await drain_within(
+                subscription,
+                self._limits.expires,
+                functools.partial(end_direct, self._nc, subscription),
+            )
         end_direct(self._nc, subscription)
 
     async def _closed(self) -> bool:

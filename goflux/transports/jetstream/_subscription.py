@@ -431,8 +431,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         ready, workers = self._ready, self._workers
         running = sum(1 for worker in workers if not worker.done())
         for _ in range(min(len(ready), self._worker_limit) - running):
-            name = f"goflux-jetstream-{self.consumer}-{len(workers)}"
-            workers.append(self._loop.create_task(self._work(), name=name))
+            self._start_worker()
 
     async def _hand_back_ready(self) -> None:
         """Nak what was received and not started, for redelivery at once."""
@@ -596,10 +595,13 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                 waiter.set_result(None)
                 if not everyone:
                     return
+        if not everyone and not self._draining and len(self._workers) < self._worker_limit:
+            self._start_worker()
+
+    def _start_worker(self) -> None:
         workers = self._workers
-        if not everyone and not self._draining and len(workers) < self._worker_limit:
-            name = f"goflux-jetstream-{self.consumer}-{len(workers)}"
-            workers.append(self._loop.create_task(self._work(), name=name))
+        name = f"goflux-jetstream-{self.consumer}-{len(workers)}"
+        workers.append(self._loop.create_task(self._work(), name=name))
 
     async def _work(self) -> None:
         enter_handler_context(self)

@@ -757,11 +757,13 @@ async def test_stop_works_off_what_its_open_pull_requests_still_bring(
 class LatePong:
     """Holds the deliveries of a pull inbox (installed after the start), then lets them
     through in front of the drain's PONG, as a link delivers what the server sent
-    before it read the drain's UNSUB and PING. ``before`` runs first (a delay, a fault).
+    before it read the drain's UNSUB and PING, ``delay`` seconds late. ``before`` runs
+    first (a fault).
     """
 
-    def __init__(self, nc: Client, before: Callable[[], Awaitable[None]] | None = None) -> None:
-        self.nc, self.before = nc, before
+    def __init__(self, nc: Client, delay: float = 0.0) -> None:
+        self.nc, self.delay = nc, delay
+        self.before: Callable[[], Awaitable[None]] | None = None
         self.route, self.pong = nc._process_msg, nc._process_pong
         self.held: list[tuple[int, bytes, bytes, bytes, bytes]] = []
         self.stopping = False
@@ -789,6 +791,8 @@ class LatePong:
 
     async def _late_pong(self) -> None:
         if self.stopping and not self.ponged.is_set():
+            if self.delay:
+                await asyncio.sleep(self.delay)  # (the link's delay: no readiness waited on)
             if self.before is not None:
                 await self.before()
             while self.held:
@@ -807,11 +811,8 @@ async def test_a_drain_cut_short_leaves_the_connection_reading_when_its_pong_com
     nc = js._nc
     inbox: Inbox[Order] = Inbox()
     subscription = await jetstream.Subscriber(js, CODEC, stream=STREAM).start("orders.>", inbox)
-
-    async def late() -> None:
-        await asyncio.sleep(0.3)  # (the link's delay, past the 0.1 s the drain waits)
-
-    link = LatePong(nc, late)
+    inbox_id = subscription._engine._sub._id
+    link = LatePong(nc, delay=0.3)  # (past the 0.1 s the drain waits)
     link.install()
     try:
         link.stopping = True
@@ -823,6 +824,8 @@ async def test_a_drain_cut_short_leaves_the_connection_reading_when_its_pong_com
     await settle_loop()
     assert not nc._reading_task.done(), "the connection's reader stopped"
     await asyncio.wait_for(nc.flush(), 5)
+    # The drain ended after its wait did: the inbox's route is forgotten then.
+    assert inbox_id not in nc._goflux_direct_routes
 
 
 async def test_what_arrives_after_a_drain_gave_up_on_its_inbox_is_handed_back(
@@ -848,11 +851,7 @@ async def test_what_arrives_after_a_drain_gave_up_on_its_inbox_is_handed_back(
     pub = jetstream.Publisher(js, CODEC)
     await pub.publish("orders.a", order(100))  # the pin comes with it
     await inbox.wait_for(1)
-
-    async def late() -> None:
-        await asyncio.sleep(1.0)  # (the link's delay, past the drain's 0.5 s)
-
-    link = LatePong(js._nc, late)
+    link = LatePong(js._nc, delay=1.0)  # (past the drain's 0.5 s)
     link.install()
     try:
         await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(10))
