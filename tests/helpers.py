@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
@@ -159,3 +160,26 @@ async def stopped(pid: int) -> None:
     async with asyncio.timeout(10):
         while not all_stopped(pid):  # noqa: ASYNC110 - no event for it: ask the kernel
             await asyncio.sleep(0)
+
+
+class PeerPorts:
+    """An ASGI app answering every request 204 and recording the client's port of each.
+
+    Two requests with one port came over one (kept-alive) connection.
+    """
+
+    def __init__(self) -> None:
+        self.ports: list[int] = []
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+        send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    ) -> None:
+        assert scope["type"] == "http"
+        while (await receive()).get("more_body", False):
+            pass
+        self.ports.append(scope["client"][1])
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})

@@ -15,7 +15,7 @@ from goflux._urls import http_url
 from goflux.service._health import ASGIApp
 from goflux.service._options import RunOptions
 
-__all__ = ("HttpServer", "listen", "serve_probes")
+__all__ = ("KEEP_ALIVE_SECONDS", "HttpServer", "listen", "serve_probes")
 
 if TYPE_CHECKING:
     import uvicorn
@@ -23,10 +23,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger("goflux.run")
 
 _BACKLOG = 2048  # uvicorn's default: connections the kernel holds until a server takes them
+# Seconds an idle keep-alive connection stays open. Longer than the clients keep theirs
+# (Go's transport 90 s, httpx 5 s, Node 4-5 s): a client must be the side that drops an
+# idle connection, or a request it sends as the server closes it is lost in between
+# (a ReadError, the request maybe handled). uvicorn's own default is 5 s, httpx's too.
+# Go's http.Server, serving Go goflux, keeps idle connections without a limit.
+KEEP_ALIVE_SECONDS = 120
 
 
 def _quiet_server(app: ASGIApp) -> uvicorn.Server:
     """Uvicorn serving ``app`` without its signal handlers and logging setup.
+
+    Idle keep-alive connections stay open :data:`KEEP_ALIVE_SECONDS`.
 
     The process that embeds it handles signals and logging. uvicorn (the ``service``
     extra) is imported here, on first use, so that importing :mod:`goflux.service` or
@@ -43,7 +51,12 @@ def _quiet_server(app: ASGIApp) -> uvicorn.Server:
             yield
 
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=1
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=1,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     return QuietServer(config)
 

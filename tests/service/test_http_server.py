@@ -8,10 +8,12 @@ import statistics
 import time
 
 import httpx
+import pytest
 
 from goflux import StrCodec
 from goflux.service._http import HttpServer, listen
 from goflux.transports import http as ghttp
+from tests.helpers import PeerPorts
 
 
 async def test_connections_to_a_listening_socket_send_without_delay() -> None:
@@ -50,3 +52,20 @@ async def test_a_reply_over_a_kept_alive_connection_waits_for_no_delayed_ack() -
                 assert (await http.post("/echo", content=str(n))).text == str(n)
                 took.append(time.perf_counter() - started)
     assert statistics.median(took) < 0.030, f"median {statistics.median(took) * 1e3:.1f} ms"
+
+
+@pytest.mark.slow  # idles 5.5 s: past the 5 s after which uvicorn's default drops it
+async def test_an_idle_connection_stays_open_longer_than_clients_keep_theirs() -> None:
+    """The client, not the server, drops an idle connection: none of its requests meets
+    a server closing the connection it was sent on (a ReadError, maybe handled)."""
+    app = PeerPorts()
+    async with HttpServer(app, "127.0.0.1", 0) as server:
+        limits = httpx.Limits(keepalive_expiry=60)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{server.port}", limits=limits
+        ) as http:
+            assert (await http.post("/a", content=b"1")).status_code == 204
+            await asyncio.sleep(5.5)  # the idle time under test, not a wait for readiness
+            assert (await http.post("/a", content=b"2")).status_code == 204
+    assert len(app.ports) == 2
+    assert app.ports[0] == app.ports[1], "the server closed an idle connection after 5 s"

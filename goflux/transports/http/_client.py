@@ -29,6 +29,10 @@ DEFAULT_TIMEOUT: Final = 10.0  # seconds, as Go goflux's default client
 MAX_ANSWER: Final = 1 << 20  # bytes of an answer read (Go goflux reads 1 MiB)
 _MAX_ERROR_BODY: Final = 64 * 1024  # bytes of an error answer read for its first line
 _LARGE_BODY: Final = 1 << 20  # Go goflux's default body limit: a body larger may be refused
+# Seconds our own client keeps an idle connection: below the 5 s after which uvicorn,
+# Node and hypercorn close one by default. Were both 5 s (httpx's default), a POST sent
+# as the server closes the connection would fail with a ReadError, maybe handled.
+_IDLE_SECONDS: Final = 4.0
 
 
 class Unsent(Exception):
@@ -142,7 +146,7 @@ class Poster:
         self.content_type = content_type_of(codec) or "application/json"
         self._owned = client is None
         # Like Go's default client, follow redirects (307/308 resend the body).
-        self.client = client if client is not None else httpx.AsyncClient(follow_redirects=True)
+        self.client = client if client is not None else _own_client()
         self.timeout = httpx.Timeout(timeout)
         self.seconds = timeout
 
@@ -221,6 +225,18 @@ class Poster:
         """Close the client if it is our own."""
         if self._owned:
             await self.client.aclose()
+
+
+def _own_client() -> httpx.AsyncClient:
+    """The client a :class:`Poster` makes when given none.
+
+    It follows redirects and closes a connection idle :data:`_IDLE_SECONDS`, before
+    a server's 5 s keep-alive closes it.
+    """
+    limits = httpx.Limits(  # httpx's defaults but for the idle time
+        max_connections=100, max_keepalive_connections=20, keepalive_expiry=_IDLE_SECONDS
+    )
+    return httpx.AsyncClient(follow_redirects=True, limits=limits)
 
 
 def _unsent(exc: Exception, wait: float, size: int) -> Unsent:  # noqa: PLR0911 - one per kind

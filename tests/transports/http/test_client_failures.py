@@ -15,8 +15,9 @@ from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
 
 from goflux import JsonCodec, PublishError, RequestError, RequestTimeout, StrCodec
+from goflux.service import _http as service_http
 from goflux.transports import http as ghttp
-from tests.helpers import Inbox
+from tests.helpers import Inbox, PeerPorts
 from tests.models import Order, order
 from tests.transports.http.conftest import Serve
 
@@ -121,3 +122,24 @@ async def test_a_body_far_too_large_says_so_when_the_connection_closes(served: S
     # Either the 413 arrived, or the connection closed while sending: named as such.
     text = str(refused.value)
     assert "413" in text or "may refuse bodies this large" in text, text
+
+
+@pytest.mark.slow  # idles 4.5 s
+async def test_the_own_client_drops_an_idle_connection_before_a_servers_default_keep_alive(
+    monkeypatch: pytest.MonkeyPatch, served: Serve
+) -> None:
+    """uvicorn, Node and hypercorn drop a connection idle 5 s, httpx's default client
+    too: a POST sent just as the server closed it failed (ReadError, maybe handled).
+    The publisher's own client drops it sooner and connects anew."""
+    monkeypatch.setattr(service_http, "KEEP_ALIVE_SECONDS", 5)  # uvicorn's default
+    app = PeerPorts()
+    async with served(app) as url:
+        publisher = ghttp.Publisher(url, JsonCodec(Order))
+        try:
+            await publisher.publish("orders", order(1))
+            await asyncio.sleep(4.5)  # the idle time under test, not a wait for readiness
+            await publisher.publish("orders", order(2))
+        finally:
+            await publisher.close()
+    assert len(app.ports) == 2
+    assert app.ports[0] != app.ports[1], "a connection idle 4.5 s was sent on again"
