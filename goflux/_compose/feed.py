@@ -122,11 +122,11 @@ class StreamHandler(Generic[T]):
         """Buffer ``message``; for one that can be acknowledged, wait until it is settled."""
         return self._feed._receive(message)
 
-    def hand_off(self, message: Message[T]) -> Awaitable[None]:
-        """Buffer ``message``, waiting for room; return once it is buffered.
+    def hand_off(self, message: Message[T]) -> Awaitable[bool]:
+        """Buffer ``message``, waiting for room; return once it is buffered (True).
 
-        Once the stream is closed nothing is buffered: the subscription hands the message
-        back when it stops, as it does every message it holds.
+        Once the stream is closed nothing is buffered (False): the subscription hands
+        the message back when it stops, as it does every message it holds.
         """
         return self._feed._hand_off(message)
 
@@ -370,7 +370,7 @@ class StreamFeed(Generic[T]):
                     _wake_one(self._space)  # pass on a wake-up this handler got
                 raise
 
-    async def _hand_off(self, message: Message[T]) -> None:
+    async def _hand_off(self, message: Message[T]) -> bool:
         """Buffer a message a holding subscription keeps (see :meth:`StreamHandler.hand_off`).
 
         It returns without suspending once it buffered the message, so the caller
@@ -379,9 +379,10 @@ class StreamFeed(Generic[T]):
         if len(self._queue) >= self._size:
             await self._room()
         if self._closed:
-            return  # the closing subscription hands it back
+            return False  # the closing subscription hands it back
         self._queue.append(StreamEntry(message, contextvars.copy_context()))
         _wake_one(self._items)
+        return True
 
     async def _receive(self, message: Message[T]) -> None:
         """The handler: buffer ``message``; if it can be acknowledged, wait until settled."""

@@ -322,6 +322,36 @@ async def test_jetstream_stream_keeps_the_acker_and_holds_messages_until_settled
         await message.ack()
 
 
+async def test_messages_meeting_a_closed_stream_are_handed_back_not_counted_handled(
+    js: JetStreamContext,
+) -> None:
+    """Handlers waiting for room when the stream closes buffer nothing: the
+    subscription hands their messages back, and ``handled`` counts only the buffered."""
+    await jetstream.ensure_consumer(js, stream=STREAM, name="full", filter_subject="orders.>")
+    await publish_orders(js, 10)
+    sub = jetstream.Subscriber(
+        js, StrCodec(), stream=STREAM, consumer="full", max_in_flight=10, concurrency=10
+    )
+    stream = await sub.stream("orders.>", buffer=1).start()
+    first = await anext(stream)  # its room goes to the next: 2 buffered in all
+    subscription = stream.subscription
+    assert subscription is not None
+    async with asyncio.timeout(10):
+        while subscription.outstanding < 10:  # type: ignore[attr-defined]
+            await settle_loop(5)
+    await settle_loop()  # the 8 others wait for room in the stream
+    await stream.close()
+    assert first.settled == "nak"
+    assert subscription.handled == 2  # type: ignore[attr-defined]
+    again = jetstream.Subscriber(js, StrCodec(), stream=STREAM, consumer="full")
+    async with again.stream("orders.>") as redelivered:  # every one was handed back
+        for _ in range(10):
+            message = await anext(redelivered)
+            assert message.delivery is not None
+            assert message.delivery.num_delivered == 2
+            await message.ack()
+
+
 async def test_jetstream_stream_failure_of_the_consumer_is_raised(js: JetStreamContext) -> None:
     sub = jetstream.Subscriber(js, StrCodec(), stream="NOPE")
     with pytest.raises(SubscribeError, match="not found"):

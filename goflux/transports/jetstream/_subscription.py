@@ -133,7 +133,8 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
     drain deadline or when the subscription stops or fails. Its CONSUMER span ends once
     the message is buffered; it stays current in the context the stream hands out with
     the message (:func:`goflux.process` runs the handler in it). ``handled`` counts the
-    messages handed to the stream, ``failed`` those whose hand-off was cancelled.
+    messages the stream buffered (not those arriving once it closed, which are handed
+    back), ``failed`` those whose hand-off was cancelled.
 
     Attributes:
         handled: Messages whose handler returned (or that were handed to a stream).
@@ -872,8 +873,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
                     else:
                         # Buffered once this returns, and not taken by the stream's
                         # consumer before it is held (nothing suspends in between).
-                        await holder.hand_off(message)
+                        # Not buffered (the stream closed): held, to be handed back.
+                        buffered = await holder.hand_off(message)
                         self._held.add(message, acker)
+                        if not buffered:
+                            return
                 finally:
                     del running[acker]
         except asyncio.CancelledError:
