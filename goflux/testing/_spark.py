@@ -25,12 +25,13 @@ from types import TracebackType
 from typing import Self
 
 from goflux._errors import GofluxError
-from goflux.testing import _process
+from goflux.testing import _abandoned, _process
 from goflux.testing._process import LoggedProcess
 
 __all__ = ("SparkConnectServer", "SparkProcessError", "SparkStandaloneCluster", "spark_home")
 
 _LOG_LINES = 400
+_SWEEP_PREFIX = "goflux-spark-"  # every server's temporary directory starts so
 _CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _CONNECT_STARTED = re.compile(r"Spark Connect server started at: (\S+):(\d+)")
 _MASTER_STARTED = re.compile(r"Starting Spark master at (spark://\S+:\d+)")
@@ -111,6 +112,7 @@ class _Resources:
     def __init__(self) -> None:
         self.processes: list[_Jvm] = []
         self.temp_dir: Path | None = None
+        self.lock_fd: int | None = None  # held while we own temp_dir
 
     def release(self) -> None:
         for process in reversed(self.processes):
@@ -119,6 +121,9 @@ class _Resources:
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
             self.temp_dir = None
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
 
 class _SparkProcesses:
@@ -182,6 +187,7 @@ class _SparkProcesses:
     def _spawn(self, name: str, script: str, args: list[str], **env: str) -> _Jvm:
         if self._resources.temp_dir is None:
             work = Path(tempfile.mkdtemp(prefix=self._prefix))
+            self._resources.lock_fd = _abandoned.claim(work)
             for sub in ("local", "logs", "conf"):
                 (work / sub).mkdir()
             self._resources.temp_dir = work
@@ -195,6 +201,9 @@ class _SparkProcesses:
             self.work_dir / "logs" / f"{name}.log",
         )
         self._resources.processes.append(process)
+        # The JVMs' command lines name the directory (its conf/ is on the class path):
+        # a sweep kills them if we die unstopped.
+        _abandoned.record(self.work_dir, (p.popen.pid for p in self._resources.processes))
         return process
 
     def _launch(self) -> None:
@@ -209,6 +218,7 @@ class _SparkProcesses:
         """
         if self._resources.processes:
             raise SparkProcessError(f"{type(self).__name__} is already started")
+        _abandoned.sweep(_SWEEP_PREFIX, b"java")
         began = time.perf_counter()
         try:
             self._launch()

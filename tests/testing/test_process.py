@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ from goflux.testing._process import (
     startup_timeout,
 )
 from goflux.testing._spark import _Jvm
+from tests.testing.test_server import alive
 
 
 def python(code: str) -> list[str]:
@@ -174,6 +177,47 @@ def test_a_spark_process_not_ready_in_time_is_stopped_with_its_directory() -> No
     assert not cluster.running
     with pytest.raises(SparkProcessError, match="has not been started"):
         _ = cluster.work_dir  # deleted with the processes
+
+
+@pytest.mark.slow  # a child process and Spark master JVM started
+def test_the_jvm_of_a_killed_owner_is_stopped_by_the_next_spark_start() -> None:
+    """A process killed with its Spark server running (a timeout's SIGKILL) cannot stop
+    it: the next Spark server's start kills the orphaned JVM and removes its directory."""
+    code = (
+        "import threading, time\n"
+        "from pathlib import Path\n"
+        "from goflux.testing import SparkStandaloneCluster\n"
+        "from goflux.testing._spark import _MASTER_LEADER\n"
+        "cluster = SparkStandaloneCluster(startup_timeout=600)\n"
+        "threading.Thread(target=cluster.start, daemon=True).start()\n"
+        "while not cluster._resources.processes:\n"
+        "    time.sleep(0.01)\n"
+        "master = cluster._resources.processes[0]\n"
+        "master.wait_for(_MASTER_LEADER, 600)  # running, its files open\n"
+        "pid = master.popen.pid\n"
+        "print(pid, cluster.work_dir, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    with subprocess.Popen(python(code), stdout=subprocess.PIPE, text=True) as owner:
+        assert owner.stdout is not None
+        pid_text, work_dir = owner.stdout.readline().split()
+        owner.kill()  # SIGKILL: no cleanup ran
+        owner.wait()
+    orphan = int(pid_text)
+    try:
+        assert alive(orphan)
+        assert Path(work_dir).is_dir()
+        long_ago = time.time() - 60  # directories younger than a few seconds are left alone
+        os.utime(work_dir, (long_ago, long_ago))
+
+        with pytest.raises(SparkProcessError, match="did not report"):
+            SparkStandaloneCluster(startup_timeout=0.5).start()  # sweeps, then gives up
+
+        assert not alive(orphan)
+        assert not Path(work_dir).exists()
+    finally:
+        if alive(orphan):
+            os.kill(orphan, signal.SIGKILL)
 
 
 @pytest.mark.slow  # start-up timers

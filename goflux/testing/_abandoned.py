@@ -1,0 +1,118 @@
+"""Temporary directories owned by a live process, and sweeping those whose owner died.
+
+A server for tests (nats-server, a Spark JVM) keeps its files in a temporary
+directory. Its owner takes the directory with :func:`claim` (an exclusive ``flock`` on
+a lock file in it, held for as long as the owner lives; the kernel drops it when the
+owner dies, however it dies) and names the processes it started there with
+:func:`record`. A killed owner cannot stop its servers: :func:`sweep` (called before
+the next start) kills the processes of every directory whose lock can be taken, and
+removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+if sys.platform != "win32":
+    import fcntl
+
+__all__ = ("claim", "kill_and_wait", "record", "sweep")
+
+_LOCK_FILE = ".goflux-lock"
+_PIDS_FILE = ".goflux-server"  # the processes, one pid a line
+_MIN_AGE = 5.0  # seconds; a directory younger than this may still be taking its lock
+
+
+def claim(directory: str | os.PathLike[str]) -> int | None:
+    """Lock ``directory`` for this process; return the descriptor to close on release.
+
+    None where there is no ``flock`` (Windows): nothing is swept there either.
+    """
+    return _lock(Path(directory) / _LOCK_FILE, wait=True)
+
+
+def record(directory: str | os.PathLike[str], pids: Iterable[int]) -> None:
+    """Name the processes a sweep kills if this directory's owner dies."""
+    (Path(directory) / _PIDS_FILE).write_text("".join(f"{pid}\n" for pid in pids))
+
+
+def sweep(prefix: str, program: bytes) -> None:
+    """Kill the processes of abandoned ``prefix*`` temporary directories; remove them.
+
+    A directory is abandoned when nobody holds its lock (and it is not brand new). A
+    recorded pid is killed only if its command line names ``program`` and the
+    directory, so that a pid the system has since given to another process is spared.
+    """
+    now = time.time()
+    for path in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        lock_path = path / _LOCK_FILE
+        try:
+            if not lock_path.exists() or now - path.stat().st_mtime < _MIN_AGE:
+                continue
+            fd = _lock(lock_path, wait=False)
+        except OSError:
+            continue
+        if fd is None:
+            continue  # a live owner holds it
+        try:
+            for pid in _recorded(path):
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if program in cmdline and str(path).encode() in cmdline:
+                    kill_and_wait(pid)
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def _recorded(path: Path) -> list[int]:
+    try:
+        text = (path / _PIDS_FILE).read_text()
+    except OSError:
+        return []
+    return [int(word) for word in text.split() if word.isdigit()]
+
+
+def _lock(path: Path, *, wait: bool) -> int | None:
+    """Open and flock ``path``; return the descriptor, or None if another holds it."""
+    if sys.platform == "win32":  # pragma: no cover - no flock: no sweeping either
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def kill_and_wait(pid: int, timeout: float = 5.0) -> None:
+    """SIGKILL ``pid`` (not our child) and wait until it has exited, up to ``timeout``.
+
+    The kill is asynchronous; a directory is only removed once its processes are gone.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except OSError:  # no pidfd support: kill without waiting
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return
+    try:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        select.select([pidfd], [], [], timeout)  # readable once the process has exited
+    finally:
+        os.close(pidfd)
