@@ -91,7 +91,8 @@ else
           rm -f "$spark_log"* "$floor_log"* "$wheel_log"*' EXIT
     echo "== pytest -m \"not spark\" with pyspark $pyspark (.venv)"
     status=0
-    .venv/bin/pytest -m "not spark" || status=$?
+    # (--durations: the slowest tests, where to look when the check grows past 10 minutes)
+    .venv/bin/pytest -m "not spark" --durations=30 || status=$?
     spark_status=0
     floor_status=0
     wheel_status=0
