@@ -10,14 +10,17 @@ import asyncio
 import contextlib
 import os
 import re
+import resource
 import signal
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.processes import ProcessLines
 from tests.service.probes import until_status
 from tests.service.runner import GofluxRun
 
@@ -242,3 +245,22 @@ async def test_an_ipv6_host_is_logged_as_a_url_that_works(host: str) -> None:
         assert answer.status_code == 200, answer.text
         run.signal(signal.SIGTERM)
         assert await asyncio.to_thread(run.wait) == 0, run.output
+
+
+def test_goflux_run_raises_its_open_files_limit_to_the_hard_limit() -> None:
+    """The server keeps clients' idle connections open 120 s: under a soft limit of 256,
+    a few hundred clients stopped it from accepting any more (EMFILE). goflux run
+    raises the soft limit to the hard one, as Go's runtime does."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert hard == resource.RLIM_INFINITY or hard > 256
+    args = (SERVICE, "--http-port", "0", *LOOPBACK, "--log-level", "debug")
+    argv = ["prlimit", f"--nofile=256:{hard}", sys.executable, "-m", "goflux", "run", *args]
+    with ProcessLines(argv) as run:
+        run.wait_for(BOUND)
+        limits = Path(f"/proc/{run.process.pid}/limits").read_text()
+        run.signal(signal.SIGTERM)
+        assert run.wait() == 0, run.output
+    line = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+    soft_now, hard_now = line.split()[3:5]
+    assert soft_now == hard_now, line
+    assert f"open files limit raised from 256 to {soft_now}" in run.output

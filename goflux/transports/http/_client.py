@@ -29,10 +29,13 @@ DEFAULT_TIMEOUT: Final = 10.0  # seconds, as Go goflux's default client
 MAX_ANSWER: Final = 1 << 20  # bytes of an answer read (Go goflux reads 1 MiB)
 _MAX_ERROR_BODY: Final = 64 * 1024  # bytes of an error answer read for its first line
 _LARGE_BODY: Final = 1 << 20  # Go goflux's default body limit: a body larger may be refused
-# Seconds our own client keeps an idle connection: below the 5 s after which uvicorn,
+# Seconds a connection of our own client may idle and still be sent on (httpx checks
+# at each send and replaces an older one): well below the 5 s after which uvicorn,
 # Node and hypercorn close one by default. Were both 5 s (httpx's default), a POST sent
-# as the server closes the connection would fail with a ReadError, maybe handled.
-_IDLE_SECONDS: Final = 4.0
+# as the server closes the connection would fail with a ReadError, maybe handled. The
+# server's 5 s start as it sends an answer, ours once we have read it: a client whose
+# event loop stalls 1 s in between, with 4 s here, still met the close.
+_IDLE_SECONDS: Final = 2.0
 
 
 class Unsent(Exception):
@@ -230,8 +233,9 @@ class Poster:
 def _own_client() -> httpx.AsyncClient:
     """The client a :class:`Poster` makes when given none.
 
-    It follows redirects and closes a connection idle :data:`_IDLE_SECONDS`, before
-    a server's 5 s keep-alive closes it.
+    It follows redirects and sends on no connection idle longer than
+    :data:`_IDLE_SECONDS` (it connects anew), well before a server's 5 s keep-alive
+    closes it.
     """
     limits = httpx.Limits(  # httpx's defaults but for the idle time
         max_connections=100, max_keepalive_connections=20, keepalive_expiry=_IDLE_SECONDS
