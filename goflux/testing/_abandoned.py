@@ -48,9 +48,10 @@ def record(directory: str | os.PathLike[str], pids: Iterable[int]) -> None:
 def sweep(prefix: str, program: bytes) -> None:
     """Kill the processes of abandoned ``prefix*`` temporary directories; remove them.
 
-    A directory is abandoned when nobody holds its lock (and it is not brand new). A
-    recorded pid is killed only if its command line names ``program`` and the
-    directory, so that a pid the system has since given to another process is spared.
+    A directory is abandoned when nobody holds its lock (and it is not brand new). Its
+    recorded processes and any other process naming it are killed, each only if its
+    command line names ``program`` and the directory, so that a pid the system has
+    since given to another process is spared.
     """
     now = time.time()
     for path in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
@@ -64,12 +65,15 @@ def sweep(prefix: str, program: bytes) -> None:
         if fd is None:
             continue  # a live owner holds it
         try:
-            for pid in _recorded(path):
+            # The recorded pids, and any other process naming the directory: one the
+            # owner started but was killed before recording (a Spark worker, say).
+            named = str(path).encode()
+            for pid in {*_recorded(path), *_naming(named)}:
                 try:
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
                 except OSError:
                     continue
-                if program in cmdline and str(path).encode() in cmdline:
+                if program in cmdline and named in cmdline:
                     kill_and_wait(pid)
             shutil.rmtree(path, ignore_errors=True)
         finally:
@@ -82,6 +86,19 @@ def _recorded(path: Path) -> list[int]:
     except OSError:
         return []
     return [int(word) for word in text.split() if word.isdigit()]
+
+
+def _naming(directory: bytes) -> list[int]:
+    """The processes whose command line names ``directory`` (none without ``/proc``)."""
+    found = []
+    own = os.getpid()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if directory in (entry / "cmdline").read_bytes() and int(entry.name) != own:
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _lock(path: Path, *, wait: bool) -> int | None:

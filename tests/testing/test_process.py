@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -179,13 +180,23 @@ def test_a_spark_process_not_ready_in_time_is_stopped_with_its_directory() -> No
         _ = cluster.work_dir  # deleted with the processes
 
 
-@pytest.mark.slow  # a child process and Spark master JVM started
-def test_the_jvm_of_a_killed_owner_is_stopped_by_the_next_spark_start() -> None:
+def naming(directory: str) -> list[int]:
+    """The processes whose command line names ``directory``."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if directory.encode() in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow  # a child process and Spark JVMs started
+def test_the_jvms_of_a_killed_owner_are_stopped_by_the_next_spark_start() -> None:
     """A process killed with its Spark server running (a timeout's SIGKILL) cannot stop
-    it: the next Spark server's start kills the orphaned JVM and removes its directory."""
+    it: the next Spark server's start kills the orphaned JVMs, also one started but not
+    yet recorded when the owner died, and removes their directory."""
     code = (
         "import threading, time\n"
-        "from pathlib import Path\n"
         "from goflux.testing import SparkStandaloneCluster\n"
         "from goflux.testing._spark import _MASTER_LEADER\n"
         "cluster = SparkStandaloneCluster(startup_timeout=600)\n"
@@ -194,19 +205,19 @@ def test_the_jvm_of_a_killed_owner_is_stopped_by_the_next_spark_start() -> None:
         "    time.sleep(0.01)\n"
         "master = cluster._resources.processes[0]\n"
         "master.wait_for(_MASTER_LEADER, 600)  # running, its files open\n"
-        "pid = master.popen.pid\n"
-        "print(pid, cluster.work_dir, flush=True)\n"
+        "print(master.popen.pid, cluster.work_dir, flush=True)\n"
         "time.sleep(600)\n"
     )
     with subprocess.Popen(python(code), stdout=subprocess.PIPE, text=True) as owner:
         assert owner.stdout is not None
         pid_text, work_dir = owner.stdout.readline().split()
-        owner.kill()  # SIGKILL: no cleanup ran
+        owner.kill()  # SIGKILL: no cleanup ran (the worker may be starting meanwhile)
         owner.wait()
     orphan = int(pid_text)
     try:
         assert alive(orphan)
         assert Path(work_dir).is_dir()
+        (Path(work_dir) / ".goflux-server").write_text("")  # as if killed before recording
         long_ago = time.time() - 60  # directories younger than a few seconds are left alone
         os.utime(work_dir, (long_ago, long_ago))
 
@@ -214,10 +225,11 @@ def test_the_jvm_of_a_killed_owner_is_stopped_by_the_next_spark_start() -> None:
             SparkStandaloneCluster(startup_timeout=0.5).start()  # sweeps, then gives up
 
         assert not alive(orphan)
+        assert naming(work_dir) == []
         assert not Path(work_dir).exists()
     finally:
-        if alive(orphan):
-            os.kill(orphan, signal.SIGKILL)
+        for pid in naming(work_dir):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow  # start-up timers
