@@ -15,7 +15,6 @@ import asyncio
 import json
 import re
 import socket
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -304,14 +303,14 @@ def free_port() -> int:
 
 
 @pytest.fixture
-async def leaf_js() -> AsyncIterator[JetStreamContext]:
+async def leaf_js(tmp_path: Path) -> AsyncIterator[JetStreamContext]:
     """A client of a 2.15 leaf node whose JetStream is its hub's: nats-server 2.11.11.
 
     The client sees 2.15 (which has every feature); the streams live on 2.11 (ADR-44:
     "the server hosting an asset might not match"): only the servers' replies tell.
     """
     port = free_port()
-    config = Path(tempfile.mkdtemp(prefix="goflux-leaf-"))
+    config = tmp_path  # (pytest removes it; a mkdtemp stayed in /tmp)
     (config / "hub.conf").write_text(
         f'jetstream {{ domain: HUB }}\nleafnodes {{ listen: "127.0.0.1:{port}" }}\n'
     )
@@ -376,9 +375,9 @@ accounts {
 
 
 @pytest.fixture
-async def plain_account(version: str) -> AsyncIterator[Client]:
+async def plain_account(version: str, tmp_path: Path) -> AsyncIterator[Client]:
     """A client of an account without JetStream, on a server that runs JetStream."""
-    store = Path(tempfile.mkdtemp(prefix="goflux-accounts-"))
+    store = tmp_path
     (store / "server.conf").write_text(ACCOUNTS % store)
     binary = await binary_of(version)
     args = ["-c", str(store / "server.conf")]
