@@ -25,7 +25,7 @@ from pathlib import Path
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ("claim", "kill_and_wait", "record", "sweep")
+__all__ = ("claim", "record", "sweep")
 
 _LOCK_FILE = ".goflux-lock"
 _PIDS_FILE = ".goflux-server"  # the processes, one pid a line
@@ -74,7 +74,7 @@ def sweep(prefix: str, program: bytes) -> None:
                 except OSError:
                     continue
                 if program in cmdline and named in cmdline:
-                    kill_and_wait(pid)
+                    _kill_and_wait(pid)
             shutil.rmtree(path, ignore_errors=True)
         finally:
             os.close(fd)
@@ -114,7 +114,7 @@ def _lock(path: Path, *, wait: bool) -> int | None:
     return fd
 
 
-def kill_and_wait(pid: int, timeout: float = 5.0) -> None:
+def _kill_and_wait(pid: int, timeout: float = 5.0) -> None:
     """SIGKILL ``pid`` (not our child) and wait until it has exited, up to ``timeout``.
 
     The kill is asynchronous; a directory is only removed once its processes are gone.

@@ -21,9 +21,6 @@ from goflux._errors import GofluxError
 from goflux.testing import _abandoned, _process
 from goflux.testing._process import LoggedProcess
 
-if sys.platform != "win32":
-    pass
-
 __all__ = ("NatsServer", "NatsServerError", "NatsServerNotFound", "find_nats_server")
 
 _READY = "Server is ready"
