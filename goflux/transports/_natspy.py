@@ -261,7 +261,9 @@ class HeaderLines(dict[str, str]):
 
     ``lines`` gives every header line in wire order, names as sent and repeated names
     kept, which nats-py's dict loses. It is parsed from the raw header block when first
-    asked for, so a message whose lines nobody reads costs one kept reference.
+    asked for, so a message whose lines nobody reads costs one kept reference. A
+    client keeping header lines hands one out only where the dict loses a line
+    (``repeated``); other headers come as a plain ``dict``, every line in it.
     """
 
     __slots__ = ("_raw", "repeated")
@@ -311,7 +313,12 @@ async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
     if headers[_HEADER_LINE_START : _HEADER_LINE_START + 1] != b"\r":
         parsed: dict[str, str] | None = await Client._process_headers(self, headers)
         return parsed  # none, or a status message: as nats-py gives it
-    kept = HeaderLines(headers)
+    # A plain dict while each name comes once (most messages): one of str keys and
+    # values is not tracked by the cyclic garbage collector, where a HeaderLines (a
+    # dict subclass) is. Hundreds of received messages wait in a subscription's queue:
+    # each tracked one counts towards the next collection, which then runs every few
+    # hundred messages. The lines are kept only where the dict loses some.
+    kept: dict[str, str] = {}
     lines = 0
     for line in headers[_HEADER_LINE_START + 2 :].split(b"\r\n"):
         name, colon, value = line.partition(b":")
@@ -327,8 +334,12 @@ async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
         kept[key] = value.strip().decode("utf-8", "replace")
     if not kept:
         return None
-    kept.repeated = lines > len(kept)  # some name has several lines
-    return kept
+    if lines == len(kept):
+        return kept
+    every = HeaderLines(headers)  # some name has several lines (or one nats-py drops)
+    every.update(kept)
+    every.repeated = True
+    return every
 
 
 class LineKeepingClient(Client):
@@ -339,6 +350,9 @@ class LineKeepingClient(Client):
 
 def keep_header_lines(nc: Client) -> None:
     """Make ``nc`` hand out received headers as :class:`HeaderLines` from now on.
+
+    (Headers that lose no line in nats-py's dict come as a plain ``dict``: see
+    :class:`HeaderLines`.)
 
     Done on the user's client instance (once; a no-op where nats-py has no such hook):
     the headers stay a ``dict`` with nats-py's values, so other users of the

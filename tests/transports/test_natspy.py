@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 
@@ -62,12 +63,23 @@ async def test_kept_header_lines_read_as_nats_py_reads_them(block: bytes) -> Non
 async def test_kept_header_lines_know_when_a_name_repeats() -> None:
     client = Client()
     repeated = await _natspy._keep_lines(client, b"NATS/1.0\r\nA: 1\r\nB: 2\r\nA: 3\r\n\r\n")
-    single = await _natspy._keep_lines(client, b"NATS/1.0\r\nA: 1\r\nB: 2\r\n\r\n")
+    dropped = await _natspy._keep_lines(client, b"NATS/1.0\r\nBad Name: 1\r\nOk: 2\r\n\r\n")
     assert isinstance(repeated, _natspy.HeaderLines)
-    assert isinstance(single, _natspy.HeaderLines)
     assert repeated.repeated
-    assert not single.repeated
     assert repeated.lines == [("A", "1"), ("B", "2"), ("A", "3")]
+    assert isinstance(dropped, _natspy.HeaderLines)  # a line nats-py's dict leaves out
+    assert dropped.repeated
+    assert dropped.lines == [("Bad Name", "1"), ("Ok", "2")]
+
+
+async def test_headers_that_lose_no_line_stay_a_dict_the_collector_does_not_track() -> None:
+    """Queued by the hundred, tracked headers would run a collection every few hundred."""
+    client = Client()
+    single = await _natspy._keep_lines(client, b"NATS/1.0\r\nA: 1\r\nB: 2\r\n\r\n")
+    assert type(single) is dict
+    assert single == {"A": "1", "B": "2"}
+    assert not getattr(single, "repeated", False)
+    assert not gc.is_tracked(single)
 
 
 # ------------------------------------------------- direct delivery and queued PUBs
