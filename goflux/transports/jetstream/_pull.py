@@ -2,8 +2,8 @@
 
 It never asks for more than its window (:mod:`._window`: ``max_in_flight``, or fewer
 for large messages or slow handlers) minus what is outstanding (received, not yet
-settled) minus what open requests may still bring, and asks again once half a batch
-of room is free; where the consumer's ``max_ack_pending`` holds that bound at the
+settled) minus what open requests may still bring, and asks again once a quarter of
+a batch of room is free; where the consumer's ``max_ack_pending`` holds that bound at the
 server, the window is one batch more, so that an ack frees room for the next
 message at once. It reads the server's status messages (100 heartbeat, 408/409
 request ended, 409 consumer deleted or request refused, 400 bad request, 423 pinned to

@@ -41,7 +41,8 @@ class PullWindow:
 
     Attributes:
         size: Messages outstanding plus requested at most, now.
-        threshold: Free room that makes a new pull request worth sending.
+        threshold: Free room that makes a new pull request worth sending (a
+            quarter of a batch, or of the window where it is smaller).
     """
 
     __slots__ = (
@@ -106,4 +107,9 @@ class PullWindow:
 
     def _fit(self) -> None:
         self.size = size = max(1, min(self._ceiling, self._by_size, self._by_pace))
-        self.threshold = max(1, min(self._batch, size) // 2)
+        # A pull request goes out once a quarter of a batch is free, not half: the
+        # server then always has one open while the messages already here are worked
+        # off (with half, two competing subscribers' servers sat idle between their
+        # requests: 0.79-0.93 of raw nats-py's callback pull on 100 B messages, about
+        # 1.0-1.1 with a quarter). The bound is the same; requests are smaller and more.
+        self.threshold = max(1, min(self._batch, size) // 4)

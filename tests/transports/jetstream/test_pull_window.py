@@ -31,7 +31,7 @@ async def ack_pending(js: JetStreamContext, consumer: str) -> int:
 
 def test_the_window_covers_the_pace_and_size_within_its_ceiling() -> None:
     window = PullWindow(512, 512, 2)
-    assert (window.size, window.threshold) == (FIRST, FIRST // 2)  # pace unknown yet
+    assert (window.size, window.threshold) == (FIRST, FIRST // 4)  # pace unknown yet
     window.paced(0.00002)  # fast handlers: the ceiling
     assert window.size == 512
     window.paced(0.2)  # smoothed: (0.00002 + 0.2) / 2 per message, two workers
@@ -46,6 +46,48 @@ def test_the_window_covers_the_pace_and_size_within_its_ceiling() -> None:
     window.lower_ceiling(3)
     assert (window.size, window.threshold) == (3, 1)
     assert window.ceiling == 3
+
+
+async def test_the_next_pull_goes_out_once_a_quarter_of_the_window_is_free(
+    js: JetStreamContext,
+) -> None:
+    # max_in_flight 64: the first pull brings 64. The handler returns 16, then holds the
+    # 17th: 16 of room are free (a quarter), and a pull for them goes out at once, so
+    # the server is never left without a request while 48 still wait here. Once half
+    # was free only, it would sit idle, its 64 delivered, until the 32nd returned.
+    gate, done = asyncio.Event(), asyncio.Event()
+    handled = 0
+
+    async def handle(msg: Message[Order]) -> None:
+        nonlocal handled
+        handled += 1
+        if handled == 17:
+            await gate.wait()
+        if handled == 200:
+            done.set()
+
+    await jetstream.ensure_consumer(js, stream=STREAM, name="quarter", filter_subject="orders.>")
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(200))
+    sub = jetstream.Subscriber(js, CODEC, stream=STREAM, consumer="quarter", max_in_flight=64)
+    subscription = await sub.start("orders.>", handle)
+    # (The watchdog pulls whatever room is free when nothing is requested, within half
+    # a second: stopped, so that only the release can send the pull looked for.)
+    watchdog = subscription._engine._watchdog
+    assert watchdog is not None
+    watchdog.cancel()
+    delivered = 0
+    try:
+        async with asyncio.timeout(10):
+            while delivered < 80:  # (each look is a round trip to the server)
+                info = await js.consumer_info(STREAM, "quarter")
+                delivered = info.delivered.consumer_seq
+        assert info.num_ack_pending == 64  # 48 queued, the 17th running, 16 new: the bound
+    finally:
+        gate.set()
+    await asyncio.wait_for(done.wait(), 10)
+    await sub.close()
+    assert delivered == 80, delivered
 
 
 @pytest.mark.slow  # a timed handler
