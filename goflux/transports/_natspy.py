@@ -301,6 +301,30 @@ def _header_lines(raw: bytes) -> list[tuple[str, str]]:
     return lines
 
 
+# The key of each header name as sent (its bytes before the colon), as nats-py reads
+# it. Names repeat from message to message: a lookup costs a fraction of stripping,
+# decoding and checking each. Bounded, so that a peer sending ever new names costs no
+# memory: past the bound, a name is read at each use. _DROPPED (a key nats-py never
+# keeps: it holds whitespace) marks a name it drops.
+_NAMES: dict[bytes, str] = {}
+_NAMES_LIMIT: Final = 4096
+_DROPPED: Final = " "
+
+
+def _header_key(name: bytes) -> str:
+    """The key nats-py reads from header ``name`` (ASCII, stripped), or ``_DROPPED``."""
+    try:
+        key = name.strip().decode("ascii")
+    except UnicodeDecodeError:
+        key = _DROPPED
+    else:
+        if key and len(key.split()) != 1:
+            key = _DROPPED  # whitespace inside a name: not a header nats-py keeps
+    if len(_NAMES) < _NAMES_LIMIT:
+        _NAMES[name] = key
+    return key
+
+
 async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
     """nats-py's ``_process_headers``, keeping the raw block for :attr:`HeaderLines.lines`.
 
@@ -320,17 +344,17 @@ async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
     # hundred messages. The lines are kept only where the dict loses some.
     kept: dict[str, str] = {}
     lines = 0
+    names = _NAMES
     for line in headers[_HEADER_LINE_START + 2 :].split(b"\r\n"):
         name, colon, value = line.partition(b":")
         if not colon:
             continue
         lines += 1
-        try:
-            key = name.strip().decode("ascii")
-        except UnicodeDecodeError:
+        key = names.get(name)
+        if key is None:
+            key = _header_key(name)
+        if key is _DROPPED:
             continue
-        if key and len(key.split()) != 1:
-            continue  # whitespace inside a name: not a header nats-py keeps
         kept[key] = value.strip().decode("utf-8", "replace")
     if not kept:
         return None

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from goflux import Headers, InvalidHeader
+from goflux import Headers, InvalidHeader, _wire
 from goflux._headers import check_message_id
+from goflux._wire import read_headers
 
 
 def test_lookup_ignores_case_and_keeps_original_casing() -> None:
@@ -62,3 +63,40 @@ def test_message_id_must_travel_as_a_header_value() -> None:
     for bad in ("", "a\r\nb", None, 3):
         with pytest.raises(InvalidHeader):
             check_message_id(bad)
+
+
+# ------------------------------------------------------------- received headers
+
+
+def test_received_names_are_read_case_insensitively_however_first_spelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_wire, "_KINDS", {})
+    for _ in range(2):  # the second time from what the first remembered
+        headers, message_id = read_headers(
+            {
+                "x-goflux-Tenant": "acme",
+                "X-GOFLUX-Tag": "a",
+                "traceparent": "00-x",
+                "x-message-id": "m",
+            }
+        )
+        assert headers is not None
+        assert headers.multi_items() == [("Tenant", "acme"), ("Tag", "a")]
+        assert message_id == "m"
+        assert read_headers({"NATS-MSG-ID": "n", "Other": "o"}) == (None, "n")
+        assert read_headers({"nats-msg-id": "n", "X-Message-Id": "m"})[1] == "m"  # ours first
+
+
+def test_ever_new_header_names_are_read_without_growing_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer sending new names each time: past the bound, each is classified at each use."""
+    monkeypatch.setattr(_wire, "_KINDS", {})
+    for n in range(_wire._KINDS_LIMIT + 100):
+        headers, message_id = read_headers({f"X-Goflux-K{n}": "v", f"Other-{n}": "w"})
+        assert headers is not None
+        assert headers.multi_items() == [(f"K{n}", "v")]
+        assert message_id is None
+    assert len(_wire._KINDS) == _wire._KINDS_LIMIT
+    assert read_headers({"x-goflux-late": "1", "X-MESSAGE-ID": "m"})[1] == "m"

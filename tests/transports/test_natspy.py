@@ -53,11 +53,29 @@ HEADER_BLOCKS = [
 
 
 @pytest.mark.parametrize("block", HEADER_BLOCKS)
-async def test_kept_header_lines_read_as_nats_py_reads_them(block: bytes) -> None:
+async def test_kept_header_lines_read_as_nats_py_reads_them(
+    block: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_natspy, "_NAMES", {})
     client = Client()
-    ours = await _natspy._keep_lines(client, block)
     theirs = await Client._process_headers(client, block)
-    assert (dict(ours) if ours is not None else None) == theirs
+    for _ in range(2):  # the second time from the names the first remembered
+        ours = await _natspy._keep_lines(client, block)
+        assert (dict(ours) if ours is not None else None) == theirs
+
+
+async def test_ever_new_header_names_are_read_without_growing_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer sending new names each time: past the bound, each is read at each use."""
+    monkeypatch.setattr(_natspy, "_NAMES", {})
+    client = Client()
+    for n in range(_natspy._NAMES_LIMIT + 100):
+        block = b"NATS/1.0\r\nK%d: v\r\nBad Name%d: x\r\n\r\n" % (n, n)
+        ours = await _natspy._keep_lines(client, block)
+        assert ours is not None
+        assert dict(ours) == {f"K{n}": "v"}
+    assert len(_natspy._NAMES) == _natspy._NAMES_LIMIT
 
 
 async def test_kept_header_lines_know_when_a_name_repeats() -> None:
