@@ -303,12 +303,16 @@ def _header_lines(raw: bytes) -> list[tuple[str, str]]:
 
 # The key of each header name as sent (its bytes before the colon), as nats-py reads
 # it. Names repeat from message to message: a lookup costs a fraction of stripping,
-# decoding and checking each. Bounded, so that a peer sending ever new names costs no
-# memory: past the bound, a name is read at each use. _DROPPED (a key nats-py never
-# keeps: it holds whitespace) marks a name it drops.
+# decoding and checking each. Bounded in count and in name length, so that a peer
+# sending ever new (or long) names costs little memory: past the bound, a name is read
+# at each use. _DROPPED (a key nats-py never keeps: it holds whitespace) marks a name
+# it drops.
 _NAMES: dict[bytes, str] = {}
 _NAMES_LIMIT: Final = 4096
 _DROPPED: Final = " "
+# Longest name remembered (longer ones are read at each use): the caches hold at most
+# their limit times this, however long the names a peer sends (up to max_payload).
+CACHED_NAME_LENGTH: Final = 64
 
 
 def _header_key(name: bytes) -> str:
@@ -318,9 +322,9 @@ def _header_key(name: bytes) -> str:
     except UnicodeDecodeError:
         key = _DROPPED
     else:
-        if key and len(key.split()) != 1:
+        if any(c.isspace() for c in key):
             key = _DROPPED  # whitespace inside a name: not a header nats-py keeps
-    if len(_NAMES) < _NAMES_LIMIT:
+    if len(name) <= CACHED_NAME_LENGTH and len(_NAMES) < _NAMES_LIMIT:
         _NAMES[name] = key
     return key
 
@@ -358,9 +362,11 @@ async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
         kept[key] = value.strip().decode("utf-8", "replace")
     if not kept:
         return None
-    if lines == len(kept):
+    if lines == len(kept) and "" not in kept:
         return kept
-    every = HeaderLines(headers)  # some name has several lines (or one nats-py drops)
+    # Some name has several lines, or one nats-py drops; or one is empty, which nats-py
+    # keeps and the lines (Message.wire_headers) leave out.
+    every = HeaderLines(headers)
     every.update(kept)
     every.repeated = True
     return every

@@ -100,3 +100,15 @@ def test_ever_new_header_names_are_read_without_growing_memory(
         assert message_id is None
     assert len(_wire._KINDS) == _wire._KINDS_LIMIT
     assert read_headers({"x-goflux-late": "1", "X-MESSAGE-ID": "m"})[1] == "m"
+
+
+def test_long_received_names_are_classified_each_time_not_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_wire, "_KINDS", {})
+    long = "X-Goflux-" + "L" * _wire.CACHED_NAME_LENGTH
+    for _ in range(2):
+        headers, _ = read_headers({long: "v", "X-Goflux-Short": "s"})
+        assert headers is not None
+        assert headers.multi_items() == [(long[len("X-Goflux-") :], "v"), ("Short", "s")]
+    assert list(_wire._KINDS) == ["X-Goflux-Short"]

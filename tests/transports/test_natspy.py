@@ -46,6 +46,8 @@ HEADER_BLOCKS = [
     "NATS/1.0\r\nN\u00e4me: 1\r\nV: caf\u00e9\r\n\r\n".encode(),
     b"NATS/1.0\r\nV: \xff\xfe\r\n\r\n",
     b"NATS/1.0\r\nEmpty:\r\n\r\n",
+    b"NATS/1.0\r\n: empty name\r\nA: 1\r\n\r\n",
+    b"NATS/1.0\r\nX-Goflux-Tag\x1c: evil\r\n\x1fX-Message-ID: spoof\r\nOk: 1\r\n\r\n",
     b"NATS/1.0\r\n\r\n",
     b"NATS/1.0 503\r\n\r\n",
     b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 5\r\n\r\n",
@@ -76,6 +78,21 @@ async def test_ever_new_header_names_are_read_without_growing_memory(
         assert ours is not None
         assert dict(ours) == {f"K{n}": "v"}
     assert len(_natspy._NAMES) == _natspy._NAMES_LIMIT
+
+
+async def test_long_header_names_are_read_each_time_not_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer sending long names (up to max_payload each) leaves none of them held."""
+    monkeypatch.setattr(_natspy, "_NAMES", {})
+    client = Client()
+    short, long = b"N" * _natspy.CACHED_NAME_LENGTH, b"L" * (_natspy.CACHED_NAME_LENGTH + 1)
+    for _ in range(2):
+        ours = await _natspy._keep_lines(
+            client, b"NATS/1.0\r\n%s: 1\r\n%s: 2\r\n\r\n" % (short, long)
+        )
+        assert ours == {short.decode(): "1", long.decode(): "2"}
+    assert list(_natspy._NAMES) == [short]
 
 
 async def test_kept_header_lines_know_when_a_name_repeats() -> None:

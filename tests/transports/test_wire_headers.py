@@ -127,3 +127,38 @@ async def test_lines_nats_py_drops_as_no_headers_stay_out_of_user_headers(
         msg = await asyncio.wait_for(got, 10)
     assert msg.headers.multi_items() == [("Tag", "a"), ("Tag", "b")]  # publishable as is
     assert msg.wire_headers.get_all("X-Goflux-Bad Name") == ["x"]  # as received
+
+
+async def test_names_nats_py_drops_or_leaves_empty_are_no_headers_of_a_handler(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    # \x1c-\x1f are whitespace to str.isspace (nats-py drops such names) but not to
+    # str.split; an empty name nats-py keeps, and the lines leave out.
+    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.set_result(msg)
+
+    lines = [("", "empty"), ("X-Goflux-Tag\x1c", "evil"), ("\x1fX-Message-ID", "spoof")]
+    async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
+        await raw_hpub(nats_server, "odd", [*lines, ("Tenant", "acme")], CODEC.encode(order(6)))
+        msg = await asyncio.wait_for(got, 10)
+    assert not msg.headers
+    assert msg.id is None
+    assert msg.wire_headers.multi_items() == [*lines[1:], ("Tenant", "acme")]
+
+
+async def test_an_empty_header_name_is_left_out_of_the_wire_headers(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.set_result(msg)
+
+    async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
+        await raw_hpub(
+            nats_server, "odd", [("", "empty"), ("Tenant", "acme")], CODEC.encode(order(7))
+        )
+        msg = await asyncio.wait_for(got, 10)
+    assert msg.wire_headers.multi_items() == [("Tenant", "acme")]
