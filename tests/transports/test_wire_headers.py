@@ -113,18 +113,25 @@ async def test_a_message_without_headers_has_empty_wire_headers(nats_server: Nat
         await nc.close()
 
 
-async def test_lines_nats_py_drops_as_no_headers_stay_out_of_user_headers(
-    nats_server: NatsServer, nc: Client
-) -> None:
+async def received_on_core_nats(
+    server: NatsServer, nc: Client, lines: list[tuple[str, str]]
+) -> Message[Order]:
+    """What a goflux core NATS handler gets for an order sent with exactly ``lines``."""
     got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
 
     async def handle(msg: Message[Order]) -> None:
         got.set_result(msg)
 
-    lines = [("X-Goflux-Bad Name", "x"), ("X-Goflux-Tag", "a"), ("X-Goflux-Tag", "b")]
     async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
-        await raw_hpub(nats_server, "odd", lines, CODEC.encode(order(5)))
-        msg = await asyncio.wait_for(got, 10)
+        await raw_hpub(server, "odd", lines, CODEC.encode(order(5)))
+        return await asyncio.wait_for(got, 10)
+
+
+async def test_lines_nats_py_drops_as_no_headers_stay_out_of_user_headers(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    lines = [("X-Goflux-Bad Name", "x"), ("X-Goflux-Tag", "a"), ("X-Goflux-Tag", "b")]
+    msg = await received_on_core_nats(nats_server, nc, lines)
     assert msg.headers.multi_items() == [("Tag", "a"), ("Tag", "b")]  # publishable as is
     assert msg.wire_headers.get_all("X-Goflux-Bad Name") == ["x"]  # as received
 
@@ -134,15 +141,8 @@ async def test_names_nats_py_drops_or_leaves_empty_are_no_headers_of_a_handler(
 ) -> None:
     # \x1c-\x1f are whitespace to str.isspace (nats-py drops such names) but not to
     # str.split; an empty name nats-py keeps, and the lines leave out.
-    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
-
-    async def handle(msg: Message[Order]) -> None:
-        got.set_result(msg)
-
     lines = [("", "empty"), ("X-Goflux-Tag\x1c", "evil"), ("\x1fX-Message-ID", "spoof")]
-    async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
-        await raw_hpub(nats_server, "odd", [*lines, ("Tenant", "acme")], CODEC.encode(order(6)))
-        msg = await asyncio.wait_for(got, 10)
+    msg = await received_on_core_nats(nats_server, nc, [*lines, ("Tenant", "acme")])
     assert not msg.headers
     assert msg.id is None
     assert msg.wire_headers.multi_items() == [*lines[1:], ("Tenant", "acme")]
@@ -151,14 +151,5 @@ async def test_names_nats_py_drops_or_leaves_empty_are_no_headers_of_a_handler(
 async def test_an_empty_header_name_is_left_out_of_the_wire_headers(
     nats_server: NatsServer, nc: Client
 ) -> None:
-    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
-
-    async def handle(msg: Message[Order]) -> None:
-        got.set_result(msg)
-
-    async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
-        await raw_hpub(
-            nats_server, "odd", [("", "empty"), ("Tenant", "acme")], CODEC.encode(order(7))
-        )
-        msg = await asyncio.wait_for(got, 10)
+    msg = await received_on_core_nats(nats_server, nc, [("", "empty"), ("Tenant", "acme")])
     assert msg.wire_headers.multi_items() == [("Tenant", "acme")]
