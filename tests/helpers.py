@@ -122,17 +122,25 @@ class ScriptedPublisher:
         await self.close()
 
 
-async def raw_publish(url: str, subject: str, header_lines: bytes, payload: bytes) -> None:
+async def raw_publish(
+    url: str,
+    subject: str,
+    header_lines: bytes,
+    payload: bytes,
+    *,
+    first_line: bytes = b"NATS/1.0\r\n",
+) -> None:
     """Publish with hand-written NATS protocol, as a peer with laxer rules may.
 
-    ``header_lines`` are ``b"Name: value\\r\\n"`` lines sent exactly as given; returns
-    once the server has processed the message (its PONG to our PING).
+    ``header_lines`` are ``b"Name: value\\r\\n"`` lines sent exactly as given, after
+    ``first_line``; returns once the server has processed the message (its PONG to
+    our PING).
     """
     host, port = url.removeprefix("nats://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         await reader.readline()  # INFO
-        block = b"NATS/1.0\r\n" + header_lines + b"\r\n"
+        block = first_line + header_lines + b"\r\n"
         writer.write(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n')
         writer.write(
             b"HPUB %s %d %d\r\n%s%s\r\nPING\r\n"

@@ -61,6 +61,8 @@ __all__ = (
 logger = logging.getLogger("goflux.transports")
 
 _HEADER_LINE_START: Final = len(b"NATS/1.0")
+_HEADER_LINE_END: Final = _HEADER_LINE_START + 1  # where the first line's "\n" is
+_LF_END: Final = _HEADER_LINE_END + 1
 PAYLOAD_VIOLATION: Final = "maximum payload violation"  # the server's -ERR, lower-cased
 
 
@@ -360,12 +362,14 @@ async def _keep_lines(self: Client, headers: bytes) -> dict[str, str] | None:
         if key is _DROPPED:
             continue
         kept[key] = value.strip().decode("utf-8", "replace")
-    if not kept:
+    if not lines:
         return None
-    if lines == len(kept) and "" not in kept:
+    if lines == len(kept) and "" not in kept and headers[_HEADER_LINE_END:_LF_END] == b"\n":
         return kept
-    # Some name has several lines, or one nats-py drops; or one is empty, which nats-py
-    # keeps and the lines (Message.wire_headers) leave out.
+    # Some name has several lines, or one nats-py drops (perhaps every one: the lines
+    # still go to Message.wire_headers); or one is empty, which nats-py keeps and the
+    # lines leave out; or the first line does not end as it should, which nats-py reads
+    # past and the lines skip.
     every = HeaderLines(headers)
     every.update(kept)
     every.repeated = True

@@ -153,3 +153,34 @@ async def test_an_empty_header_name_is_left_out_of_the_wire_headers(
 ) -> None:
     msg = await received_on_core_nats(nats_server, nc, [("", "empty"), ("Tenant", "acme")])
     assert msg.wire_headers.multi_items() == [("Tenant", "acme")]
+
+
+async def test_lines_of_names_nats_py_drops_all_stay_in_the_wire_headers(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    msg = await received_on_core_nats(nats_server, nc, [("A\x1c", "1"), ("Bad Name", "x")])
+    assert not msg.headers
+    assert msg.wire_headers.multi_items() == [("A\x1c", "1"), ("Bad Name", "x")]
+
+
+async def test_a_first_line_that_does_not_end_as_it_should_is_no_header(
+    nats_server: NatsServer, nc: Client
+) -> None:
+    # "NATS/1.0\rX-Goflux-Tag: evil\r\n...": nats-py reads past byte 9; the lines skip
+    # the whole first line, as before header blocks became plain dicts.
+    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.set_result(msg)
+
+    async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
+        await raw_publish(
+            nats_server.url,
+            "odd",
+            b"XX-Goflux-Tag: evil\r\nB: 2\r\n",
+            CODEC.encode(order(8)),
+            first_line=b"NATS/1.0\r",
+        )
+        msg = await asyncio.wait_for(got, 10)
+    assert not msg.headers
+    assert msg.wire_headers.multi_items() == [("B", "2")]
