@@ -226,14 +226,17 @@ GOALS = (
 
 
 @pytest.mark.spark  # the smoke run includes the Spark suite (classic and Connect)
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(720)
 def test_smoke_run_reports_every_table_goal_and_chart(tmp_path: Path) -> None:
+    # About 80 s alone on 2 cores; in the full check it starts beside the main tier,
+    # before the last minute's load average shows that tier (so scaled() adds little),
+    # and took over 400 s there once: the limit only has to catch a hang.
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=scaled(400),
+        timeout=scaled(700),
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
