@@ -138,8 +138,11 @@ _OTHER: Final = 0
 _MESSAGE_ID: Final = 1
 _NATS_MSG_ID: Final = 2
 _KINDS: dict[str, str | int] = {}
-_KINDS_LIMIT: Final = 4096
-CACHED_NAME_LENGTH: Final = 64  # longer names are classified at each use
+# The bounds of this cache and of the transports' own caches of received header names:
+# at most NAME_CACHE_LIMIT names each, of at most CACHED_NAME_LENGTH (longer ones are
+# read at each use), however many and however long the names a peer sends.
+NAME_CACHE_LIMIT: Final = 4096
+CACHED_NAME_LENGTH: Final = 64
 
 
 def _kind(name: str) -> str | int:
@@ -154,7 +157,7 @@ def _kind(name: str) -> str | int:
         kind = _NATS_MSG_ID
     else:
         kind = _OTHER
-    if len(name) <= CACHED_NAME_LENGTH and len(_KINDS) < _KINDS_LIMIT:
+    if len(name) <= CACHED_NAME_LENGTH and len(_KINDS) < NAME_CACHE_LIMIT:
         _KINDS[name] = kind
     return kind
 

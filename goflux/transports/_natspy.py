@@ -28,6 +28,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
+from goflux._wire import CACHED_NAME_LENGTH, NAME_CACHE_LIMIT
+
 __all__ = (
     "DirectDelivery",
     "ErrorCallback",
@@ -310,11 +312,7 @@ def _header_lines(raw: bytes) -> list[tuple[str, str]]:
 # at each use. _DROPPED (a key nats-py never keeps: it holds whitespace) marks a name
 # it drops.
 _NAMES: dict[bytes, str] = {}
-_NAMES_LIMIT: Final = 4096
 _DROPPED: Final = " "
-# Longest name remembered (longer ones are read at each use): the caches hold at most
-# their limit times this, however long the names a peer sends (up to max_payload).
-CACHED_NAME_LENGTH: Final = 64
 
 
 def _header_key(name: bytes) -> str:
@@ -326,7 +324,7 @@ def _header_key(name: bytes) -> str:
     else:
         if any(c.isspace() for c in key):
             key = _DROPPED  # whitespace inside a name: not a header nats-py keeps
-    if len(name) <= CACHED_NAME_LENGTH and len(_NAMES) < _NAMES_LIMIT:
+    if len(name) <= CACHED_NAME_LENGTH and len(_NAMES) < NAME_CACHE_LIMIT:
         _NAMES[name] = key
     return key
 

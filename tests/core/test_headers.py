@@ -93,12 +93,12 @@ def test_ever_new_header_names_are_read_without_growing_memory(
 ) -> None:
     """A peer sending new names each time: past the bound, each is classified at each use."""
     monkeypatch.setattr(_wire, "_KINDS", {})
-    for n in range(_wire._KINDS_LIMIT + 100):
+    for n in range(_wire.NAME_CACHE_LIMIT + 100):
         headers, message_id = read_headers({f"X-Goflux-K{n}": "v", f"Other-{n}": "w"})
         assert headers is not None
         assert headers.multi_items() == [(f"K{n}", "v")]
         assert message_id is None
-    assert len(_wire._KINDS) == _wire._KINDS_LIMIT
+    assert len(_wire._KINDS) == _wire.NAME_CACHE_LIMIT
     assert read_headers({"x-goflux-late": "1", "X-MESSAGE-ID": "m"})[1] == "m"
 
 

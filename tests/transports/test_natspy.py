@@ -13,6 +13,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.protocol.command import pub_cmd
 
+from goflux import _wire
 from goflux.testing import NatsServer
 from goflux.transports import _natspy
 from goflux.transports._natspy import flush
@@ -74,12 +75,12 @@ async def test_ever_new_header_names_are_read_without_growing_memory(
     """A peer sending new names each time: past the bound, each is read at each use."""
     monkeypatch.setattr(_natspy, "_NAMES", {})
     client = Client()
-    for n in range(_natspy._NAMES_LIMIT + 100):
+    for n in range(_wire.NAME_CACHE_LIMIT + 100):
         block = b"NATS/1.0\r\nK%d: v\r\nBad Name%d: x\r\n\r\n" % (n, n)
         ours = await _natspy._keep_lines(client, block)
         assert ours is not None
         assert dict(ours) == {f"K{n}": "v"}
-    assert len(_natspy._NAMES) == _natspy._NAMES_LIMIT
+    assert len(_natspy._NAMES) == _wire.NAME_CACHE_LIMIT
 
 
 async def test_long_header_names_are_read_each_time_not_remembered(
@@ -88,7 +89,7 @@ async def test_long_header_names_are_read_each_time_not_remembered(
     """A peer sending long names (up to max_payload each) leaves none of them held."""
     monkeypatch.setattr(_natspy, "_NAMES", {})
     client = Client()
-    short, long = b"N" * _natspy.CACHED_NAME_LENGTH, b"L" * (_natspy.CACHED_NAME_LENGTH + 1)
+    short, long = b"N" * _wire.CACHED_NAME_LENGTH, b"L" * (_wire.CACHED_NAME_LENGTH + 1)
     for _ in range(2):
         ours = await _natspy._keep_lines(
             client, b"NATS/1.0\r\n%s: 1\r\n%s: 2\r\n\r\n" % (short, long)

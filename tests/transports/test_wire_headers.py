@@ -20,14 +20,20 @@ CODEC = JsonCodec(Order)
 
 
 async def raw_hpub(
-    server: NatsServer, subject: str, lines: list[tuple[str, str]], body: bytes
+    server: NatsServer,
+    subject: str,
+    lines: list[tuple[str, str]],
+    body: bytes,
+    *,
+    first_line: bytes = b"NATS/1.0\r\n",
 ) -> None:
-    """Publish with a hand-written HPUB: exactly these header lines."""
+    """Publish with a hand-written HPUB: exactly these header lines, after ``first_line``."""
     await raw_publish(
         server.url,
         subject,
         b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in lines),
         body,
+        first_line=first_line,
     )
 
 
@@ -114,7 +120,11 @@ async def test_a_message_without_headers_has_empty_wire_headers(nats_server: Nat
 
 
 async def received_on_core_nats(
-    server: NatsServer, nc: Client, lines: list[tuple[str, str]]
+    server: NatsServer,
+    nc: Client,
+    lines: list[tuple[str, str]],
+    *,
+    first_line: bytes = b"NATS/1.0\r\n",
 ) -> Message[Order]:
     """What a goflux core NATS handler gets for an order sent with exactly ``lines``."""
     got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
@@ -123,7 +133,7 @@ async def received_on_core_nats(
         got.set_result(msg)
 
     async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
-        await raw_hpub(server, "odd", lines, CODEC.encode(order(5)))
+        await raw_hpub(server, "odd", lines, CODEC.encode(order(5)), first_line=first_line)
         return await asyncio.wait_for(got, 10)
 
 
@@ -168,19 +178,7 @@ async def test_a_first_line_that_does_not_end_as_it_should_is_no_header(
 ) -> None:
     # "NATS/1.0\rX-Goflux-Tag: evil\r\n...": nats-py reads past byte 9; the lines skip
     # the whole first line, as before header blocks became plain dicts.
-    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
-
-    async def handle(msg: Message[Order]) -> None:
-        got.set_result(msg)
-
-    async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
-        await raw_publish(
-            nats_server.url,
-            "odd",
-            b"XX-Goflux-Tag: evil\r\nB: 2\r\n",
-            CODEC.encode(order(8)),
-            first_line=b"NATS/1.0\r",
-        )
-        msg = await asyncio.wait_for(got, 10)
+    lines = [("XX-Goflux-Tag", "evil"), ("B", "2")]
+    msg = await received_on_core_nats(nats_server, nc, lines, first_line=b"NATS/1.0\r")
     assert not msg.headers
     assert msg.wire_headers.multi_items() == [("B", "2")]
