@@ -9,6 +9,7 @@ from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from goflux._errors import AlreadySettled
 from goflux._headers import Headers
+from goflux._wire import header_lines
 
 __all__ = (
     "Acker",
@@ -100,7 +101,8 @@ class Message(Generic[T_co]):
         id: The message ID set by the publisher, if any.
         delivery: Broker delivery facts (JetStream), else None.
         data: The payload bytes exactly as received, where the transport has them.
-        wire_headers: Every header line exactly as received (see the property).
+        wire_headers: Every header line exactly as received (see the property): a
+            mapping, or the ``NATS/1.0`` header block itself, read when first asked for.
     """
 
     __slots__ = (
@@ -126,7 +128,7 @@ class Message(Generic[T_co]):
         delivery: Delivery | None = None,
         data: bytes | None = None,
         acker: Acker | None = None,
-        wire_headers: Mapping[str, str] | Headers | None = None,
+        wire_headers: Mapping[str, str] | Headers | bytes | None = None,
     ) -> None:
         self._subject = subject
         self._payload = payload
@@ -137,7 +139,7 @@ class Message(Generic[T_co]):
         self._acker = acker
         self._settled: Outcome | None = None
         self._observer: SettlementObserver | None = None
-        self._wire = wire_headers
+        self._wire: Mapping[str, str] | Headers | bytes | None = wire_headers
 
     @property
     def subject(self) -> str:
@@ -172,6 +174,8 @@ class Message(Generic[T_co]):
             return wire
         if wire is None:
             headers = Headers()
+        elif isinstance(wire, bytes):  # the header block as received, read now
+            headers = Headers._trusted(header_lines(wire))
         else:
             lines = getattr(wire, "lines", None)  # repeated lines, where the client kept them
             headers = Headers._trusted(lines if lines is not None else wire.items())
@@ -338,14 +342,15 @@ def received(
     id: str | None,
     data: bytes | None,
     acker: Acker | None,
-    wire: Mapping[str, str] | None = None,
+    wire: Mapping[str, str] | bytes | None = None,
     delivery: Callable[[], Delivery] | None = None,
 ) -> Message[T]:
     """Build a received message without keyword parsing (for transports' hot paths).
 
-    ``wire`` is the transport's header mapping as received (see
-    :attr:`Message.wire_headers`); it is read only when asked for. ``delivery`` builds
-    the delivery facts of a message without an acker, when first asked for.
+    ``wire`` is the transport's header mapping as received, or the ``NATS/1.0`` header
+    block itself (see :attr:`Message.wire_headers`); it is read only when asked for.
+    ``delivery`` builds the delivery facts of a message without an acker, when first
+    asked for.
     """
     message: Message[T] = Message.__new__(Message)
     message._subject = subject

@@ -23,6 +23,7 @@ __all__ = (
     "USER_HEADER_PREFIX",
     "RepeatedHeaders",
     "check_size",
+    "header_lines",
     "outgoing",
     "read_headers",
     "write_headers",
@@ -92,17 +93,21 @@ def write_headers(
     return out
 
 
-def read_headers(raw: Mapping[str, str] | None) -> tuple[Headers | None, str | None]:
+def read_headers(raw: Mapping[str, str] | bytes | None) -> tuple[Headers | None, str | None]:
     """Split received transport headers into user headers (prefix removed) and message ID.
 
-    Repeated user headers keep every value where the client kept the header lines
-    (:func:`goflux.transports._natspy.keep_header_lines`). Names are matched
-    case-insensitively; ``Nats-Msg-Id`` stands in for a missing
+    ``raw`` is a mapping of the headers, or a ``NATS/1.0`` header block as received
+    (read here in one pass: see :func:`header_lines`). Repeated user headers keep every
+    value where the client kept the header lines
+    (:func:`goflux.transports._natspy.keep_header_lines`) or the block is given. Names
+    are matched case-insensitively; ``Nats-Msg-Id`` stands in for a missing
     ``X-Message-ID`` (a plain JetStream publisher sets only that one). The headers are
     None when there are no user headers (the message then makes empty ones on demand).
     """
     if not raw:
         return None, None
+    if isinstance(raw, bytes):
+        return _read_block(raw)
     message_id: str | None = None
     pairs: list[tuple[str, str]] = []
     nats_msg_id: str | None = None
@@ -160,6 +165,79 @@ def _kind(name: str) -> str | int:
     if len(name) <= CACHED_NAME_LENGTH and len(_KINDS) < NAME_CACHE_LIMIT:
         _KINDS[name] = kind
     return kind
+
+
+def header_lines(block: bytes) -> list[tuple[str, str]]:
+    """Every ``(name, value)`` line of a ``NATS/1.0`` header block, in wire order.
+
+    The first line (the version, and a status where there is one) is no header. Names
+    and values are stripped and decoded as UTF-8 (invalid bytes replaced); a line
+    without a colon, or with an empty name, is none. Names are as sent: a name nats-py
+    drops (not ASCII, or holding whitespace) is here too.
+    """
+    lines: list[tuple[str, str]] = []
+    for line in block.split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if colon:
+            name = name.strip()
+            if name:
+                lines.append(
+                    (name.decode(errors="replace"), value.strip().decode(errors="replace"))
+                )
+    return lines
+
+
+# What a header name in a received block is, by its bytes as sent (see _KINDS); a name
+# nats-py drops (not ASCII, holding whitespace, or empty) is no header: _OTHER. Bounded
+# as _KINDS is.
+_BLOCK_KINDS: dict[bytes, str | int] = {}
+
+
+def _block_kind(name: bytes) -> str | int:
+    """Classify header ``name`` as sent, remembering it while there is room."""
+    text = name.strip().decode(errors="replace")
+    kind: str | int = _OTHER
+    if text and text.isascii() and not any(c.isspace() for c in text):
+        known = _KINDS.get(text)
+        kind = _kind(text) if known is None else known
+    if len(name) <= CACHED_NAME_LENGTH and len(_BLOCK_KINDS) < NAME_CACHE_LIMIT:
+        _BLOCK_KINDS[name] = kind
+    return kind
+
+
+def _read_block(block: bytes) -> tuple[Headers | None, str | None]:
+    """:func:`read_headers` of a header block: what it gives for the block's lines.
+
+    One pass over the lines, decoding only the values of goflux's own headers: a
+    block's other headers (the trace context, the server's, a peer's) cost a lookup of
+    their name each. Equal to reading :func:`header_lines` without the names nats-py
+    drops.
+    """
+    message_id: str | None = None
+    nats_msg_id: str | None = None
+    pairs: list[tuple[str, str]] | None = None
+    kinds = _BLOCK_KINDS
+    for line in block.split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon:
+            continue
+        kind = kinds.get(name)
+        if kind is None:
+            kind = _block_kind(name)
+        if not kind:
+            continue  # another header: its value is not read
+        text = value.strip().decode(errors="replace")
+        if type(kind) is str:
+            if pairs is None:
+                pairs = [(kind, text)]
+            else:
+                pairs.append((kind, text))
+        elif kind == _MESSAGE_ID:
+            message_id = text
+        else:
+            nats_msg_id = text
+    headers = Headers._trusted(pairs) if pairs else None
+    return headers, message_id if message_id is not None else nats_msg_id
 
 
 def _header_names(lines: list[tuple[str, str]]) -> Iterator[tuple[str, str]]:

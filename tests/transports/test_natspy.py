@@ -14,6 +14,8 @@ from nats.aio.msg import Msg
 from nats.protocol.command import pub_cmd
 
 from goflux import _wire
+from goflux._headers import Headers
+from goflux._message import received
 from goflux.testing import NatsServer
 from goflux.transports import _natspy
 from goflux.transports._natspy import flush
@@ -67,6 +69,80 @@ async def test_kept_header_lines_read_as_nats_py_reads_them(
     for _ in range(2):  # the second time from the names the first remembered
         ours = await _natspy._keep_lines(client, block)
         assert ((dict(ours) if ours is not None else None) or None) == theirs
+
+
+GOFLUX_BLOCKS = [
+    b"NATS/1.0\r\nX-Goflux-Tenant: acme\r\nX-Message-ID: m-1\r\nNats-Msg-Id: m-1\r\n\r\n",
+    b"NATS/1.0\r\nx-goflux-tag: a\r\nX-GOFLUX-Tag: b\r\nX-Goflux-Other:  c \r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id: only-nats\r\ntraceparent: 00-ab-cd-01\r\n\r\n",
+    b"NATS/1.0\r\nX-Message-ID: first\r\nx-message-id: second\r\n\r\n",
+    b"NATS/1.0\r\nX-Goflux-: no name\r\n X-Goflux-Padded : v\r\n\r\n",
+    b"NATS/1.0\r\nX-Goflux-Tag: \xff\xfe\r\nX-Goflux-Caf\xc3\xa9: x\r\n\r\n",
+    b"NATS/1.0\r\nX-Goflux-Bad Name: x\r\nX-Goflux-Tag: a\r\nX-Goflux-Tag: b\r\n\r\n",
+    b"NATS/1.0\rX-Goflux-Tag: evil\r\nX-Goflux-B: 2\r\n\r\n",
+    b"NATS/1.0\r\n: X-Goflux-Tag\r\nX-Goflux-Tag:\r\n\r\n",
+]
+
+
+def _read(headers: Headers | None, message_id: str | None) -> tuple[object, str | None]:
+    return (headers.multi_items() if headers is not None else None), message_id
+
+
+@pytest.mark.parametrize("block", [b for b in HEADER_BLOCKS + GOFLUX_BLOCKS if b[8:9] == b"\r"])
+async def test_a_block_read_when_needed_reads_as_the_client_would_have(
+    block: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """User headers, message ID, wire headers and the mapping, from the block itself."""
+    client = Client()
+    _natspy.keep_header_lines(client)
+    assert _natspy._reads_blocks_later(client, block)
+    before = await client._process_headers(block)
+    monkeypatch.setattr(_wire, "_BLOCK_KINDS", {})
+    monkeypatch.setattr(_wire, "_KINDS", {})
+    for _ in range(2):  # the second time from the names the first remembered
+        assert _read(*_wire.read_headers(block)) == _read(*_wire.read_headers(before))
+        lazily = received("s", None, None, None, None, None, block).wire_headers
+        at_once = received("s", None, None, None, None, None, before).wire_headers
+        assert lazily.multi_items() == at_once.multi_items()
+        assert _natspy.received_headers(block) == before
+
+
+async def test_a_status_or_another_client_s_headers_are_read_at_once() -> None:
+    """A block with a status goes to nats-py as it comes; so does every block of a
+    client whose header reading goflux did not install."""
+    client = Client()
+    _natspy.keep_header_lines(client)
+    block = b"NATS/1.0\r\nA: 1\r\n\r\n"
+    assert not _natspy._reads_blocks_later(client, b"NATS/1.0 408 Request Timeout\r\n\r\n")
+    assert not _natspy._reads_blocks_later(Client(), block)
+    assert _natspy._reads_blocks_later(_natspy.LineKeepingClient(), block)
+
+
+async def test_ever_new_names_in_blocks_are_read_without_growing_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_wire, "_BLOCK_KINDS", {})
+    monkeypatch.setattr(_wire, "_KINDS", {})
+    for n in range(_wire.NAME_CACHE_LIMIT + 100):
+        block = b"NATS/1.0\r\nX-Goflux-K%d: v\r\nX-Goflux-Bad Name%d: x\r\n\r\n" % (n, n)
+        headers, _ = _wire.read_headers(block)
+        assert headers is not None
+        assert headers.multi_items() == [(f"K{n}", "v")]
+    assert len(_wire._BLOCK_KINDS) == _wire.NAME_CACHE_LIMIT
+
+
+async def test_long_names_in_blocks_are_read_each_time_not_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_wire, "_BLOCK_KINDS", {})
+    monkeypatch.setattr(_wire, "_KINDS", {})
+    short = b"X-Goflux-" + b"N" * (_wire.CACHED_NAME_LENGTH - 9)
+    long = b"X-Goflux-" + b"L" * (_wire.CACHED_NAME_LENGTH - 8)
+    for _ in range(2):
+        headers, _ = _wire.read_headers(b"NATS/1.0\r\n%s: 1\r\n%s: 2\r\n\r\n" % (short, long))
+        assert headers is not None
+        assert headers.multi_items() == [(short[9:].decode(), "1"), (long[9:].decode(), "2")]
+    assert list(_wire._BLOCK_KINDS) == [short]
 
 
 async def test_ever_new_header_names_are_read_without_growing_memory(
@@ -190,7 +266,7 @@ async def test_direct_delivery_takes_each_message_at_once_in_order(
         subject: str,
         reply: str,
         data: bytes,
-        headers: dict[str, str] | None,
+        headers: bytes | dict[str, str] | None,
         delivery: _natspy.DirectDelivery,
     ) -> None:
         taken.append(data)
@@ -266,7 +342,7 @@ async def test_direct_delivery_leaves_the_other_subscriptions_to_nats_py(
     # callback, an iterator, a request's reply) works as before, and once the direct
     # one is gone its messages are dropped as nats-py drops them.
     nc = await nats.connect(nats_server.url)
-    taken: list[tuple[str, bytes, dict[str, str] | None, str]] = []
+    taken: list[tuple[str, bytes, bytes | dict[str, str] | None, str]] = []
     delivery = _natspy.DirectDelivery(
         lambda subject, reply, data, headers, d: taken.append((subject, data, headers, reply))
     )
@@ -286,7 +362,8 @@ async def test_direct_delivery_leaves_the_other_subscriptions_to_nats_py(
     assert (await plain.next_msg(timeout=5)).data == b"p1"
     assert reply.data == b"re:e1"
     assert echoed == [b"e1"]
-    assert taken == [("mixed.direct", b"d1", {"A": "1"}, "")]
+    assert taken == [("mixed.direct", b"d1", {"A": "1"}, "")]  # (read at once: see
+    # test_a_status_or_another_client_s_headers_are_read_at_once)
     assert nc.stats["in_msgs"] - before == 4  # direct, echo request, its reply, plain
     assert direct.delivered == 1
     nc._remove_sub(direct._id)  # nats-py forgot it; its UNSUB is not at the server yet

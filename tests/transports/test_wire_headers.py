@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import nats
+import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -119,66 +121,110 @@ async def test_a_message_without_headers_has_empty_wire_headers(nats_server: Nat
         await nc.close()
 
 
-async def received_on_core_nats(
-    server: NatsServer,
-    nc: Client,
-    lines: list[tuple[str, str]],
-    *,
-    first_line: bytes = b"NATS/1.0\r\n",
-) -> Message[Order]:
-    """What a goflux core NATS handler gets for an order sent with exactly ``lines``."""
+Receive = Callable[..., Awaitable[Message[Order]]]
+
+
+@pytest.fixture(params=["core NATS", "JetStream"])
+def received_on(
+    request: pytest.FixtureRequest, nats_server: NatsServer, nc: Client, js: JetStreamContext
+) -> Receive:
+    """What a goflux handler of core NATS (or JetStream) gets for an order sent with
+    exactly ``lines`` (after ``first_line``)."""
+
+    async def receive(
+        lines: list[tuple[str, str]], *, first_line: bytes = b"NATS/1.0\r\n"
+    ) -> Message[Order]:
+        got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+        async def handle(msg: Message[Order]) -> None:
+            got.set_result(msg)
+
+        subscriber: gnats.Subscriber[Order] | jetstream.Subscriber[Order]
+        if request.param == "JetStream":  # (its pull engine reads a block when needed)
+            subscriber, subject = jetstream.Subscriber(js, CODEC, stream=STREAM), "orders.odd"
+        else:
+            subscriber, subject = gnats.Subscriber(nc, CODEC), "odd"
+        async with await subscriber.start(subject, handle):
+            body = CODEC.encode(order(5))
+            await raw_hpub(nats_server, subject, lines, body, first_line=first_line)
+            return await asyncio.wait_for(got, 10)
+
+    return receive
+
+
+async def test_goflux_headers_of_a_foreign_block_reach_the_handler(received_on: Receive) -> None:
+    lines = [
+        ("x-goflux-tag", "a"),
+        ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        ("X-GOFLUX-Tag", " b "),
+        ("Nats-Msg-Id", "n-1"),
+        ("X-Goflux-Caf\u00e9", "x"),
+    ]
+    msg = await received_on(lines)
+    assert msg.headers.multi_items() == [("tag", "a"), ("tag", "b")]  # (the first casing)
+    assert msg.id == "n-1"  # Nats-Msg-Id where no X-Message-ID came
+    assert msg.wire_headers.get_all("X-Goflux-Tag") == ["a", "b"]
+    assert msg.wire_headers.multi_items()[-1] == ("X-Goflux-Caf\u00e9", "x")
+
+
+async def test_a_jetstream_handler_gets_the_header_block_unread(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    """The pull engine hands the block on as received: read only where asked for."""
     got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
 
     async def handle(msg: Message[Order]) -> None:
         got.set_result(msg)
 
-    async with await gnats.Subscriber(nc, CODEC).start("odd", handle):
-        await raw_hpub(server, "odd", lines, CODEC.encode(order(5)), first_line=first_line)
-        return await asyncio.wait_for(got, 10)
+    async with await jetstream.Subscriber(js, CODEC, stream=STREAM).start("orders.b", handle):
+        await raw_hpub(nats_server, "orders.b", [("Tenant", "acme")], CODEC.encode(order(6)))
+        msg = await asyncio.wait_for(got, 10)
+    assert isinstance(msg._wire, bytes)
+    assert msg.wire_headers.multi_items()[0] == ("Tenant", "acme")
 
 
 async def test_lines_nats_py_drops_as_no_headers_stay_out_of_user_headers(
-    nats_server: NatsServer, nc: Client
+    received_on: Receive,
 ) -> None:
     lines = [("X-Goflux-Bad Name", "x"), ("X-Goflux-Tag", "a"), ("X-Goflux-Tag", "b")]
-    msg = await received_on_core_nats(nats_server, nc, lines)
+    msg = await received_on(lines)
     assert msg.headers.multi_items() == [("Tag", "a"), ("Tag", "b")]  # publishable as is
     assert msg.wire_headers.get_all("X-Goflux-Bad Name") == ["x"]  # as received
 
 
 async def test_names_nats_py_drops_or_leaves_empty_are_no_headers_of_a_handler(
-    nats_server: NatsServer, nc: Client
+    received_on: Receive,
 ) -> None:
     # \x1c-\x1f are whitespace to str.isspace (nats-py drops such names) but not to
     # str.split; an empty name nats-py keeps, and the lines leave out.
     lines = [("", "empty"), ("X-Goflux-Tag\x1c", "evil"), ("\x1fX-Message-ID", "spoof")]
-    msg = await received_on_core_nats(nats_server, nc, [*lines, ("Tenant", "acme")])
+    msg = await received_on([*lines, ("Tenant", "acme")])
     assert not msg.headers
     assert msg.id is None
     assert msg.wire_headers.multi_items() == [*lines[1:], ("Tenant", "acme")]
 
 
 async def test_an_empty_header_name_is_left_out_of_the_wire_headers(
-    nats_server: NatsServer, nc: Client
+    received_on: Receive,
 ) -> None:
-    msg = await received_on_core_nats(nats_server, nc, [("", "empty"), ("Tenant", "acme")])
+    msg = await received_on([("", "empty"), ("Tenant", "acme")])
     assert msg.wire_headers.multi_items() == [("Tenant", "acme")]
 
 
 async def test_lines_of_names_nats_py_drops_all_stay_in_the_wire_headers(
-    nats_server: NatsServer, nc: Client
+    received_on: Receive,
 ) -> None:
-    msg = await received_on_core_nats(nats_server, nc, [("A\x1c", "1"), ("Bad Name", "x")])
+    msg = await received_on([("A\x1c", "1"), ("Bad Name", "x")])
     assert not msg.headers
     assert msg.wire_headers.multi_items() == [("A\x1c", "1"), ("Bad Name", "x")]
 
 
 async def test_a_first_line_that_does_not_end_as_it_should_is_no_header(
-    nats_server: NatsServer, nc: Client
+    received_on: Receive,
 ) -> None:
     # "NATS/1.0\rX-Goflux-Tag: evil\r\n...": nats-py reads past byte 9; the lines skip
     # the whole first line, as before header blocks became plain dicts.
     lines = [("XX-Goflux-Tag", "evil"), ("B", "2")]
-    msg = await received_on_core_nats(nats_server, nc, lines, first_line=b"NATS/1.0\r")
+    msg = await received_on(lines, first_line=b"NATS/1.0\r")
     assert not msg.headers
     assert msg.wire_headers.multi_items() == [("B", "2")]

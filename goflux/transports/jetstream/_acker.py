@@ -258,14 +258,15 @@ class JetStreamAcker:
         delivered: The delivery count, if known (else read from ``reply``).
         message_subject: The subject the message was published to.
         data: Its payload, as received.
-        headers: Its headers, as nats-py parsed them (None: it had none).
+        headers: Its headers, as nats-py parsed them, or the header block as received
+            (None: it had none; see :data:`~goflux.transports._natspy.Take`).
 
     Attributes:
         reply: The message's ``$JS.ACK`` reply subject, where settlements go (also
             :attr:`subject`).
         message_subject: The subject the message was published to.
         data: Its payload, as received.
-        headers: Its headers, as nats-py parsed them.
+        headers: Its headers, as nats-py parsed them, or the header block as received.
 
     Raises:
         ValueError: ``reply`` is not a JetStream ack subject.
@@ -293,7 +294,7 @@ class JetStreamAcker:
         delivered: int | None = None,
         message_subject: str = "",
         data: bytes = b"",
-        headers: dict[str, str] | None = None,
+        headers: bytes | dict[str, str] | None = None,
     ) -> None:
         if delivered is None:
             delivered = delivery_count(reply)

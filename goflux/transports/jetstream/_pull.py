@@ -33,7 +33,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import nats.errors
@@ -48,6 +48,7 @@ from goflux.transports._natspy import (
     drain_within,
     end_direct,
     flush,
+    received_headers,
     subscribe_direct,
 )
 from goflux.transports._refusals import Refusal, refusals
@@ -108,7 +109,9 @@ class PullEngine:
         max_in_flight: Most messages outstanding plus requested.
         workers: Handlers that may run at a time (the window covers their pace).
         paced: Whether the handlers' pace is reported to :attr:`window`.
-        deliver: Takes each admitted message's subject, reply, payload and headers, with
+        deliver: Takes each admitted message's subject, reply, payload and headers (a
+            mapping, or a header block to read when needed: see
+            :data:`~goflux.transports._natspy.Take`), with
             its arrival (event-loop time).
         fail: Ends the subscription with a failure.
         priority: Its place in the consumer's priority group, if it pulls in one.
@@ -162,7 +165,7 @@ class PullEngine:
         max_in_flight: int,
         workers: int = 1,
         paced: bool = True,
-        deliver: Callable[[str, str, bytes, dict[str, str] | None, float], None],
+        deliver: Callable[[str, str, bytes, bytes | dict[str, str] | None, float], None],
         fail: Callable[[BaseException], Awaitable[None]],
         priority: Priority | None = None,
         handed_back: Callable[[str, bool], None] | None = None,
@@ -464,7 +467,7 @@ class PullEngine:
         subject: str,
         reply: str,
         data: bytes,
-        headers: dict[str, str] | None,
+        headers: bytes | dict[str, str] | None,
         delivery: DirectDelivery,
     ) -> None:
         """Take one message from the inbox of ``generation``, in the connection's read loop.
@@ -483,13 +486,14 @@ class PullEngine:
             now = time.monotonic() if clock is None else clock()
             self._last_activity = now
             if not reply:
-                if headers is None or headers.get("Status") != HEARTBEAT:
-                    delivery.later(self._on_status(headers or {}))
+                status = received_headers(headers)
+                if status is None or status.get("Status") != HEARTBEAT:
+                    delivery.later(self._on_status(status or {}))
                 return  # an idle heartbeat: the pull request is alive
             if self._requested > 0:
                 self._requested -= 1
             if self._priority is not None:
-                self._priority.observe(headers)
+                self._priority.observe(received_headers(headers))
             if not self._taking:  # closed: the subscription has finished
                 if consumer.acknowledges:
                     delivery.later(self._hand_back(reply))
@@ -534,7 +538,7 @@ class PullEngine:
             self._bound,
         )
 
-    async def _on_status(self, headers: dict[str, str]) -> None:
+    async def _on_status(self, headers: Mapping[str, str]) -> None:
         status = headers.get("Status")
         if status == HEARTBEAT:  # idle heartbeat: the pull request is alive
             return

@@ -59,7 +59,7 @@ from goflux._otel.telemetry import Telemetry
 from goflux._subject_template import destination_template
 from goflux._subjects import is_wildcard
 from goflux._wire import read_headers
-from goflux.transports._natspy import connection
+from goflux.transports._natspy import connection, received_headers
 from goflux.transports._refusals import closed_reason
 from goflux.transports.jetstream._ack_batch import AckBatch
 from goflux.transports.jetstream._acker import (
@@ -102,7 +102,7 @@ class _MessageFactory(Protocol):
         message_id: str | None,
         data: bytes,
         acker: JetStreamAcker,
-        wire: Mapping[str, str] | None,
+        wire: Mapping[str, str] | bytes | None,
         /,
     ) -> Message[P]: ...
 
@@ -114,7 +114,7 @@ def _unacknowledged(
     message_id: str | None,
     data: bytes,
     acker: JetStreamAcker,
-    wire: Mapping[str, str] | None,
+    wire: Mapping[str, str] | bytes | None,
 ) -> Message[P]:
     """A message of a consumer without acknowledgement (ordered mode): settling is a no-op.
 
@@ -532,10 +532,15 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         subject: str,
         reply: str,
         data: bytes,
-        headers: dict[str, str] | None,
+        headers: bytes | dict[str, str] | None,
         arrival: float,
     ) -> None:
-        """Take a message from the engine: queue it (its acker holds it) and wake a worker."""
+        """Take a message from the engine: queue it (its acker holds it) and wake a worker.
+
+        Its ``headers`` may be a header block, read when the message is handled: what
+        the handler gets (:func:`read_headers`) and, while telemetry records, the trace
+        context.
+        """
         # A consumer without acks (ordered) never redelivers, and a first delivery's reply
         # starts with what the last one's did: no need to split the reply to count it.
         first = not self._acknowledged or reply.startswith(self._first_delivery)
@@ -829,7 +834,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
 
         return scopes.open(
             acker.message_subject,
-            acker.headers,
+            received_headers(acker.headers),
             message_id=message_id,
             body_size=len(acker.data),
             attributes=partial(self._span_facts, acker) if self._tel.tracing else None,

@@ -27,6 +27,7 @@ from goflux._lifecycle import AcloseOnExit, CloseOnExit
 from goflux._message import Message
 from goflux._otel.telemetry import Telemetry
 from goflux._subjects import validate_pattern
+from goflux.transports._natspy import received_headers
 from goflux.transports.jetstream._acker import JetStreamAcker, write_facts
 from goflux.transports.jetstream._kv.entry import (
     Entry,
@@ -165,7 +166,7 @@ class KeyWatcher(CloseOnExit, Streaming[Entry[T]], Generic[T]):
                     codec,
                     msg.subject,
                     msg.data or b"",
-                    msg._wire,
+                    received_headers(msg._wire),  # (a header block, read now)
                     revision=revision,
                     created=created,
                     delta=delta,
