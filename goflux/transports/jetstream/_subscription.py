@@ -688,20 +688,21 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             if not inline:
                 await self._process(acker)
                 continue
-            subject, data, raw_headers = acker.message_subject, acker.data, acker.headers
+            raw_headers = acker.headers
             headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
             try:
-                payload = decode(data)
+                payload = decode(acker.data)
             except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
                 await self._settle_undecodable(acker, caught, headers, message_id)
                 continue
+            # Without acks nothing is settled; the acker builds the delivery facts if
+            # asked for.
+            message = received(
+                acker.message_subject, payload, headers, message_id, acker.data,
+                acker if acknowledged else None, raw_headers, None if acknowledged else acker,
+            )  # fmt: skip
             if acknowledged:  # (held while it runs: the keep-alive looks here)
-                message = received(subject, payload, headers, message_id, data, acker, raw_headers)
                 running[acker] = None
-            else:  # nothing to settle; the acker builds the delivery facts if asked for
-                message = received(
-                    subject, payload, headers, message_id, data, None, raw_headers, acker
-                )
             try:
                 await handler(message)
             except asyncio.CancelledError:
@@ -716,12 +717,16 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             self.handled += 1
             # With nothing left ready this worker waits next, and gives the room back
             # itself before it does (not ready: deferred), without a callback per step.
+            # The message, its payload and bytes are let go of here: an idle worker
+            # would otherwise hold the last one (up to max_payload, decoded too) until
+            # the next message came, however long that takes.
             if not acknowledged:
                 acks.free(acker, not ready)  # nothing to send: the room is free
-                continue
-            del running[acker]
-            if message.settled is None and not acks.ack(acker, message, not ready):
-                await self._auto_ack_slowly(message, acker)
+            else:
+                del running[acker]
+                if message.settled is None and not acks.ack(acker, message, not ready):
+                    await self._auto_ack_slowly(message, acker)
+            del message, payload, acker
 
     async def _work_guarded(self, guard: PoisonGuard) -> None:
         """``_work`` in a ``goflux run`` worker: what runs is kept where the supervisor sees it.

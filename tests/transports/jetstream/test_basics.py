@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -355,6 +356,47 @@ async def test_each_message_is_decoded_once_undecodable_or_not(
     assert subscription.undecodable == 1
     assert codec.decoded[b"not json"] == 1
     assert sum(codec.decoded.values()) == 2
+
+
+class Box:
+    """A decoded payload whose freeing a test can watch (a weak reference)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class BoxCodec:
+    """Bytes in a :class:`Box`."""
+
+    def encode(self, value: Box, /) -> bytes:
+        return value.data
+
+    def decode(self, data: bytes, /) -> Box:
+        return Box(data)
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["acked", "ordered"])
+async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
+    js: JetStreamContext, ordered: bool
+) -> None:
+    """Large payloads are not kept alive by a worker waiting for the next message."""
+    handled: list[weakref.ref[Box]] = []
+
+    async def handle(msg: Message[Box]) -> None:
+        handled.append(weakref.ref(msg.payload))
+
+    subscriber = jetstream.Subscriber(js, BoxCodec(), stream=STREAM, ordered=ordered)
+    subscription = await subscriber.start("orders.>", handle)
+    try:
+        publisher = jetstream.Publisher(js, BoxCodec())
+        for n in range(3):  # (the first is timed apart: the others run inline)
+            await publisher.publish("orders.big", Box(b"%d" % n * 100_000))
+        async with asyncio.timeout(10):
+            while len(handled) < 3 or not subscription._idle:  # noqa: ASYNC110 - no event
+                await asyncio.sleep(0)
+        assert [ref() for ref in handled] == [None, None, None]
+    finally:
+        await subscriber.close()
 
 
 async def test_a_term_reason_over_max_payload_is_a_settlement_error_not_a_lost_connection(
