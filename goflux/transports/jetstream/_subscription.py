@@ -656,7 +656,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._idle.append(waiter)
         await waiter
 
-    async def _work_inline(self) -> None:
+    async def _work_inline(self) -> None:  # noqa: PLR0915 - inline on purpose (see below)
         """``_work`` for a handler acked when it returns, or of a consumer without acks.
 
         While telemetry records nothing, each message runs inline here: what
@@ -674,8 +674,17 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         # _RECHECK-th, and the first after each wake while the pace holds the window
         # small; whether telemetry records is looked at then and after each wake.
         countdown, inline = 1, not tel.active
+        # The last message handled, let go of before the worker waits (see below).
+        acker: JetStreamAcker | None = None
+        message: Message[T] | None = None
+        payload: T | None = None
+        raw_headers: bytes | Mapping[str, str] | None = None
+        headers: Headers | None = None
         while not self._draining or ready:
             if not ready:
+                # Nothing of the last message (up to max_payload of bytes, its headers
+                # and decoded value) is held while waiting, however long that takes.
+                acker = message = payload = raw_headers = headers = None
                 await self._idle_until_woken()
                 inline, countdown = not tel.active, 1 if window.held_by_pace else countdown
                 continue
@@ -717,16 +726,12 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             self.handled += 1
             # With nothing left ready this worker waits next, and gives the room back
             # itself before it does (not ready: deferred), without a callback per step.
-            # The message, its payload and bytes are let go of here: an idle worker
-            # would otherwise hold the last one (up to max_payload, decoded too) until
-            # the next message came, however long that takes.
             if not acknowledged:
                 acks.free(acker, not ready)  # nothing to send: the room is free
-            else:
-                del running[acker]
-                if message.settled is None and not acks.ack(acker, message, not ready):
-                    await self._auto_ack_slowly(message, acker)
-            del message, payload, acker
+                continue
+            del running[acker]
+            if message.settled is None and not acks.ack(acker, message, not ready):
+                await self._auto_ack_slowly(message, acker)
 
     async def _work_guarded(self, guard: PoisonGuard) -> None:
         """``_work`` in a ``goflux run`` worker: what runs is kept where the supervisor sees it.
@@ -742,9 +747,11 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         text, size = slot.text, slot.size
         ready = self._ready
         countdown = 1  # every _RECHECK-th message is timed (the pull window's pace)
+        acker: JetStreamAcker | None = None
         try:
             while not self._draining or ready:
                 if not ready:
+                    acker = None  # (its bytes are not held while waiting)
                     await self._idle_until_woken()
                     continue
                 if guard.gate is not None:

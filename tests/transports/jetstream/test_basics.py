@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
@@ -375,26 +376,48 @@ class BoxCodec:
         return Box(data)
 
 
-@pytest.mark.parametrize("ordered", [False, True], ids=["acked", "ordered"])
+@pytest.mark.parametrize("path", ["inline", "ordered", "paced", "telemetry", "failed"])
 async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
-    js: JetStreamContext, ordered: bool
+    js: JetStreamContext, path: str, request: pytest.FixtureRequest
 ) -> None:
-    """Large payloads are not kept alive by a worker waiting for the next message."""
-    handled: list[weakref.ref[Box]] = []
+    """Large messages are not kept alive (bytes or payload) by a worker waiting for more.
+
+    One message at a time, each handled before the next is sent: the first of a
+    subscription and, with a slow handler ("paced"), the first after each wait are
+    timed apart from the others, which run inline; with telemetry each runs in a
+    coroutine of its own; a handler that raises leaves the failure path last.
+    """
+    payloads: list[weakref.ref[Box]] = []
+    received: list[bytes] = []
 
     async def handle(msg: Message[Box]) -> None:
-        handled.append(weakref.ref(msg.payload))
+        payloads.append(weakref.ref(msg.payload))
+        assert isinstance(msg._wire, bytes)  # the header block, as received
+        received.extend((msg.data or b"", msg._wire))
+        if path == "paced":
+            await asyncio.sleep(0.03)  # (a handler's work: the pull window follows it)
+        if path == "failed":
+            raise ValueError("not this one")
 
-    subscriber = jetstream.Subscriber(js, BoxCodec(), stream=STREAM, ordered=ordered)
+    telemetry = request.getfixturevalue("otel").telemetry if path == "telemetry" else None
+    if path == "failed":  # (pytest keeps what is logged: a traceback holds the message)
+        request.getfixturevalue("caplog").set_level(logging.CRITICAL, logger="goflux")
+    ordered = path in ("ordered", "failed")  # (not redelivered after failing)
+    subscriber = jetstream.Subscriber(
+        js, BoxCodec(), stream=STREAM, ordered=ordered, telemetry=telemetry
+    )
     subscription = await subscriber.start("orders.>", handle)
+    publisher = jetstream.Publisher(js, BoxCodec())
     try:
-        publisher = jetstream.Publisher(js, BoxCodec())
-        for n in range(3):  # (the first is timed apart: the others run inline)
-            await publisher.publish("orders.big", Box(b"%d" % n * 100_000))
-        async with asyncio.timeout(10):
-            while len(handled) < 3 or not subscription._idle:  # noqa: ASYNC110 - no event
-                await asyncio.sleep(0)
-        assert [ref() for ref in handled] == [None, None, None]
+        for n in range(3):
+            tag = [("Tag", str(n) * 20_000)]
+            await publisher.publish("orders.big", Box(b"%d" % n * 100_000), headers=tag)
+            async with asyncio.timeout(10):
+                while len(payloads) <= n or not subscription._idle:  # noqa: ASYNC110
+                    await asyncio.sleep(0)  # (no event for it: the worker waits again)
+        assert [ref() for ref in payloads] == [None, None, None]
+        for data in received:  # nothing but this test holds the bytes and headers
+            assert [ref for ref in gc.get_referrers(data) if ref is not received] == []
     finally:
         await subscriber.close()
 

@@ -10,6 +10,7 @@ this (counting crashes, restarting workers) is tested with real processes in
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -209,3 +210,28 @@ async def test_first_deliveries_never_read_the_crash_record(
     await inbox.wait_for(7)
     assert inbox.payloads[-2:] == ["again", "again"]  # an unreadable record counts as empty
     assert "cannot be read" in caplog.text
+
+
+async def test_an_idle_guarded_subscription_holds_none_of_the_messages_it_handled(
+    guard: PoisonGuard, js: JetStreamContext
+) -> None:
+    """A ``goflux run`` worker waiting for more keeps no bytes of the last message."""
+    received: list[bytes] = []
+
+    async def handle(msg: Message[bytes]) -> None:
+        received.append(msg.data or b"")
+
+    subscriber = jetstream.Subscriber(js, BytesCodec(), stream=STREAM)
+    subscription = await subscriber.start("orders.>", handle)
+    assert subscription._guard is guard  # (its worker is the guarded one)
+    publisher = jetstream.Publisher(js, BytesCodec())
+    try:
+        for n in range(3):
+            await publisher.publish("orders.big", str(n).encode() * 100_000)
+            async with asyncio.timeout(10):
+                while len(received) <= n or not subscription._idle:  # noqa: ASYNC110
+                    await asyncio.sleep(0)  # (no event for it: the worker waits again)
+        for data in received:  # nothing but this test holds the bytes received
+            assert [ref for ref in gc.get_referrers(data) if ref is not received] == []
+    finally:
+        await subscriber.close()
