@@ -680,11 +680,12 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         payload: T | None = None
         raw_headers: bytes | Mapping[str, str] | None = None
         headers: Headers | None = None
+        message_id: str | None = None
         while not self._draining or ready:
             if not ready:
                 # Nothing of the last message (up to max_payload of bytes, its headers
                 # and decoded value) is held while waiting, however long that takes.
-                acker = message = payload = raw_headers = headers = None
+                acker = message = payload = raw_headers = headers = message_id = None
                 await self._idle_until_woken()
                 inline, countdown = not tel.active, 1 if window.held_by_pace else countdown
                 continue

@@ -388,12 +388,12 @@ async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
     coroutine of its own; a handler that raises leaves the failure path last.
     """
     payloads: list[weakref.ref[Box]] = []
-    received: list[bytes] = []
+    received: list[object] = []
 
     async def handle(msg: Message[Box]) -> None:
         payloads.append(weakref.ref(msg.payload))
         assert isinstance(msg._wire, bytes)  # the header block, as received
-        received.extend((msg.data or b"", msg._wire))
+        received.extend((msg.data, msg._wire, msg.id))
         if path == "paced":
             await asyncio.sleep(0.03)  # (a handler's work: the pull window follows it)
         if path == "failed":
@@ -411,12 +411,14 @@ async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
     try:
         for n in range(3):
             tag = [("Tag", str(n) * 20_000)]
-            await publisher.publish("orders.big", Box(b"%d" % n * 100_000), headers=tag)
+            await publisher.publish(
+                "orders.big", Box(b"%d" % n * 100_000), headers=tag, message_id=str(n) * 10_000
+            )
             async with asyncio.timeout(10):
                 while len(payloads) <= n or not subscription._idle:  # noqa: ASYNC110
                     await asyncio.sleep(0)  # (no event for it: the worker waits again)
         assert [ref() for ref in payloads] == [None, None, None]
-        for data in received:  # nothing but this test holds the bytes and headers
+        for data in received:  # nothing but this test holds the bytes, headers and ID
             assert [ref for ref in gc.get_referrers(data) if ref is not received] == []
     finally:
         await subscriber.close()
