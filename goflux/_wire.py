@@ -197,7 +197,7 @@ def _block_kind(name: bytes) -> str | int:
     """Classify header ``name`` as sent, remembering it while there is room."""
     text = name.strip().decode(errors="replace")
     kind: str | int = _OTHER
-    if text and text.isascii() and not any(c.isspace() for c in text):
+    if _kept_name(text):
         known = _KINDS.get(text)
         kind = _kind(text) if known is None else known
     if len(name) <= CACHED_NAME_LENGTH and len(_BLOCK_KINDS) < NAME_CACHE_LIMIT:
@@ -240,10 +240,15 @@ def _read_block(block: bytes) -> tuple[Headers | None, str | None]:
     return headers, message_id if message_id is not None else nats_msg_id
 
 
+def _kept_name(name: str) -> bool:
+    """Whether nats-py keeps a header of this (stripped) ``name``: ASCII, no whitespace."""
+    return bool(name) and name.isascii() and not any(c.isspace() for c in name)
+
+
 def _header_names(lines: list[tuple[str, str]]) -> Iterator[tuple[str, str]]:
-    """The lines whose names nats-py keeps (ASCII, no whitespace): others are no headers."""
+    """The lines whose names nats-py keeps (:func:`_kept_name`): others are no headers."""
     for name, value in lines:
-        if name and name.isascii() and not any(c.isspace() for c in name):
+        if _kept_name(name):
             yield name, value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -120,6 +121,27 @@ class ScriptedPublisher:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def one_at_a_time_until_idle(
+    subscription: Any,
+    send: Callable[[int], Awaitable[object]],
+    handled: Callable[[], int],
+    count: int,
+) -> None:
+    """``send(n)`` for each of ``count`` messages, each once the last is handled and the
+    JetStream subscription's worker waits again (its idle waiter is the signal)."""
+    for n in range(count):
+        await send(n)
+        async with asyncio.timeout(10):
+            while handled() <= n or not subscription._idle:  # noqa: ASYNC110 - no event
+                await asyncio.sleep(0)
+
+
+def held_only_by(holder: list[Any]) -> None:
+    """Assert that nothing but the list ``holder`` refers to any object in it."""
+    for item in holder:
+        assert [ref for ref in gc.get_referrers(item) if ref is not holder] == [], item
 
 
 async def raw_publish(

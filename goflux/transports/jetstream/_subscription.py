@@ -656,7 +656,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._idle.append(waiter)
         await waiter
 
-    async def _work_inline(self) -> None:  # noqa: PLR0915 - inline on purpose (see below)
+    async def _work_inline(self) -> None:  # noqa: PLR0915 - inline on purpose (docstring)
         """``_work`` for a handler acked when it returns, or of a consumer without acks.
 
         While telemetry records nothing, each message runs inline here: what
@@ -678,6 +678,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         acker: JetStreamAcker | None = None
         message: Message[T] | None = None
         payload: T | None = None
+        data: bytes | None = None
         raw_headers: bytes | Mapping[str, str] | None = None
         headers: Headers | None = None
         message_id: str | None = None
@@ -685,7 +686,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             if not ready:
                 # Nothing of the last message (up to max_payload of bytes, its headers
                 # and decoded value) is held while waiting, however long that takes.
-                acker = message = payload = raw_headers = headers = message_id = None
+                acker = message = payload = data = raw_headers = headers = message_id = None
                 await self._idle_until_woken()
                 inline, countdown = not tel.active, 1 if window.held_by_pace else countdown
                 continue
@@ -698,21 +699,20 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             if not inline:
                 await self._process(acker)
                 continue
-            raw_headers = acker.headers
+            subject, data, raw_headers = acker.message_subject, acker.data, acker.headers
             headers, message_id = read_headers(raw_headers) if raw_headers else (None, None)
             try:
-                payload = decode(acker.data)
+                payload = decode(data)
             except Exception as caught:  # noqa: BLE001 - any codec failure: undecodable
                 await self._settle_undecodable(acker, caught, headers, message_id)
                 continue
-            # Without acks nothing is settled; the acker builds the delivery facts if
-            # asked for.
-            message = received(
-                acker.message_subject, payload, headers, message_id, acker.data,
-                acker if acknowledged else None, raw_headers, None if acknowledged else acker,
-            )  # fmt: skip
             if acknowledged:  # (held while it runs: the keep-alive looks here)
+                message = received(subject, payload, headers, message_id, data, acker, raw_headers)
                 running[acker] = None
+            else:  # nothing to settle; the acker builds the delivery facts if asked for
+                message = received(
+                    subject, payload, headers, message_id, data, None, raw_headers, acker
+                )
             try:
                 await handler(message)
             except asyncio.CancelledError:

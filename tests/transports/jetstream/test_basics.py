@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import time
@@ -33,7 +32,7 @@ from goflux import (
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from tests.conftest import STREAM, Otel
-from tests.helpers import Inbox, drained, settle_loop
+from tests.helpers import Inbox, drained, held_only_by, one_at_a_time_until_idle, settle_loop
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -408,18 +407,17 @@ async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
     )
     subscription = await subscriber.start("orders.>", handle)
     publisher = jetstream.Publisher(js, BoxCodec())
+
+    async def send(n: int) -> None:
+        tag, message_id = [("Tag", str(n) * 20_000)], str(n) * 10_000
+        await publisher.publish(
+            "orders.big", Box(b"%d" % n * 100_000), headers=tag, message_id=message_id
+        )
+
     try:
-        for n in range(3):
-            tag = [("Tag", str(n) * 20_000)]
-            await publisher.publish(
-                "orders.big", Box(b"%d" % n * 100_000), headers=tag, message_id=str(n) * 10_000
-            )
-            async with asyncio.timeout(10):
-                while len(payloads) <= n or not subscription._idle:  # noqa: ASYNC110
-                    await asyncio.sleep(0)  # (no event for it: the worker waits again)
+        await one_at_a_time_until_idle(subscription, send, lambda: len(payloads), 3)
         assert [ref() for ref in payloads] == [None, None, None]
-        for data in received:  # nothing but this test holds the bytes, headers and ID
-            assert [ref for ref in gc.get_referrers(data) if ref is not received] == []
+        held_only_by(received)  # the bytes, header blocks and IDs: by this test alone
     finally:
         await subscriber.close()
 

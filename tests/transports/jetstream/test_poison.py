@@ -10,7 +10,6 @@ this (counting crashes, restarting workers) is tested with real processes in
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from goflux._compose.inflight import InFlight, read_in_flight
 from goflux._compose.poison import PoisonGuard, install_guard
 from goflux.transports import jetstream
 from tests.conftest import STREAM
-from tests.helpers import Inbox, drained, settle_loop
+from tests.helpers import Inbox, drained, held_only_by, one_at_a_time_until_idle, settle_loop
 
 CODEC = StrCodec()
 
@@ -225,13 +224,12 @@ async def test_an_idle_guarded_subscription_holds_none_of_the_messages_it_handle
     subscription = await subscriber.start("orders.>", handle)
     assert subscription._guard is guard  # (its worker is the guarded one)
     publisher = jetstream.Publisher(js, BytesCodec())
+
+    async def send(n: int) -> None:
+        await publisher.publish("orders.big", str(n).encode() * 100_000)
+
     try:
-        for n in range(3):
-            await publisher.publish("orders.big", str(n).encode() * 100_000)
-            async with asyncio.timeout(10):
-                while len(received) <= n or not subscription._idle:  # noqa: ASYNC110
-                    await asyncio.sleep(0)  # (no event for it: the worker waits again)
-        for data in received:  # nothing but this test holds the bytes received
-            assert [ref for ref in gc.get_referrers(data) if ref is not received] == []
+        await one_at_a_time_until_idle(subscription, send, lambda: len(received), 3)
+        held_only_by(received)  # the bytes received: by this test alone
     finally:
         await subscriber.close()
