@@ -124,18 +124,35 @@ class ScriptedPublisher:
 
 
 async def one_at_a_time_until_idle(
-    subscription: Any,
+    idle: Callable[[], bool],
     send: Callable[[int], Awaitable[object]],
     handled: Callable[[], int],
     count: int,
 ) -> None:
-    """``send(n)`` for each of ``count`` messages, each once the last is handled and the
-    JetStream subscription's worker waits again (its idle waiter is the signal)."""
+    """``send(n)`` for each of ``count`` messages, each once the last is handled and
+    ``idle()`` says the subscription waits for more (a real state, polled each turn)."""
     for n in range(count):
         await send(n)
         async with asyncio.timeout(10):
-            while handled() <= n or not subscription._idle:  # noqa: ASYNC110 - no event
+            while handled() <= n or not idle():  # noqa: ASYNC110 - no event
                 await asyncio.sleep(0)
+
+
+class Box:
+    """A decoded payload whose freeing a test can watch (a weak reference)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class BoxCodec:
+    """Bytes in a :class:`Box`."""
+
+    def encode(self, value: Box, /) -> bytes:
+        return value.data
+
+    def decode(self, data: bytes, /) -> Box:
+        return Box(data)
 
 
 def held_only_by(holder: list[Any]) -> None:

@@ -48,6 +48,7 @@ __all__ = (
     "forget",
     "keep_header_lines",
     "kept_headers",
+    "let_go",
     "open_command_block",
     "pending_queue",
     "received_headers",
@@ -238,6 +239,17 @@ def callback_task(subscription: Subscription | None) -> asyncio.Task[None] | Non
     """
     task = getattr(subscription, "_wait_for_msgs_task", None)
     return task if isinstance(task, asyncio.Task) else None
+
+
+def let_go(msg: Msg) -> None:
+    """Drop ``msg``'s payload and headers: it has been processed.
+
+    nats-py's callback task keeps the last message it called back with in a local
+    until the next one arrives; an idle subscription would hold its bytes (up to
+    ``max_payload``) indefinitely. What the handler was given keeps its own references.
+    """
+    msg.data = b""
+    msg.headers = None
 
 
 def pending_queue(subscription: Subscription) -> asyncio.Queue[Msg] | None:

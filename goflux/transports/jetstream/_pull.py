@@ -187,7 +187,9 @@ class PullEngine:
         self._bound = max_in_flight  # what the subscription promises to hold at most
         # What may be outstanding plus requested now: _max_in_flight, or fewer where the
         # messages are large or the handlers slow; a pull is sent once its threshold is free.
-        self.window = PullWindow(self._max_in_flight, limits.batch, workers, paced=paced)
+        self.window = PullWindow(
+            self._max_in_flight, limits.batch, workers, paced=paced, acked=consumer.acknowledges
+        )
         self._taken = 0  # messages taken since the window was last sized, and their bytes
         self._taken_bytes = 0
         self._deliver = deliver

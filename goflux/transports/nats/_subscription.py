@@ -29,6 +29,7 @@ from goflux.transports._natspy import (
     drain,
     flush,
     forget,
+    let_go,
     pending_queue,
     subscription_id,
 )
@@ -263,7 +264,10 @@ class CoreSubscription(StopOnExit):
         if self._o.concurrency == 1:
             self.received += 1
             self._count_drops()
-            await self._process(msg)
+            try:
+                await self._process(msg)
+            finally:
+                let_go(msg)  # (nats-py's dispatch holds it until the next one)
             return
         slots = self._slots
         if slots.locked():  # every slot is busy: it waits (counted as lag meanwhile)
@@ -276,9 +280,15 @@ class CoreSubscription(StopOnExit):
             await slots.acquire()
         self.received += 1
         self._count_drops()
-        task = self._loop.create_task(self._process(msg))
+        task = self._loop.create_task(self._process_and_let_go(msg))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+
+    async def _process_and_let_go(self, msg: Msg) -> None:
+        try:
+            await self._process(msg)
+        finally:
+            let_go(msg)  # (nats-py's dispatch holds the last one until the next)
 
     async def _leftover(self, msg: Msg) -> None:
         """A message delivered but not processed before the drain deadline (counted later)."""

@@ -32,7 +32,15 @@ from goflux import (
 from goflux.testing import NatsServer
 from goflux.transports import jetstream
 from tests.conftest import STREAM, Otel
-from tests.helpers import Inbox, drained, held_only_by, one_at_a_time_until_idle, settle_loop
+from tests.helpers import (
+    Box,
+    BoxCodec,
+    Inbox,
+    drained,
+    held_only_by,
+    one_at_a_time_until_idle,
+    settle_loop,
+)
 from tests.models import Order, order
 
 CODEC = JsonCodec(Order)
@@ -358,23 +366,6 @@ async def test_each_message_is_decoded_once_undecodable_or_not(
     assert sum(codec.decoded.values()) == 2
 
 
-class Box:
-    """A decoded payload whose freeing a test can watch (a weak reference)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-
-class BoxCodec:
-    """Bytes in a :class:`Box`."""
-
-    def encode(self, value: Box, /) -> bytes:
-        return value.data
-
-    def decode(self, data: bytes, /) -> Box:
-        return Box(data)
-
-
 @pytest.mark.parametrize("path", ["inline", "ordered", "paced", "telemetry", "failed"])
 async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
     js: JetStreamContext, path: str, request: pytest.FixtureRequest
@@ -415,7 +406,7 @@ async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
         )
 
     try:
-        await one_at_a_time_until_idle(subscription, send, lambda: len(payloads), 3)
+        await one_at_a_time_until_idle(lambda: subscription._idle, send, lambda: len(payloads), 3)
         assert [ref() for ref in payloads] == [None, None, None]
         held_only_by(received)  # the bytes, header blocks and IDs: by this test alone
     finally:

@@ -229,7 +229,7 @@ async def test_an_idle_guarded_subscription_holds_none_of_the_messages_it_handle
         await publisher.publish("orders.big", str(n).encode() * 100_000)
 
     try:
-        await one_at_a_time_until_idle(subscription, send, lambda: len(received), 3)
+        await one_at_a_time_until_idle(lambda: subscription._idle, send, lambda: len(received), 3)
         held_only_by(received)  # the bytes received: by this test alone
     finally:
         await subscriber.close()

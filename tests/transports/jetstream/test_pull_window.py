@@ -8,8 +8,10 @@ of messages off the consumer at once.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from goflux import BytesCodec, JsonCodec, Message
@@ -46,6 +48,49 @@ def test_the_window_covers_the_pace_and_size_within_its_ceiling() -> None:
     window.lower_ceiling(3)
     assert (window.size, window.threshold) == (3, 1)
     assert window.ceiling == 3
+
+
+@pytest.mark.parametrize(("acked", "share"), [(True, 4), (False, 2)])
+def test_large_messages_not_acked_are_asked_for_once_half_the_window_is_free(
+    acked: bool, share: int
+) -> None:
+    window = PullWindow(512, 512, 1, acked=acked)
+    window.paced(0.0001)  # fast handlers: the ceiling holds the window
+    assert (window.size, window.threshold) == (512, 512 // 4)
+    window.sized(10, 10 * 64 * 1024)  # 64 KiB messages: their size holds it
+    assert window.size == BYTE_BUDGET // (64 * 1024)
+    assert window.threshold == window.size // share
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_an_ordered_subscription_pulls_large_messages_half_a_window_at_a_time(
+    js: JetStreamContext, ordered: bool
+) -> None:
+    # 400 messages of 64 KiB: the window holds 64 (BYTE_BUDGET). Room frees one message
+    # at a time as each is handled (no acks): a pull of 16 every 16 messages was slower
+    # than one of 32 every 32. Acked messages keep the quarter. The pull requests are
+    # read off the server's subject by a subscription of the test's own.
+    window = BYTE_BUDGET // (64 * 1024)
+    batches: list[int] = []
+
+    async def sniffed(msg: Msg) -> None:
+        batches.append(json.loads(msg.data)["batch"])
+
+    sniffer = await js._nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.>", cb=sniffed)
+    pub = jetstream.Publisher(js, BytesCodec())
+    await pub.publish_many(jetstream.Outgoing("orders.a", bytes(64 * 1024)) for _ in range(400))
+    handled: Inbox[bytes] = Inbox()
+    sub = jetstream.Subscriber(js, BytesCodec(), stream=STREAM, ordered=ordered)
+    await sub.start("orders.>", handled)
+    await handled.wait_for(400)
+    await sub.close()
+    await js._nc.flush()  # (every request sent is at the sniffer)
+    await sniffer.unsubscribe()
+    assert batches[0] == FIRST  # before any message: its size is not known
+    if ordered:
+        assert min(batches[1:]) >= window // 2, batches
+    else:
+        assert min(batches[1:]) < window // 2, batches
 
 
 async def test_the_next_pull_goes_out_once_a_quarter_of_the_window_is_free(

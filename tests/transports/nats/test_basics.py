@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from collections import Counter
 
 import pytest
@@ -25,7 +26,7 @@ from goflux import (
 )
 from goflux.transports import nats as gnats
 from tests.conftest import Otel
-from tests.helpers import Inbox
+from tests.helpers import Box, BoxCodec, Inbox, held_only_by, one_at_a_time_until_idle
 from tests.models import PRICE, QUOTE, Order, Price, Quote, order, price
 
 
@@ -273,3 +274,67 @@ async def test_invalid_options(nc: Client, options: dict[str, object], message: 
         gnats.Responder(nc, BytesCodec(), BytesCodec(), **options)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
         gnats.Requester(nc, BytesCodec(), BytesCodec(), timeout=0)
+
+
+@pytest.mark.parametrize("path", ["inline", "concurrent", "telemetry", "failed", "responder"])
+async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
+    nc: Client, path: str, request: pytest.FixtureRequest
+) -> None:
+    """Large messages are not kept alive (bytes, headers or payload) once handled.
+
+    nats-py's dispatch task keeps the last message it called back with until the
+    next arrives; with nothing more coming, a subscription would hold its bytes.
+    """
+    payloads: list[weakref.ref[Box]] = []
+    received: list[object] = []
+
+    async def handle(msg: Message[Box]) -> None:
+        payloads.append(weakref.ref(msg.payload))
+        received.extend((msg.data, msg._wire, msg.id))
+        if path == "failed":
+            raise ValueError("not this one")
+
+    async def answer(box: Box) -> Box:
+        payloads.append(weakref.ref(box))
+        received.append(box.data)
+        return Box(b"ok")
+
+    telemetry = request.getfixturevalue("otel").telemetry if path == "telemetry" else None
+    if path == "failed":  # (pytest keeps what is logged: a traceback holds the message)
+        request.getfixturevalue("caplog").set_level(logging.CRITICAL, logger="goflux")
+    closer: gnats.Responder[Box, Box] | gnats.Subscriber[Box]
+    if path == "responder":
+        closer = responder = gnats.Responder(nc, BoxCodec(), BoxCodec())
+        serving = await responder.start("big.ask", answer)
+        requester = gnats.Requester(nc, BoxCodec(), BoxCodec(), timeout=5)
+
+        async def send(n: int) -> None:
+            await requester.request("big.ask", Box(b"%d" % n * 100_000), message_id=str(n) * 10)
+
+        def idle() -> bool:
+            return serving.answered == len(payloads) and not serving._tasks
+
+    else:
+        concurrency = 2 if path == "concurrent" else 1
+        closer = subscriber = gnats.Subscriber(
+            nc, BoxCodec(), concurrency=concurrency, telemetry=telemetry
+        )
+        subscription = await subscriber.start("big.>", handle)
+        publisher = gnats.Publisher(nc, BoxCodec())
+
+        async def send(n: int) -> None:
+            tag, message_id = [("Tag", str(n) * 20_000)], str(n) * 10_000
+            await publisher.publish(
+                "big.one", Box(b"%d" % n * 100_000), headers=tag, message_id=message_id
+            )
+
+        def idle() -> bool:
+            settled = subscription.handled + subscription.failed
+            return settled == len(payloads) and not subscription._tasks
+
+    try:
+        await one_at_a_time_until_idle(idle, send, lambda: len(payloads), 3)
+        assert [ref() for ref in payloads] == [None, None, None]
+        held_only_by(received)  # the bytes, header mappings and IDs: by this test alone
+    finally:
+        await closer.close()
