@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 
@@ -159,6 +160,16 @@ def held_only_by(holder: list[Any]) -> None:
     """Assert that nothing but the list ``holder`` refers to any object in it."""
     for item in holder:
         assert [ref for ref in gc.get_referrers(item) if ref is not holder] == [], item
+
+
+def messages_alive(at_least: int) -> list[tuple[str, int]]:
+    """Subjects and sizes of the nats-py messages alive with ``at_least`` bytes of data."""
+    gc.collect()
+    return [
+        (o.subject, len(o.data))
+        for o in gc.get_objects()
+        if isinstance(o, Msg) and len(o.data) >= at_least
+    ]
 
 
 async def raw_publish(

@@ -27,7 +27,7 @@ from nats.nuid import NUID
 from goflux._compose.endpoints import endpoint_name
 from goflux._errors import SubscribeError
 from goflux._lifecycle import CloseOnExit
-from goflux.transports._natspy import flush
+from goflux.transports._natspy import flush, let_go
 from goflux.transports.nats._micro_types import (
     EndpointInfo,
     EndpointStats,
@@ -312,14 +312,15 @@ class MicroService(CloseOnExit):
 
     def _answerer(self, answer: Callable[[], bytes]) -> Callable[[Msg], Awaitable[None]]:
         async def respond(msg: Msg) -> None:
-            if not msg.reply:
-                return
             try:
-                await self._nc.publish(msg.reply, answer())
+                if msg.reply:
+                    await self._nc.publish(msg.reply, answer())
             except nats.errors.Error as exc:
                 logger.warning(
                     "micro service %r could not answer %r: %s", self._name, msg.subject, exc
                 )
+            finally:
+                let_go(msg)  # (nats-py's dispatch holds the last one until the next)
 
         return respond
 

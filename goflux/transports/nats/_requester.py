@@ -6,16 +6,18 @@ from typing import Generic, TypeVar
 
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
 from goflux._codecs import Codec, decode_with
 from goflux._errors import NoResponders, PayloadTooLarge, RemoteError, RequestError, RequestTimeout
 from goflux._headers import HeadersLike
 from goflux._lifecycle import CloseOnExit
-from goflux._otel.scopes import PublishScopes
+from goflux._otel.scopes import NullScope, PublishScope, PublishScopes
 from goflux._otel.semconv import GOFLUX_REPLY_BODY_SIZE, GOFLUX_REPLY_SUBJECT
 from goflux._otel.telemetry import Telemetry
 from goflux._wire import check_size, outgoing
+from goflux.transports._natspy import let_go
 from goflux.transports._refusals import closed_reason, refusals
 from goflux.transports.nats._system import SYSTEM
 
@@ -125,26 +127,36 @@ class Requester(CloseOnExit, Generic[Req, Resp]):
                 raise RequestError(
                     f"request to {subject!r} failed: {exc}{reason}", subject=subject
                 ) from exc
-            if scope.recording:  # Go goflux's reply attributes
-                scope.set_attributes(
-                    {GOFLUX_REPLY_BODY_SIZE: len(reply.data), GOFLUX_REPLY_SUBJECT: reply.subject}
-                )
-            reply_headers = reply.headers
-            if reply_headers and (
-                ERROR_CODE_HEADER in reply_headers or ERROR_HEADER in reply_headers
-            ):
-                description = reply_headers.get(ERROR_HEADER, "")
-                try:
-                    code = int(reply_headers.get(ERROR_CODE_HEADER, "500"))
-                except ValueError:
-                    code = 500
-                raise RemoteError(
-                    f"{subject!r} replied with error {code}: {description}",
-                    subject=subject,
-                    remote_message=description,
-                    code=code,
-                )
-            return decode_with(self._response_codec, reply.data)
+            try:
+                return self._read(subject, reply, scope)
+            finally:
+                let_go(reply)  # (nats-py's reply task holds the last one until the next)
+
+    def _read(self, subject: str, reply: Msg, scope: PublishScope | NullScope) -> Resp:
+        """The decoded reply to a request to ``subject``.
+
+        Raises:
+            RemoteError: The reply is an error reply (Go goflux's error headers).
+            DecodeError: The response codec cannot read it.
+        """
+        if scope.recording:  # Go goflux's reply attributes
+            scope.set_attributes(
+                {GOFLUX_REPLY_BODY_SIZE: len(reply.data), GOFLUX_REPLY_SUBJECT: reply.subject}
+            )
+        reply_headers = reply.headers
+        if reply_headers and (ERROR_CODE_HEADER in reply_headers or ERROR_HEADER in reply_headers):
+            description = reply_headers.get(ERROR_HEADER, "")
+            try:
+                code = int(reply_headers.get(ERROR_CODE_HEADER, "500"))
+            except ValueError:
+                code = 500
+            raise RemoteError(
+                f"{subject!r} replied with error {code}: {description}",
+                subject=subject,
+                remote_message=description,
+                code=code,
+            )
+        return decode_with(self._response_codec, reply.data)
 
     async def close(self) -> None:
         """Refuse further requests. The caller owns the connection."""

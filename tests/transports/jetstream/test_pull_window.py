@@ -81,7 +81,12 @@ async def test_an_ordered_subscription_pulls_large_messages_half_a_window_at_a_t
     await pub.publish_many(jetstream.Outgoing("orders.a", bytes(64 * 1024)) for _ in range(400))
     handled: Inbox[bytes] = Inbox()
     sub = jetstream.Subscriber(js, BytesCodec(), stream=STREAM, ordered=ordered)
-    await sub.start("orders.>", handled)
+    subscription = await sub.start("orders.>", handled)
+    # (The watchdog pulls whatever room is free when nothing is requested, within half
+    # a second, however little: stopped, so that only releases send pulls.)
+    watchdog = subscription._engine._watchdog
+    assert watchdog is not None
+    watchdog.cancel()
     await handled.wait_for(400)
     await sub.close()
     await js._nc.flush()  # (every request sent is at the sniffer)

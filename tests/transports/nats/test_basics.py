@@ -26,7 +26,14 @@ from goflux import (
 )
 from goflux.transports import nats as gnats
 from tests.conftest import Otel
-from tests.helpers import Box, BoxCodec, Inbox, held_only_by, one_at_a_time_until_idle
+from tests.helpers import (
+    Box,
+    BoxCodec,
+    Inbox,
+    held_only_by,
+    messages_alive,
+    one_at_a_time_until_idle,
+)
 from tests.models import PRICE, QUOTE, Order, Price, Quote, order, price
 
 
@@ -336,5 +343,26 @@ async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
         await one_at_a_time_until_idle(idle, send, lambda: len(payloads), 3)
         assert [ref() for ref in payloads] == [None, None, None]
         held_only_by(received)  # the bytes, header mappings and IDs: by this test alone
+        assert messages_alive(100_000) == []
     finally:
         await closer.close()
+
+
+async def test_an_idle_requester_holds_none_of_the_replies_it_read(nc: Client) -> None:
+    # nats-py's reply task keeps the last reply it handed over until the next.
+    async def answer(box: Box) -> Box:
+        return Box(box.data * 200_000)
+
+    replies: list[weakref.ref[Box]] = []
+    received: list[object] = []
+    async with gnats.Responder(nc, BoxCodec(), BoxCodec()) as responder:
+        await responder.start("big.ask", answer)
+        requester = gnats.Requester(nc, BoxCodec(), BoxCodec(), timeout=5)
+        for n in range(3):
+            reply = await requester.request("big.ask", Box(b"%d" % n))
+            replies.append(weakref.ref(reply))
+            received.append(reply.data)
+            del reply
+        assert [ref() for ref in replies] == [None, None, None]
+        held_only_by(received)  # the bytes of the replies: by this test alone
+        assert messages_alive(200_000) == []

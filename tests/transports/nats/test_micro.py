@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from goflux import BytesCodec, Group, JsonCodec, ServiceError, SubscribeError
 from goflux.transports import nats as gnats
+from tests.helpers import messages_alive
 from tests.models import PRICE, QUOTE, Quote, price
 from tests.nodejs import run_node
 
@@ -400,3 +401,14 @@ async def test_a_nodejs_client_sees_the_goflux_service(
         assert (endpoint["num_requests"], endpoint["num_errors"]) == (100, 7)
         assert endpoint["last_error"] == "500:ValueError: negative quantity -97"
         assert endpoint["average_processing_time"] == endpoint["processing_time"] // 100 > 0
+
+
+async def test_an_idle_service_holds_no_discovery_request_it_answered(nc: Client) -> None:
+    # nats-py's callback task keeps the last request it called back with until the
+    # next; a large one sent to a discovery subject must not stay in memory.
+    async with gnats.MicroService(nc, name="pricing", version="1.0.0") as svc:
+        await svc.start()
+        for verb in ("PING", "INFO", "STATS"):
+            reply = await nc.request(f"$SRV.{verb}.pricing", b"x" * 500_000, timeout=5)
+            assert json.loads(reply.data)["name"] == "pricing"
+            assert messages_alive(500_000) == []
