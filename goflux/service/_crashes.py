@@ -7,23 +7,37 @@ When a worker dies on its own, :meth:`CrashBook.died` reads what its slots held,
 one crash to each of those messages and writes the record before the worker is
 restarted, so that every worker recognises them on redelivery
 (:mod:`goflux._compose.poison`).
+
+A supervisor killed outright (SIGKILL, out of memory) cannot remove its directory.
+The supervisor and each worker hold a shared lock on the directory's lock file while
+they run; the next supervisor to start removes every directory of a previous one that
+nobody holds any more (the kernel lets go of a dead process's locks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import os
 import shutil
+import stat
+import sys
 import tempfile
 
 from goflux._compose.crashes import RECORD_NAME, CrashEntry, CrashRecord, write_crash_record
 from goflux._compose.inflight import InFlight, read_in_flight
 from goflux._compose.poison import PoisonGuard
 
+if sys.platform != "win32":
+    import fcntl
+
 __all__ = ("CRASH_DIR_ENV", "MAX_MESSAGES", "CrashBook", "in_flight_path", "worker_guard")
 
 logger = logging.getLogger("goflux.run")
+
+_PREFIX = "goflux-run-"  # a supervisor's directory, made by tempfile.mkdtemp
+_LOCK_NAME = "supervisor.lock"  # held (shared) while its supervisor or a worker runs
 
 CRASH_DIR_ENV = "GOFLUX_CRASH_DIR"
 """The environment variable that tells a worker where its in-flight file goes."""
@@ -47,6 +61,7 @@ def worker_guard(worker: int) -> PoisonGuard | None:
     if not directory:
         return None
     try:
+        _hold_open(os.path.join(directory, _LOCK_NAME))  # (for as long as this process runs)
         in_flight = InFlight(in_flight_path(directory, worker))
     except OSError as exc:
         logger.warning("poison messages are not tracked in this worker: %s", exc)
@@ -57,16 +72,37 @@ def worker_guard(worker: int) -> PoisonGuard | None:
 class CrashBook:
     """The crash record of one supervisor, in a directory of its own (made here).
 
+    Before it makes its own, it removes the directories that supervisors killed
+    outright left behind (see the module).
+
     Args:
         quarantine_after: Crashes after which a message is quarantined (written into
             the record for the workers).
+        parent: Where the directory goes (default: the system's temporary directory).
 
     Raises:
         OSError: The directory cannot be made.
     """
 
-    def __init__(self, quarantine_after: int) -> None:
-        self.directory = tempfile.mkdtemp(prefix="goflux-run-")
+    def __init__(self, quarantine_after: int, *, parent: str | None = None) -> None:
+        parent = tempfile.gettempdir() if parent is None else parent
+        remove_abandoned(parent)
+        self.directory = directory = tempfile.mkdtemp(prefix=_PREFIX, dir=parent)
+        # Locked before it has its name: a directory whose lock file is named is never
+        # taken for abandoned while it is being made.
+        making = os.path.join(directory, _LOCK_NAME + ".new")
+        try:
+            self._lock = _hold_open(making, create=True)
+        except OSError:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        try:
+            os.rename(making, os.path.join(directory, _LOCK_NAME))
+        except OSError:
+            if self._lock is not None:
+                os.close(self._lock)
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
         self.quarantine_after = quarantine_after
         self._messages: dict[str, CrashEntry] = {}
 
@@ -117,3 +153,59 @@ class CrashBook:
     def close(self) -> None:
         """Remove the directory and what it holds."""
         shutil.rmtree(self.directory, ignore_errors=True)
+        if self._lock is not None:
+            os.close(self._lock)
+
+
+def remove_abandoned(parent: str) -> list[str]:
+    """Remove the directories in ``parent`` of supervisors and workers no longer running.
+
+    Only this user's directories with a named lock file that no process holds are
+    removed; a failure is logged, never raised. Returns the directories removed.
+    """
+    removed: list[str] = []
+    if sys.platform == "win32":  # pragma: no cover - no flock: nothing is swept
+        return removed
+    for directory in glob.glob(os.path.join(glob.escape(parent), _PREFIX + "*")):
+        try:
+            info = os.lstat(directory)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            fd = os.open(os.path.join(directory, _LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # not a supervisor's, not this user's, or not made yet
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its supervisor or a worker of it still runs
+            shutil.rmtree(directory)
+        except OSError as exc:
+            logger.warning("cannot remove %s, left by a supervisor killed: %s", directory, exc)
+        else:
+            removed.append(directory)
+            logger.info("removed %s, left by a supervisor that was killed", directory)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _hold_open(path: str, *, create: bool = False) -> int | None:
+    """Open (or with ``create``, make) ``path`` and hold a shared lock on it.
+
+    Returns the descriptor, which the caller closes (or keeps until it exits); None
+    where there is no ``flock`` (Windows).
+
+    Raises:
+        OSError: It cannot be opened, or it is being removed (held exclusively).
+    """
+    if sys.platform == "win32":  # pragma: no cover - no flock: nothing is swept
+        return None
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from goflux.service._crashes import CrashBook, in_flight_path
 
@@ -35,3 +36,94 @@ def test_a_restarted_worker_dying_before_it_made_its_own_file_is_not_blamed() ->
         assert not os.path.exists(path)
     finally:
         book.close()
+
+
+def _start(script: str, **env: str) -> tuple[subprocess.Popen[str], str]:
+    """Run ``script`` in a process of its own; return it and the first line it prints."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    process.kill()
+    process.communicate(timeout=30)  # (and its pipes are closed)
+    assert process.returncode == -signal.SIGKILL
+
+
+SUPERVISOR = """
+    import sys
+    from goflux.service._crashes import CrashBook
+    book = CrashBook(2, parent={parent!r})
+    print(book.directory, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_directory_left_by_a_killed_supervisor_is_removed_by_the_next(tmp_path: Path) -> None:
+    supervisor, left = _start(SUPERVISOR.format(parent=str(tmp_path)))
+    try:
+        assert os.path.isdir(left)
+        running = CrashBook(2, parent=str(tmp_path))  # a supervisor still running: kept
+        assert os.path.isdir(left)
+    finally:
+        _kill(supervisor)  # outright: it cannot remove its directory
+    try:
+        assert os.path.isdir(left)
+        newer = CrashBook(2, parent=str(tmp_path))
+        assert not os.path.exists(left)
+        assert os.path.isdir(running.directory)  # its supervisor (this process) runs
+        newer.close()
+    finally:
+        running.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_directory_is_kept_while_a_worker_of_its_killed_supervisor_runs(
+    tmp_path: Path,
+) -> None:
+    supervisor, directory = _start(SUPERVISOR.format(parent=str(tmp_path)))
+    try:
+        worker, ready = _start(
+            """
+            import sys
+            from goflux.service._crashes import worker_guard
+            print(worker_guard(1) is not None, flush=True)
+            sys.stdin.readline()
+            """,
+            GOFLUX_CRASH_DIR=directory,
+        )
+    finally:
+        _kill(supervisor)
+    try:
+        assert ready == "True"  # (its guard was made: it holds the directory)
+        CrashBook(2, parent=str(tmp_path)).close()  # the worker still drains
+        assert os.path.isdir(directory)
+    finally:
+        _kill(worker)
+    CrashBook(2, parent=str(tmp_path)).close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_what_is_not_a_supervisors_directory_is_left_alone(tmp_path: Path) -> None:
+    unlocked = tmp_path / "goflux-run-older"  # made by another version, or being made
+    unlocked.mkdir()
+    (unlocked / "worker-1.inflight").write_bytes(b"")
+    (tmp_path / "goflux-run-file").write_text("a file")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "supervisor.lock").write_text("")
+    (tmp_path / "goflux-run-link").symlink_to(elsewhere)  # a link to a lockable directory
+    linked_lock = tmp_path / "goflux-run-linked-lock"
+    linked_lock.mkdir()
+    (linked_lock / "supervisor.lock").symlink_to(elsewhere / "supervisor.lock")
+    before = sorted(os.listdir(tmp_path))
+    CrashBook(2, parent=str(tmp_path)).close()
+    assert sorted(os.listdir(tmp_path)) == before
+    assert os.listdir(elsewhere) == ["supervisor.lock"]
