@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 
-from goflux import Headers, Message, PublishError, PublishReceipt
+from goflux import Headers, Message, Publisher, PublishError, PublishReceipt
 
 T = TypeVar("T")
 
@@ -154,6 +154,17 @@ class BoxCodec:
 
     def decode(self, data: bytes, /) -> Box:
         return Box(data)
+
+
+async def publish_large(publisher: Publisher[Box], subject: str, n: int) -> None:
+    """Publish the ``n``-th large message of the idle tests: a 100 KB payload, a 20 KB
+    header value and a message ID of 10,000 characters."""
+    await publisher.publish(
+        subject,
+        Box(b"%d" % n * 100_000),
+        headers=[("Tag", str(n) * 20_000)],
+        message_id=str(n) * 10_000,
+    )
 
 
 def held_only_by(holder: list[Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -39,6 +40,7 @@ from tests.helpers import (
     drained,
     held_only_by,
     one_at_a_time_until_idle,
+    publish_large,
     settle_loop,
 )
 from tests.models import Order, order
@@ -399,11 +401,7 @@ async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
     subscription = await subscriber.start("orders.>", handle)
     publisher = jetstream.Publisher(js, BoxCodec())
 
-    async def send(n: int) -> None:
-        tag, message_id = [("Tag", str(n) * 20_000)], str(n) * 10_000
-        await publisher.publish(
-            "orders.big", Box(b"%d" % n * 100_000), headers=tag, message_id=message_id
-        )
+    send = functools.partial(publish_large, publisher, "orders.big")
 
     try:
         await one_at_a_time_until_idle(lambda: subscription._idle, send, lambda: len(payloads), 3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -33,6 +34,7 @@ from tests.helpers import (
     held_only_by,
     messages_alive,
     one_at_a_time_until_idle,
+    publish_large,
 )
 from tests.models import PRICE, QUOTE, Order, Price, Quote, order, price
 
@@ -329,11 +331,7 @@ async def test_an_idle_subscription_holds_none_of_the_messages_it_handled(
         subscription = await subscriber.start("big.>", handle)
         publisher = gnats.Publisher(nc, BoxCodec())
 
-        async def send(n: int) -> None:
-            tag, message_id = [("Tag", str(n) * 20_000)], str(n) * 10_000
-            await publisher.publish(
-                "big.one", Box(b"%d" % n * 100_000), headers=tag, message_id=message_id
-            )
+        send = functools.partial(publish_large, publisher, "big.one")
 
         def idle() -> bool:
             settled = subscription.handled + subscription.failed
