@@ -32,7 +32,14 @@ from goflux._compose.poison import PoisonGuard
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ("CRASH_DIR_ENV", "MAX_MESSAGES", "CrashBook", "in_flight_path", "worker_guard")
+__all__ = (
+    "CRASH_DIR_ENV",
+    "MAX_MESSAGES",
+    "CrashBook",
+    "in_flight_path",
+    "remove_abandoned",
+    "worker_guard",
+)
 
 logger = logging.getLogger("goflux.run")
 
