@@ -24,6 +24,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 
 from goflux._compose.crashes import RECORD_NAME, CrashEntry, CrashRecord, write_crash_record
 from goflux._compose.inflight import InFlight, read_in_flight
@@ -45,6 +46,7 @@ logger = logging.getLogger("goflux.run")
 
 _PREFIX = "goflux-run-"  # a supervisor's directory, made by tempfile.mkdtemp
 _LOCK_NAME = "supervisor.lock"  # held (shared) while its supervisor or a worker runs
+_MAKING_AGE = 60.0  # seconds after which a lock file without its name is abandoned
 
 CRASH_DIR_ENV = "GOFLUX_CRASH_DIR"
 """The environment variable that tells a worker where its in-flight file goes."""
@@ -158,35 +160,34 @@ class CrashBook:
         return phrases
 
     def close(self) -> None:
-        """Remove the directory and what it holds."""
+        """Remove the directory and what it holds; calling it again does nothing."""
         shutil.rmtree(self.directory, ignore_errors=True)
-        if self._lock is not None:
-            os.close(self._lock)
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            os.close(lock)
 
 
 def remove_abandoned(parent: str) -> list[str]:
     """Remove the directories in ``parent`` of supervisors and workers no longer running.
 
-    Only this user's directories with a named lock file that no process holds are
-    removed; a failure is logged, never raised. Returns the directories removed.
+    Only this user's directories whose lock file no process holds are removed (one
+    whose lock file has no name yet, only when it is older than a minute: its
+    supervisor was killed while making it); a failure is logged, never raised.
+    Returns the directories removed.
     """
     removed: list[str] = []
     if sys.platform == "win32":  # pragma: no cover - no flock: nothing is swept
         return removed
     for directory in glob.glob(os.path.join(glob.escape(parent), _PREFIX + "*")):
+        fd = _lock_of_abandoned(directory)
+        if fd is None:
+            continue
         try:
-            info = os.lstat(directory)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-                continue
-            fd = os.open(os.path.join(directory, _LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue  # not a supervisor's, not this user's, or not made yet
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # its supervisor or a worker of it still runs
+            if os.fstat(fd).st_nlink == 0:
+                continue  # another supervisor removed it while this one waited for it
             shutil.rmtree(directory)
+        except FileNotFoundError:
+            continue  # (the same, found by the path)
         except OSError as exc:
             logger.warning("cannot remove %s, left by a supervisor killed: %s", directory, exc)
         else:
@@ -195,6 +196,34 @@ def remove_abandoned(parent: str) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+def _lock_of_abandoned(directory: str) -> int | None:
+    """A descriptor of ``directory``'s lock file, held exclusively; or None.
+
+    None unless ``directory`` is a supervisor's of this user that no process holds.
+    """
+    try:
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            return None
+        path = os.path.join(directory, _LOCK_NAME)
+        if not os.path.lexists(path):  # (its supervisor died making it, or is making it)
+            path += ".new"
+            if time.time() - os.lstat(path).st_mtime < _MAKING_AGE:
+                return None
+        # (Without waiting: a FIFO of that name must not block.)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None  # not a supervisor's, or not this user's
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+    except OSError:
+        pass  # its supervisor or a worker of it still runs
+    os.close(fd)
+    return None
 
 
 def _hold_open(path: str, *, create: bool = False) -> int | None:
@@ -208,7 +237,8 @@ def _hold_open(path: str, *, create: bool = False) -> int | None:
     """
     if sys.platform == "win32":  # pragma: no cover - no flock: nothing is swept
         return None
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags |= os.O_CREAT if create else 0
     fd = os.open(path, flags, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

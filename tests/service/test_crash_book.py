@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
-from goflux.service._crashes import CrashBook, in_flight_path
+import pytest
+
+from goflux.service._crashes import CrashBook, in_flight_path, remove_abandoned
 
 REPLY = "$JS.ACK.ORDERS.work.1.7.7.1700000000000000000.0"
 
@@ -123,7 +128,58 @@ def test_what_is_not_a_supervisors_directory_is_left_alone(tmp_path: Path) -> No
     linked_lock = tmp_path / "goflux-run-linked-lock"
     linked_lock.mkdir()
     (linked_lock / "supervisor.lock").symlink_to(elsewhere / "supervisor.lock")
+    fifo = tmp_path / "goflux-run-fifo"  # (opening a FIFO would wait for a writer)
+    fifo.mkdir()
+    os.mkfifo(fifo / "supervisor.lock")
+    making = tmp_path / "goflux-run-making"  # a supervisor making it: its lock not named
+    making.mkdir()
+    (making / "supervisor.lock.new").write_text("")
     before = sorted(os.listdir(tmp_path))
     CrashBook(2, parent=str(tmp_path)).close()
     assert sorted(os.listdir(tmp_path)) == before
     assert os.listdir(elsewhere) == ["supervisor.lock"]
+    # A minute on, nobody holding its lock: its supervisor was killed making it.
+    an_hour_ago = time.time() - 3600
+    os.utime(making / "supervisor.lock.new", (an_hour_ago, an_hour_ago))
+    CrashBook(2, parent=str(tmp_path)).close()
+    assert sorted(os.listdir(tmp_path)) == sorted(set(before) - {"goflux-run-making"})
+
+
+def test_closing_twice_does_nothing(tmp_path: Path) -> None:
+    book = CrashBook(2, parent=str(tmp_path))
+    book.close()
+    unrelated = os.open(tmp_path / "unrelated", os.O_CREAT | os.O_WRONLY)  # (may reuse the fd)
+    try:
+        book.close()
+        os.write(unrelated, b"still open")
+    finally:
+        os.close(unrelated)
+
+
+def test_supervisors_sweeping_at_once_remove_each_directory_once_without_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Threads stand for processes here: each open of the lock file is a file of its
+    # own, which flock locks apart.
+    sweepers = 4
+    removed: list[str] = []
+
+    def sweep(start: threading.Barrier) -> None:
+        start.wait()
+        removed.extend(remove_abandoned(str(tmp_path)))
+
+    for _ in range(25):
+        books = [CrashBook(2, parent=str(tmp_path)) for _ in range(5)]
+        for book in books:  # their supervisors killed: the locks let go
+            assert book._lock is not None
+            os.close(book._lock)
+            book._lock = None
+        start = threading.Barrier(sweepers)
+        threads = [threading.Thread(target=sweep, args=(start,)) for _ in range(sweepers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(removed) == len(set(removed)) == 125
+    assert os.listdir(tmp_path) == []
+    assert [r.message for r in caplog.records if r.levelno >= logging.WARNING] == []
