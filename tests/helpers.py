@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 
 from goflux import Headers, Message, Publisher, PublishError, PublishReceipt
+from goflux.transports._natspy import callback_task
 
 T = TypeVar("T")
 
@@ -173,14 +175,14 @@ def held_only_by(holder: list[Any]) -> None:
         assert [ref for ref in gc.get_referrers(item) if ref is not holder] == [], item
 
 
-def messages_alive(at_least: int) -> list[tuple[str, int]]:
-    """Subjects and sizes of the nats-py messages alive with ``at_least`` bytes of data."""
-    gc.collect()
-    return [
-        (o.subject, len(o.data))
-        for o in gc.get_objects()
-        if isinstance(o, Msg) and len(o.data) >= at_least
-    ]
+def last_called_back(subscription: Subscription) -> Msg | None:
+    """The message nats-py's callback task for ``subscription`` keeps in its ``msg``
+    local while it waits for the next (None before the first, or in another nats-py)."""
+    task = callback_task(subscription)
+    assert task is not None
+    frame = task.get_coro().cr_frame  # type: ignore[union-attr]
+    found = frame.f_locals.get("msg") if frame is not None else None
+    return found if isinstance(found, Msg) else None
 
 
 async def raw_publish(

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from goflux import BytesCodec, Group, JsonCodec, ServiceError, SubscribeError
 from goflux.transports import nats as gnats
-from tests.helpers import messages_alive
+from tests.helpers import last_called_back
 from tests.models import PRICE, QUOTE, Quote, price
 from tests.nodejs import run_node
 
@@ -409,6 +409,10 @@ async def test_an_idle_service_holds_no_discovery_request_it_answered(nc: Client
     async with gnats.MicroService(nc, name="pricing", version="1.0.0") as svc:
         await svc.start()
         for verb in ("PING", "INFO", "STATS"):
-            reply = await nc.request(f"$SRV.{verb}.pricing", b"x" * 500_000, timeout=5)
+            subject = f"$SRV.{verb}.pricing"
+            reply = await nc.request(subject, b"x" * 500_000, timeout=5)
             assert json.loads(reply.data)["name"] == "pricing"
-            assert messages_alive(500_000) == []
+            kept = [last_called_back(sub) for sub in svc._subscriptions]
+            answered = [msg for msg in kept if msg is not None and msg.subject == subject]
+            assert len(answered) == 1  # (its task still keeps it, emptied)
+            assert (answered[0].data, answered[0].headers) == (b"", None)
