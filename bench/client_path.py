@@ -15,13 +15,19 @@ nats-py's ``_process_msg``, queue, callback task, decode and ``msg.ack()``.
   callback that decodes and acks each message. The acks go to the server, which has
   no such deliveries pending and ignores them.
 
+Two more sides count what both share, for a profile of where a message's cost goes
+(``--floors``): ``parser``, nats-py's reader and parser alone (each delivery handed
+to a ``_process_msg`` that only counts it), and ``decoding``, the same plus the
+``TypeAdapter.validate_json`` both sides decode with. A side's own path is its count
+less ``decoding``'s.
+
 Plainly run, it reports process CPU per message (median of ``--rounds``, rounds
 alternating the order). With ``--instructions`` it runs each side once under
 valgrind's callgrind and reports CPU instructions per message, counted between the
 start and the end of the feed: the same for the same code, whatever else the machine
 does (valgrind must be installed)::
 
-    python -m bench.client_path --kind ordered --size 1024 --instructions
+    python -m bench.client_path --kind ordered --size 1024 --instructions [--floors]
 
 It is a profiling aid, not a suite of ``python -m bench``: it has no goal.
 """
@@ -166,12 +172,43 @@ async def raw_side(nc: Client, kind: str, messages: int, size: int, headers: boo
         await sub.unsubscribe()
 
 
+async def _floor_side(nc: Client, messages: int, size: int, headers: bool, decode: bool) -> float:
+    """nats-py's parser fed ``messages`` deliveries, each only counted (and decoded)."""
+    count = Tally(messages)
+    validate = ADAPTER.validate_json
+    process: Any = nc._process_msg
+
+    async def counted(sid: int, subject: bytes, reply: bytes, data: bytes, hdr: bytes) -> None:
+        if decode:
+            validate(data)
+        count.add()
+
+    nc._process_msg = counted  # type: ignore[method-assign]
+    try:
+        return await _feed(nc, frames(1, RAW_CONSUMER, messages, size, headers), count)
+    finally:
+        nc._process_msg = process  # type: ignore[method-assign]
+
+
+async def parser_side(nc: Client, kind: str, messages: int, size: int, headers: bool) -> float:
+    """nats-py's reader and parser alone, fed ``messages`` deliveries; CPU seconds spent."""
+    return await _floor_side(nc, messages, size, headers, decode=False)
+
+
+async def decoding_side(nc: Client, kind: str, messages: int, size: int, headers: bool) -> float:
+    """The parser, and each delivery decoded as both sides do; CPU seconds spent."""
+    return await _floor_side(nc, messages, size, headers, decode=True)
+
+
 SIDES = {"goflux": goflux_side, "raw": raw_side}
+FLOORS = {"parser": parser_side, "decoding": decoding_side}
+ALL_SIDES = {**SIDES, **FLOORS}
 
 
 async def measure(args: argparse.Namespace) -> dict[str, list[float]]:
     """CPU µs per message of each side, per round."""
-    spent: dict[str, list[float]] = {side: [] for side in SIDES if args.side in ("both", side)}
+    chosen = [*SIDES, *(FLOORS if args.floors else ())] if args.side == "both" else [args.side]
+    spent: dict[str, list[float]] = {side: [] for side in chosen}
     async with NatsServer() as server:
         nc = await nats.connect(server.url)
         await jetstream.ensure_stream(
@@ -180,7 +217,9 @@ async def measure(args: argparse.Namespace) -> dict[str, list[float]]:
         for round_ in range(args.rounds):
             order = list(spent) if round_ % 2 == 0 else list(reversed(spent))
             for side in order:
-                seconds = await SIDES[side](nc, args.kind, args.messages, args.size, args.headers)
+                seconds = await ALL_SIDES[side](
+                    nc, args.kind, args.messages, args.size, args.headers
+                )
                 spent[side].append(seconds / args.messages * 1e6)
         await nc.close()
     return spent
@@ -228,7 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--headers", action="store_true", help="a traceparent and two more")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--side", choices=("both", *SIDES), default="both")
+    parser.add_argument("--side", choices=("both", *ALL_SIDES), default="both")
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="also the parser alone, and the parser with decoding (what both sides share)",
+    )
     parser.add_argument(
         "--instructions", action="store_true", help="count instructions with callgrind"
     )
@@ -237,17 +281,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.instructions:
         if args.messages == parser.get_default("messages"):
             args.messages = 3_000  # (about 50 times slower under valgrind)
-        counted = {side: instructions(args, side) for side in SIDES}
+        sides = [*SIDES, *(FLOORS if args.floors else ())]
+        counted = {side: instructions(args, side) for side in sides}
         print(f"{shape}: instructions per message, {args.messages:,} messages")
         for side, value in counted.items():
-            print(f"  {side:7} {value:>9,}")
+            print(f"  {side:8} {value:>9,}")
         print(f"  raw / goflux {counted['raw'] / counted['goflux']:.3f}")
+        if args.floors:
+            shared = counted["decoding"]
+            own = {side: counted[side] - shared for side in SIDES}
+            print(f"  own path (less decoding): goflux {own['goflux']:,}, raw {own['raw']:,}")
         return 0
     spent = asyncio.run(measure(args))
     print(f"{shape}: process CPU µs per message, {args.rounds} rounds of {args.messages:,}")
     for side, values in spent.items():
-        print(f"  {side:7} median {statistics.median(values):7.2f}  min {min(values):7.2f}")
-    if len(spent) == 2:
+        print(f"  {side:8} median {statistics.median(values):7.2f}  min {min(values):7.2f}")
+    if "goflux" in spent and "raw" in spent:
         paired = [raw / ours for raw, ours in zip(spent["raw"], spent["goflux"], strict=True)]
         print(f"  raw / goflux, median of rounds {statistics.median(paired):.3f}")
     return 0

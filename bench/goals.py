@@ -64,6 +64,16 @@ class Goal:
     judged_on: str = "the value"
 
 
+def rounded_down(value: float) -> str:
+    """``value`` with two decimals, rounded down, as goals and the tables beside them show it.
+
+    A value shown as reaching a target does reach it: 0.7996 shows as 0.79, not as a
+    0.80 that was not met (the tiny addition keeps 0.29 from showing as 0.28 by binary
+    rounding).
+    """
+    return f"{math.floor(value * 100 + 1e-9) / 100:.2f}"
+
+
 def _ratio_goal(
     table: Table,
     row: str,
@@ -89,11 +99,9 @@ def _ratio_goal(
         met = met and cpu_ratio >= (target if cpu_target is None else cpu_target)
 
     def show(value: float) -> str:
-        # Rounded down: a value shown as reaching the target does reach it (0.7996
-        # shows as 0.79, not as a 0.80 that was not met).
         if times:  # (the tiny addition keeps 0.29 from showing as 0.28 by binary rounding)
             return f"{math.floor(value * 10 + 1e-9) / 10:.1f}x"
-        return f"{math.floor(value * 100 + 1e-9) / 100:.2f}"
+        return rounded_down(value)
 
     shown = f">= {target:.1f}x" if times else f">= {target:.2f}"
     if cpu and judge_cpu and cpu_target is not None:
@@ -249,8 +257,7 @@ def _shape_goals(tables: dict[str, Table]) -> list[Goal]:
         short = [s.name for s, t in chosen if not shape_goal(t, s, target).met]
 
         def lowest(ratio: Callable[[Table], float], chosen: list[Any] = chosen) -> str:
-            value = min(ratio(t) for _, t in chosen)
-            return f"{math.floor(value * 100 + 1e-9) / 100:.2f}"
+            return rounded_down(min(ratio(t) for _, t in chosen))
 
         found.append(
             Goal(

@@ -161,13 +161,16 @@ class Message(Generic[T_co]):
 
     @property
     def wire_headers(self) -> Headers:
-        """Every header line exactly as received: names as sent, repeated lines kept.
+        """Every header line as received: nothing removed, every value of a repeated name kept.
 
         Unlike :attr:`headers`, nothing is removed or renamed: a plain NATS
         producer's ``Tenant: acme`` is here, as are ``X-Goflux-*``, ``X-Message-ID``,
         ``Nats-Msg-Id``, ``traceparent`` and the headers the server adds (JetStream's
-        ``Nats-*``). Lookups ignore case; :meth:`Headers.get_all` gives every line of a
-        name in wire order. Empty where nothing travels (the channel transport).
+        ``Nats-*``). Lookups ignore case; :meth:`Headers.get_all` gives every value of
+        a name in wire order. A name is spelled as its first line spelled it, and the
+        lines come grouped by name, in the order each name first appears (``A: 1``,
+        ``B: 2``, ``a: 3`` read as ``A: 1``, ``A: 3``, ``B: 2``). Empty where nothing
+        travels (the channel transport).
         """
         wire = self._wire
         if isinstance(wire, Headers):

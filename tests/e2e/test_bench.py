@@ -25,6 +25,7 @@ from bench import (
     batch_get,
     client_path,
     codec_consume,
+    consume_shapes,
     faststream_cases,
     goals,
     harness,
@@ -343,6 +344,24 @@ def test_client_path_feeds_every_delivery_to_both_sides(
     assert re.search(r"raw / goflux, median of rounds \d\.\d{3}", out), out
 
 
+@pytest.mark.timeout(120)
+def test_client_path_floors_take_every_delivery_and_cost_less_than_either_side(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The parser alone and the parser with decoding: what both sides share. Each
+    # returns only once every delivery fed was counted; decoding costs more than the
+    # parser alone, and either side more than decoding.
+    args = ["--kind", "ordered", "--size", "1024", "--messages", "2000", "--rounds", "3"]
+    assert client_path.main([*args, "--floors"]) == 0
+    out = capsys.readouterr().out
+    medians = {}
+    for side in ("goflux", "raw", "parser", "decoding"):
+        found = re.search(rf"{side} +median +(\d+\.\d+)", out)
+        assert found is not None, out
+        medians[side] = float(found.group(1))
+    assert 0 < medians["parser"] < medians["decoding"] < min(medians["goflux"], medians["raw"]), out
+
+
 def test_client_path_frames_are_whole_and_addressed_to_the_consumer() -> None:
     chunks = client_path.frames(7, "C1", 50, 1024, headers=True)
     assert all(
@@ -388,6 +407,18 @@ async def consumer_names(js: nats.js.JetStreamContext, stream: str) -> AsyncIter
     """The names of ``stream``'s consumers."""
     for info in await js.consumers_info(stream):
         yield info.name
+
+
+def test_the_shape_matrix_shows_ratios_rounded_down_as_the_goals_do() -> None:
+    # A CPU ratio of 0.8499 misses the 0.85 goal: the row must not show it as 0.85.
+    shape = shape_cases.BY_NAME["durable-1k-plain-file-1"]
+    raw = Result(shape_cases.RAW, rates=[100.0] * 3, cpu_us=[8.499] * 3, counts=[1] * 3)
+    ours = Result(shape_cases.GOFLUX, rates=[109.99] * 3, cpu_us=[10.0] * 3, counts=[1] * 3)
+    table = Table(shape_cases.key(shape), "t", {raw.name: raw, ours.name: ours}, raw.name)
+    (section,) = consume_shapes.matrix([table], SMOKE)
+    row = next(line for line in section.splitlines() if line.startswith(f"| {shape.name} |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[4:] == ["1.09", "1.09", "8.50", "10.00", "0.84", "**no**"], row
 
 
 def test_shape_goals_are_met_only_when_every_shape_meets_them() -> None:

@@ -62,6 +62,26 @@ async def test_jetstream_handler_sees_every_foreign_header_line(
     assert msg.payload == order(1)
 
 
+async def test_repeated_names_keep_their_first_spelling_and_group_in_first_seen_order(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    # As documented on Message.wire_headers: lookups ignore case, so a name's lines
+    # are one entry, spelled as the first; each name's values stay in wire order.
+    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
+
+    async def handle(msg: Message[Order]) -> None:
+        got.set_result(msg)
+
+    lines = [("A", "1"), ("B", "2"), ("a", "3"), ("x-dup", "c"), ("X-Dup", "d")]
+    subscriber = jetstream.Subscriber(js, CODEC, stream=STREAM)
+    async with await subscriber.start("orders.>", handle):
+        await raw_hpub(nats_server, "orders.raw", lines, CODEC.encode(order(1)))
+        msg = await asyncio.wait_for(got, 10)
+    wire = [(n, v) for n, v in msg.wire_headers.multi_items() if not n.startswith("Nats-")]
+    assert wire == [("A", "1"), ("A", "3"), ("B", "2"), ("x-dup", "c"), ("x-dup", "d")]
+    assert msg.wire_headers.get_all("X-DUP") == ["c", "d"]
+
+
 async def test_goflux_headers_are_on_the_wire_as_sent(js: JetStreamContext) -> None:
     got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
 

@@ -441,12 +441,17 @@ async def test_a_term_reason_over_max_payload_is_a_settlement_error_not_a_lost_c
 
 
 async def test_max_in_flight_bounds_what_the_server_has_outstanding(js: JetStreamContext) -> None:
-    release = asyncio.Event()
+    gate = asyncio.Semaphore(0)  # one release lets one handler return
     started: Inbox[Order] = Inbox()
+    outstanding: list[int] = []  # the subscription's count as each handler starts
 
     async def slow(msg: Message[Order]) -> None:
+        if running:
+            outstanding.append(running[0].outstanding)
         await started(msg)
-        await release.wait()
+        await gate.acquire()
+
+    running: list[jetstream.JetStreamSubscription[Order]] = []
 
     await jetstream.ensure_consumer(js, stream=STREAM, name="bounded", filter_subject="orders.>")
     pub = jetstream.Publisher(js, CODEC)
@@ -455,12 +460,24 @@ async def test_max_in_flight_bounds_what_the_server_has_outstanding(js: JetStrea
         js, CODEC, stream=STREAM, consumer="bounded", max_in_flight=5, concurrency=2
     )
     subscription = await sub.start("orders.>", slow)
+    running.append(subscription)
     await started.wait_for(2)
     ack_pending, pending, _ = await consumer_state(js, "bounded")
     assert (ack_pending, pending) == (5, 45)
     assert subscription.outstanding == 5
-    release.set()
-    await started.wait_for(50)
+    # Settled one at a time, the bound holds after every settlement too: the pulls that
+    # refill the room never ask beyond it (the consumer's max_ack_pending, 1,000, would
+    # let the server send more).
+    for handled in range(1, 49):
+        gate.release()
+        await started.wait_for(handled + 2)  # the next message has started
+        ack_pending, pending, _ = await consumer_state(js, "bounded")
+        assert ack_pending <= 5, f"{ack_pending} unacked at the server after {handled} settled"
+        assert subscription.outstanding <= 5
+    assert len(outstanding) >= 47
+    assert max(outstanding) <= 5
+    gate.release()
+    gate.release()
     await settled_state(js, "bounded", (0, 0, 0))
     await sub.close()
 
