@@ -161,9 +161,9 @@ class Message(Generic[T_co]):
 
     @property
     def wire_headers(self) -> Headers:
-        """Every header line as received: nothing removed, every value of a repeated name kept.
+        """Every header received: none left out, every value of a repeated name kept.
 
-        Unlike :attr:`headers`, nothing is removed or renamed: a plain NATS
+        Unlike :attr:`headers`, no header is left out and no prefix taken off: a plain NATS
         producer's ``Tenant: acme`` is here, as are ``X-Goflux-*``, ``X-Message-ID``,
         ``Nats-Msg-Id``, ``traceparent`` and the headers the server adds (JetStream's
         ``Nats-*``). Lookups ignore case; :meth:`Headers.get_all` gives every value of

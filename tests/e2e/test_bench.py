@@ -349,9 +349,10 @@ def test_client_path_floors_take_every_delivery_and_cost_less_than_either_side(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The parser alone and the parser with decoding: what both sides share. Each
-    # returns only once every delivery fed was counted; decoding costs more than the
-    # parser alone, and either side more than decoding.
-    args = ["--kind", "ordered", "--size", "1024", "--messages", "2000", "--rounds", "3"]
+    # returns only once every delivery fed was counted; decoding 1 KB costs about 1.6
+    # times the parser alone, and either side about 1.9 times decoding (callgrind):
+    # 1.2 leaves room for a busy machine and still fails a side that skips its work.
+    args = ["--kind", "ordered", "--size", "1024", "--messages", "5000", "--rounds", "5"]
     assert client_path.main([*args, "--floors"]) == 0
     out = capsys.readouterr().out
     medians = {}
@@ -359,7 +360,9 @@ def test_client_path_floors_take_every_delivery_and_cost_less_than_either_side(
         found = re.search(rf"{side} +median +(\d+\.\d+)", out)
         assert found is not None, out
         medians[side] = float(found.group(1))
-    assert 0 < medians["parser"] < medians["decoding"] < min(medians["goflux"], medians["raw"]), out
+    assert medians["parser"] > 0, out
+    assert medians["decoding"] > 1.2 * medians["parser"], out
+    assert min(medians["goflux"], medians["raw"]) > 1.2 * medians["decoding"], out
 
 
 def test_client_path_frames_are_whole_and_addressed_to_the_consumer() -> None:
