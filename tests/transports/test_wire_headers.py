@@ -42,9 +42,10 @@ async def raw_hpub(
 FOREIGN = [("Tenant", "acme"), ("Trace-Tag", "one"), ("Trace-Tag", "two")]
 
 
-async def test_jetstream_handler_sees_every_foreign_header_line(
-    nats_server: NatsServer, js: JetStreamContext
-) -> None:
+async def received_with_lines(
+    server: NatsServer, js: JetStreamContext, lines: list[tuple[str, str]]
+) -> Message[Order]:
+    """What a JetStream subscriber's handler gets for an order sent with these header lines."""
     got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
 
     async def handle(msg: Message[Order]) -> None:
@@ -52,8 +53,14 @@ async def test_jetstream_handler_sees_every_foreign_header_line(
 
     subscriber = jetstream.Subscriber(js, CODEC, stream=STREAM)
     async with await subscriber.start("orders.>", handle):
-        await raw_hpub(nats_server, "orders.raw", FOREIGN, CODEC.encode(order(1)))
-        msg = await asyncio.wait_for(got, 10)
+        await raw_hpub(server, "orders.raw", lines, CODEC.encode(order(1)))
+        return await asyncio.wait_for(got, 10)
+
+
+async def test_jetstream_handler_sees_every_foreign_header_line(
+    nats_server: NatsServer, js: JetStreamContext
+) -> None:
+    msg = await received_with_lines(nats_server, js, FOREIGN)
     wire = msg.wire_headers
     assert wire.get_all("Tenant") == ["acme"]
     assert wire.get_all("trace-tag") == ["one", "two"]  # both lines, in wire order
@@ -67,16 +74,8 @@ async def test_repeated_names_keep_their_first_spelling_and_group_in_first_seen_
 ) -> None:
     # As documented on Message.wire_headers: lookups ignore case, so a name's lines
     # are one entry, spelled as the first; each name's values stay in wire order.
-    got: asyncio.Future[Message[Order]] = asyncio.get_running_loop().create_future()
-
-    async def handle(msg: Message[Order]) -> None:
-        got.set_result(msg)
-
     lines = [("A", "1"), ("B", "2"), ("a", "3"), ("x-dup", "c"), ("X-Dup", "d")]
-    subscriber = jetstream.Subscriber(js, CODEC, stream=STREAM)
-    async with await subscriber.start("orders.>", handle):
-        await raw_hpub(nats_server, "orders.raw", lines, CODEC.encode(order(1)))
-        msg = await asyncio.wait_for(got, 10)
+    msg = await received_with_lines(nats_server, js, lines)
     wire = [(n, v) for n, v in msg.wire_headers.multi_items() if not n.startswith("Nats-")]
     assert wire == [("A", "1"), ("A", "3"), ("B", "2"), ("x-dup", "c"), ("x-dup", "d")]
     assert msg.wire_headers.get_all("X-DUP") == ["c", "d"]
