@@ -25,11 +25,14 @@ from pathlib import Path
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ("claim", "record", "sweep")
+__all__ = ("LOCK_FILE", "claim", "record", "sweep")
 
-_LOCK_FILE = ".goflux-lock"
+LOCK_FILE = ".goflux-lock"  # the file whose flock marks a live owner
 _PIDS_FILE = ".goflux-server"  # the processes, one pid a line
-_MIN_AGE = 5.0  # seconds; a directory younger than this may still be taking its lock
+# Seconds: a lock file younger than this may still be on its way to being locked (made,
+# not yet flocked). Its own age, not the directory's: the servers an owner started go
+# on writing in the directory after the owner died, which keeps the directory young.
+_MIN_AGE = 5.0
 
 
 def claim(directory: str | os.PathLike[str]) -> int | None:
@@ -37,7 +40,7 @@ def claim(directory: str | os.PathLike[str]) -> int | None:
 
     None where there is no ``flock`` (Windows): nothing is swept there either.
     """
-    return _lock(Path(directory) / _LOCK_FILE, wait=True)
+    return _lock(Path(directory) / LOCK_FILE, wait=True)
 
 
 def record(directory: str | os.PathLike[str], pids: Iterable[int]) -> None:
@@ -48,19 +51,21 @@ def record(directory: str | os.PathLike[str], pids: Iterable[int]) -> None:
 def sweep(prefix: str, program: bytes) -> None:
     """Kill the processes of abandoned ``prefix*`` temporary directories; remove them.
 
-    A directory is abandoned when nobody holds its lock (and it is not brand new). Its
-    recorded processes and any other process naming it are killed, each only if its
-    command line names ``program`` and the directory, so that a pid the system has
-    since given to another process is spared.
+    A directory is abandoned when nobody holds its lock and its lock file is not brand
+    new (it may be on its way to being locked; the directory's own age says nothing,
+    as the orphaned servers go on writing there). Its recorded processes and any other
+    process naming it are killed, each only if its command line names ``program`` and
+    the directory, so that a pid the system has since given to another process is
+    spared.
     """
     now = time.time()
     for path in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
-        lock_path = path / _LOCK_FILE
+        lock_path = path / LOCK_FILE
         try:
-            if not lock_path.exists() or now - path.stat().st_mtime < _MIN_AGE:
+            if now - lock_path.stat().st_mtime < _MIN_AGE:
                 continue
             fd = _lock(lock_path, wait=False)
-        except OSError:
+        except OSError:  # no lock file (not a claimed directory), or gone meanwhile
             continue
         if fd is None:
             continue  # a live owner holds it

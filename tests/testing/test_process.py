@@ -20,6 +20,7 @@ from goflux.testing import (
     SparkProcessError,
     SparkStandaloneCluster,
 )
+from goflux.testing._abandoned import LOCK_FILE
 from goflux.testing._process import (
     NATS_STARTUP_TIMEOUT,
     SPARK_STARTUP_TIMEOUT,
@@ -218,8 +219,9 @@ def test_the_jvms_of_a_killed_owner_are_stopped_by_the_next_spark_start() -> Non
         assert alive(orphan)
         assert Path(work_dir).is_dir()
         (Path(work_dir) / ".goflux-server").write_text("")  # as if killed before recording
-        long_ago = time.time() - 60  # directories younger than a few seconds are left alone
-        os.utime(work_dir, (long_ago, long_ago))
+        long_ago = time.time() - 60  # locks younger than a few seconds are left alone
+        os.utime(Path(work_dir) / LOCK_FILE, (long_ago, long_ago))
+        # (the directory itself is young: the orphaned JVMs go on writing there)
 
         with pytest.raises(SparkProcessError, match="did not report"):
             SparkStandaloneCluster(startup_timeout=0.5).start()  # sweeps, then gives up

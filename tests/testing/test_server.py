@@ -5,16 +5,25 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
 import nats
 import pytest
 
-from goflux.testing import NatsServer, NatsServerError, NatsServerNotFound, find_nats_server
+from goflux.testing import (
+    NatsServer,
+    NatsServerError,
+    NatsServerNotFound,
+    _abandoned,
+    find_nats_server,
+)
+from goflux.testing._abandoned import LOCK_FILE
 
 
 def alive(pid: int) -> bool:
@@ -253,13 +262,34 @@ def test_a_crashed_owner_s_server_and_store_are_cleaned_up_by_the_next_one() -> 
     orphan = int(pid_text)
     assert alive(orphan)
     assert Path(store).is_dir()
-    long_ago = time.time() - 60  # stores younger than a few seconds are left alone
-    os.utime(store, (long_ago, long_ago))
+    long_ago = time.time() - 60  # locks younger than a few seconds are left alone
+    os.utime(Path(store) / LOCK_FILE, (long_ago, long_ago))
+    (Path(store) / "written-after-the-owner-died").write_text("")  # the store stays young
 
     NatsServer(jetstream=False)  # any new server sweeps what dead owners left
 
     assert not alive(orphan)
     assert not Path(store).exists()
+
+
+def test_the_sweep_judges_a_directory_by_its_lock_file_s_age() -> None:
+    # A lock file just made may not be locked yet (made, then flocked): left alone
+    # however old its directory. Once it is a few seconds old and nobody holds it,
+    # the directory is swept, however recently something wrote in it.
+    directory = Path(tempfile.mkdtemp(prefix="goflux-sweep-test-"))
+    try:
+        (directory / LOCK_FILE).write_text("")
+        long_ago = time.time() - 60
+        os.utime(directory, (long_ago, long_ago))
+        _abandoned.sweep("goflux-sweep-test-", b"no-such-program")
+        assert directory.is_dir()
+
+        os.utime(directory / LOCK_FILE, (long_ago, long_ago))
+        (directory / "written-just-now").write_text("")
+        _abandoned.sweep("goflux-sweep-test-", b"no-such-program")
+        assert not directory.exists()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.mark.slow  # a child process
@@ -268,7 +298,7 @@ def test_the_sweep_never_touches_a_live_owner_s_store() -> None:
         store = server.store_dir
         assert store is not None
         long_ago = time.time() - 60
-        os.utime(store, (long_ago, long_ago))
+        os.utime(Path(store) / LOCK_FILE, (long_ago, long_ago))
         code = "from goflux.testing import NatsServer; NatsServer(jetstream=False)"
         subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
         assert Path(store).is_dir()
