@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import signal
@@ -191,6 +192,22 @@ def naming(directory: str) -> list[int]:
     return found
 
 
+def wait_until_unlocked(lock_file: Path, timeout: float = 10.0) -> None:
+    """Return once nobody holds ``lock_file``'s flock (the owner and all it forked are gone)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(lock_file, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{lock_file} still locked after {timeout} s") from None
+        finally:
+            os.close(fd)  # (closing releases the lock taken for the look)
+        time.sleep(0.001)
+
+
 @pytest.mark.slow  # a child process and Spark JVMs started
 def test_the_jvms_of_a_killed_owner_are_stopped_by_the_next_spark_start() -> None:
     """A process killed with its Spark server running (a timeout's SIGKILL) cannot stop
@@ -222,6 +239,9 @@ def test_the_jvms_of_a_killed_owner_are_stopped_by_the_next_spark_start() -> Non
         long_ago = time.time() - 60  # locks younger than a few seconds are left alone
         os.utime(Path(work_dir) / LOCK_FILE, (long_ago, long_ago))
         # (the directory itself is young: the orphaned JVMs go on writing there)
+        # The owner was killed while its thread may have been starting the worker: a
+        # child forked but not yet exec'd shares the lock for a few milliseconds more.
+        wait_until_unlocked(Path(work_dir) / LOCK_FILE)
 
         with pytest.raises(SparkProcessError, match="did not report"):
             SparkStandaloneCluster(startup_timeout=0.5).start()  # sweeps, then gives up
