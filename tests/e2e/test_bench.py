@@ -377,6 +377,38 @@ def test_client_path_frames_are_whole_and_addressed_to_the_consumer() -> None:
 
 
 @pytest.mark.timeout(60)
+async def test_client_path_acks_reach_no_consumer_on_either_side() -> None:
+    # Acks to a consumer that has none of the fed deliveries each make nats-server log a
+    # warning, and the test server's log reader then takes the GIL once a message: the
+    # side whose acks do that is charged about a context switch a message.
+    with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        try:
+            await jetstream.ensure_stream(
+                nc.jetstream(),
+                name=client_path.STREAM,
+                subjects=[client_path.SUBJECT],
+                storage="memory",
+            )
+            for side in (client_path.goflux_side, client_path.raw_side):
+                assert await side(nc, "acked", 200, 100, False) > 0
+            # A last ack that is logged, to a consumer of this test's: once its warning
+            # is in the log, the server has long since taken the sides' acks.
+            js = nc.jetstream()
+            await jetstream.ensure_consumer(js, stream=client_path.STREAM, name="LAST")
+            await nc.publish(f"$JS.ACK.{client_path.STREAM}.LAST.1.9.9.0.0", b"+ACK")
+            deadline = asyncio.get_running_loop().time() + 10
+            while "'$G > CLIENT_PATH > LAST' ACK" not in server.log_tail(200):
+                assert asyncio.get_running_loop().time() < deadline, server.log_tail(5)
+                await nc.flush()
+        finally:
+            await nc.close()
+        logged = server.log_tail(200)
+        assert logged.count("ACK sequence") == 1, logged[-2000:]  # the last ack's alone
+    assert client_path.decoy("a1b2c3") == "DDDDDD"  # as long as the name it stands for
+
+
+@pytest.mark.timeout(60)
 async def test_shape_cases_return_what_arrived_not_what_was_asked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
