@@ -7,6 +7,11 @@ owner dies, however it dies) and names the processes it started there with
 :func:`record`. A killed owner cannot stop its servers: :func:`sweep` (called before
 the next start) kills the processes of every directory whose lock can be taken, and
 removes it.
+
+The lock file appears already locked: it is made and locked under a name of the
+owner's own, then linked to :data:`LOCK_FILE`. So a lock file nobody holds is always
+one whose owner has died, never one on its way to being locked, however long the
+owner takes between making and locking it.
 """
 
 from __future__ import annotations
@@ -29,18 +34,36 @@ __all__ = ("LOCK_FILE", "claim", "record", "sweep")
 
 LOCK_FILE = ".goflux-lock"  # the file whose flock marks a live owner
 _PIDS_FILE = ".goflux-server"  # the processes, one pid a line
-# Seconds: a lock file younger than this may still be on its way to being locked (made,
-# not yet flocked). Its own age, not the directory's: the servers an owner started go
-# on writing in the directory after the owner died, which keeps the directory young.
-_MIN_AGE = 5.0
 
 
 def claim(directory: str | os.PathLike[str]) -> int | None:
     """Lock ``directory`` for this process; return the descriptor to close on release.
 
-    None where there is no ``flock`` (Windows): nothing is swept there either.
+    The lock file is locked before it appears under its name (see the module's
+    docstring). Where ``directory`` already has one, this waits until its holder has
+    let go. None where there is no ``flock`` (Windows): nothing is swept there either.
+
+    Raises:
+        OSError: The lock file could not be made or locked.
     """
-    return _lock(Path(directory) / LOCK_FILE, wait=True)
+    if sys.platform == "win32":  # pragma: no cover - no flock: no sweeping either
+        return None
+    lock = Path(directory) / LOCK_FILE
+    staging = lock.with_name(f"{LOCK_FILE}.{os.getpid()}.{time.monotonic_ns()}")
+    fd = _lock(staging, wait=True)  # a name nobody else uses: taken at once
+    assert fd is not None  # (None only where there is no flock, or where not waiting)
+    try:
+        os.link(staging, lock)  # the lock file appears, locked
+    except OSError:
+        # Claimed before (wait for its holder), or no hard links here: lock in place.
+        os.close(fd)
+        return _lock(lock, wait=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        staging.unlink(missing_ok=True)
+    return fd
 
 
 def record(directory: str | os.PathLike[str], pids: Iterable[int]) -> None:
@@ -51,21 +74,16 @@ def record(directory: str | os.PathLike[str], pids: Iterable[int]) -> None:
 def sweep(prefix: str, program: bytes) -> None:
     """Kill the processes of abandoned ``prefix*`` temporary directories; remove them.
 
-    A directory is abandoned when nobody holds its lock and its lock file is not brand
-    new (it may be on its way to being locked; the directory's own age says nothing,
-    as the orphaned servers go on writing there). Its recorded processes and any other
-    process naming it are killed, each only if its command line names ``program`` and
-    the directory, so that a pid the system has since given to another process is
-    spared.
+    A directory is abandoned when its lock file exists and nobody holds its lock (a
+    lock file appears already locked: see :func:`claim`). Its recorded processes and
+    any other process naming it are killed, each only if its command line names
+    ``program`` and the directory, so that a pid the system has since given to another
+    process is spared.
     """
-    now = time.time()
     for path in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
-        lock_path = path / LOCK_FILE
         try:
-            if now - lock_path.stat().st_mtime < _MIN_AGE:
-                continue
-            fd = _lock(lock_path, wait=False)
-        except OSError:  # no lock file (not a claimed directory), or gone meanwhile
+            fd = _lock(path / LOCK_FILE, wait=False, create=False)
+        except OSError:  # no lock file (not claimed, or not yet), or gone meanwhile
             continue
         if fd is None:
             continue  # a live owner holds it
@@ -106,11 +124,15 @@ def _naming(directory: bytes) -> list[int]:
     return found
 
 
-def _lock(path: Path, *, wait: bool) -> int | None:
-    """Open and flock ``path``; return the descriptor, or None if another holds it."""
+def _lock(path: Path, *, wait: bool, create: bool = True) -> int | None:
+    """Open (or make) and flock ``path``; return the descriptor, or None if another holds it.
+
+    Raises:
+        OSError: ``path`` cannot be opened (or, not to be made, does not exist).
+    """
     if sys.platform == "win32":  # pragma: no cover - no flock: no sweeping either
         return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

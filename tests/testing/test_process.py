@@ -236,9 +236,6 @@ def test_the_jvms_of_a_killed_owner_are_stopped_by_the_next_spark_start() -> Non
         assert alive(orphan)
         assert Path(work_dir).is_dir()
         (Path(work_dir) / ".goflux-server").write_text("")  # as if killed before recording
-        long_ago = time.time() - 60  # locks younger than a few seconds are left alone
-        os.utime(Path(work_dir) / LOCK_FILE, (long_ago, long_ago))
-        # (the directory itself is young: the orphaned JVMs go on writing there)
         # The owner was killed while its thread may have been starting the worker: a
         # child forked but not yet exec'd shares the lock for a few milliseconds more.
         wait_until_unlocked(Path(work_dir) / LOCK_FILE)

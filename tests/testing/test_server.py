@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import os
 import shutil
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 import nats
@@ -262,8 +263,6 @@ def test_a_crashed_owner_s_server_and_store_are_cleaned_up_by_the_next_one() -> 
     orphan = int(pid_text)
     assert alive(orphan)
     assert Path(store).is_dir()
-    long_ago = time.time() - 60  # locks younger than a few seconds are left alone
-    os.utime(Path(store) / LOCK_FILE, (long_ago, long_ago))
     (Path(store) / "written-after-the-owner-died").write_text("")  # the store stays young
 
     NatsServer(jetstream=False)  # any new server sweeps what dead owners left
@@ -272,24 +271,107 @@ def test_a_crashed_owner_s_server_and_store_are_cleaned_up_by_the_next_one() -> 
     assert not Path(store).exists()
 
 
-def test_the_sweep_judges_a_directory_by_its_lock_file_s_age() -> None:
-    # A lock file just made may not be locked yet (made, then flocked): left alone
-    # however old its directory. Once it is a few seconds old and nobody holds it,
-    # the directory is swept, however recently something wrote in it.
+def test_a_claimed_directory_is_swept_only_once_its_owner_lets_go() -> None:
+    # The lock file appears already locked, and nothing else of the claim is left
+    # behind; let go of, it is swept at once, however young.
     directory = Path(tempfile.mkdtemp(prefix="goflux-sweep-test-"))
     try:
-        (directory / LOCK_FILE).write_text("")
-        long_ago = time.time() - 60
-        os.utime(directory, (long_ago, long_ago))
+        fd = _abandoned.claim(directory)
+        assert fd is not None
+        assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE]
+        assert not lockable(directory / LOCK_FILE)
         _abandoned.sweep("goflux-sweep-test-", b"no-such-program")
         assert directory.is_dir()
 
-        os.utime(directory / LOCK_FILE, (long_ago, long_ago))
-        (directory / "written-just-now").write_text("")
+        os.close(fd)
         _abandoned.sweep("goflux-sweep-test-", b"no-such-program")
         assert not directory.exists()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_directory_being_claimed_is_never_swept() -> None:
+    # Another process claims fresh directories as fast as it can while this one
+    # sweeps: a lock file seen between being made and being locked would be taken
+    # for an abandoned one, and its directory removed under its owner.
+    claims = 500
+    code = (
+        "import sys, tempfile\n"
+        "from goflux.testing import _abandoned\n"
+        "fds = []\n"
+        f"for _ in range({claims}):\n"
+        "    d = tempfile.mkdtemp(prefix='goflux-claim-race-')\n"
+        "    fds.append(_abandoned.claim(d))\n"
+        "    print(d, flush=True)\n"
+        "sys.stdin.read()  # holds every claim until told to go\n"
+    )
+    stop = threading.Event()
+
+    def sweeping() -> None:
+        while not stop.is_set():
+            _abandoned.sweep("goflux-claim-race-", b"no-such-program")
+
+    sweeper = threading.Thread(target=sweeping, daemon=True)
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as owner:
+        assert owner.stdin is not None
+        assert owner.stdout is not None
+        sweeper.start()
+        try:
+            claimed = [owner.stdout.readline().strip() for _ in range(claims)]
+            stop.set()
+            sweeper.join(timeout=30)
+            swept = [d for d in claimed if not Path(d).is_dir()]
+            assert (claimed.count(""), swept) == (0, [])
+        finally:
+            stop.set()
+            owner.stdin.close()
+            owner.wait(timeout=30)
+            for directory in Path(tempfile.gettempdir()).glob("goflux-claim-race-*"):
+                shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_sweep_between_making_and_locking_a_lock_file_leaves_the_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sweep of another process comes exactly while the claim's file is made and
+    # not yet locked (the owner descheduled there): it must not see a lock file then.
+    directory = Path(tempfile.mkdtemp(prefix="goflux-sweep-test-"))
+    flock = fcntl.flock
+    swept_meanwhile: list[bool] = []
+    calls: list[int] = []
+
+    def sweep_first(fd: int, operation: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:  # the claim's first lock (the sweep's own go straight through)
+            _abandoned.sweep("goflux-sweep-test-", b"no-such-program")
+            swept_meanwhile.append(not directory.exists())
+        flock(fd, operation)
+
+    monkeypatch.setattr(_abandoned.fcntl, "flock", sweep_first)
+    try:
+        fd = _abandoned.claim(directory)
+        monkeypatch.undo()
+        assert fd is not None
+        assert swept_meanwhile == [False]
+        assert directory.is_dir()
+        assert not lockable(directory / LOCK_FILE)
+        os.close(fd)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def lockable(lock_file: Path) -> bool:
+    """Whether nobody holds ``lock_file``'s flock (taken for the look, then let go)."""
+    fd = os.open(lock_file, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.slow  # a child process
@@ -297,8 +379,6 @@ def test_the_sweep_never_touches_a_live_owner_s_store() -> None:
     with NatsServer() as server:
         store = server.store_dir
         assert store is not None
-        long_ago = time.time() - 60
-        os.utime(Path(store) / LOCK_FILE, (long_ago, long_ago))
         code = "from goflux.testing import NatsServer; NatsServer(jetstream=False)"
         subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
         assert Path(store).is_dir()
