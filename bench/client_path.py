@@ -63,7 +63,8 @@ SUBJECT = "client.path"
 CHUNK = 32 * 1024  # nats-py reads at most this much at a time
 # The consumer name in raw's reply subjects: as long as the names nats-server gives the
 # consumers raw nats-py creates in the consume suites (8 characters). goflux's side has
-# its own consumer's name (a NUID, 22): nats-py's parser costs more for a longer line.
+# its consumer's name (12 characters), or for acks a decoy as long (see decoy): nats-py's
+# parser costs more for a longer line.
 RAW_CONSUMER = "RAWCONS8"
 _ZERO = "GOFLUX_CLIENT_PATH_ZERO"  # set: zero and dump callgrind's counts around the feed
 
@@ -160,8 +161,10 @@ def decoy(consumer: str) -> str:
 
     Acks to a consumer the server does not know are dropped, as raw's are. Acks to the
     real one (which has none of these deliveries) each make nats-server log a warning,
-    and the test server's log-reader thread then takes the GIL from the event loop once
-    a message: about one context switch a message, charged to goflux.
+    and the test server's log-reader thread reads each line: about 10,000 instructions
+    a message counted in this process, and with 64 KB messages (one to an event-loop
+    step) about one context switch a message as that thread takes the GIL, all charged
+    to goflux.
     """
     return "D" * len(consumer)
 

@@ -9,14 +9,18 @@ the next start) kills the processes of every directory whose lock can be taken, 
 removes it.
 
 The lock file appears already locked: it is made and locked under a name of the
-owner's own, then linked to :data:`LOCK_FILE`. So a lock file nobody holds is always
-one whose owner has died, never one on its way to being locked, however long the
-owner takes between making and locking it.
+owner's own (``LOCK_FILE.<pid>.<n>``), then linked (or, where the file system has no
+hard links, renamed) to :data:`LOCK_FILE`. So a lock file nobody holds is always one
+whose owner has died, never one on its way to being locked, however long the owner
+takes between making and locking it. An owner killed before its lock file appeared
+leaves only the staging file, which names its pid: the directory is swept once that
+process is gone (no server was started there yet).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import shutil
@@ -40,10 +44,11 @@ def claim(directory: str | os.PathLike[str]) -> int | None:
     """Lock ``directory`` for this process; return the descriptor to close on release.
 
     The lock file is locked before it appears under its name (see the module's
-    docstring). Where ``directory`` already has one, this waits until its holder has
-    let go. None where there is no ``flock`` (Windows): nothing is swept there either.
+    docstring). None where there is no ``flock`` (Windows): nothing is swept there
+    either.
 
     Raises:
+        FileExistsError: ``directory`` was claimed before (a fresh one is expected).
         OSError: The lock file could not be made or locked.
     """
     if sys.platform == "win32":  # pragma: no cover - no flock: no sweeping either
@@ -53,11 +58,14 @@ def claim(directory: str | os.PathLike[str]) -> int | None:
     fd = _lock(staging, wait=True)  # a name nobody else uses: taken at once
     assert fd is not None  # (None only where there is no flock, or where not waiting)
     try:
-        os.link(staging, lock)  # the lock file appears, locked
-    except OSError:
-        # Claimed before (wait for its holder), or no hard links here: lock in place.
-        os.close(fd)
-        return _lock(lock, wait=True)
+        try:
+            os.link(staging, lock)  # the lock file appears, locked
+        except FileExistsError:
+            raise FileExistsError(errno.EEXIST, "claimed already", str(lock)) from None
+        except OSError:  # no hard links here: a rename keeps the file, and its lock
+            if lock.exists():
+                raise FileExistsError(errno.EEXIST, "claimed already", str(lock)) from None
+            os.rename(staging, lock)
     except BaseException:
         os.close(fd)
         raise
@@ -84,6 +92,8 @@ def sweep(prefix: str, program: bytes) -> None:
         try:
             fd = _lock(path / LOCK_FILE, wait=False, create=False)
         except OSError:  # no lock file (not claimed, or not yet), or gone meanwhile
+            if _died_claiming(path):
+                shutil.rmtree(path, ignore_errors=True)
             continue
         if fd is None:
             continue  # a live owner holds it
@@ -101,6 +111,31 @@ def sweep(prefix: str, program: bytes) -> None:
             shutil.rmtree(path, ignore_errors=True)
         finally:
             os.close(fd)
+
+
+def _died_claiming(path: Path) -> bool:
+    """Whether ``path``'s owner died making its lock file: only its staging file is left.
+
+    (The owner started nothing there yet: servers start once the claim is made.)
+    """
+    if (path / LOCK_FILE).exists():
+        return False  # made meanwhile: the owner lives on, or the next sweep sees it
+    for staging in path.glob(f"{LOCK_FILE}.*"):
+        pid = staging.name.removeprefix(f"{LOCK_FILE}.").partition(".")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            return True
+    return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another's, or a zombie, counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _recorded(path: Path) -> list[int]:

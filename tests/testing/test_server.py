@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import gc
 import os
@@ -332,30 +333,73 @@ def test_a_directory_being_claimed_is_never_swept() -> None:
                 shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_a_sweep_between_making_and_locking_a_lock_file_leaves_the_directory(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("hard_links", [True, False], ids=["linked", "renamed"])
+def test_a_sweep_while_the_lock_file_is_made_leaves_the_directory(
+    monkeypatch: pytest.MonkeyPatch, hard_links: bool
 ) -> None:
-    # The sweep of another process comes exactly while the claim's file is made and
-    # not yet locked (the owner descheduled there): it must not see a lock file then.
+    # Another process's sweep comes at the claim's every lock taken (the owner
+    # descheduled between making a file and locking it): it must never see an
+    # unlocked lock file then, where the file system has hard links or not.
     directory = Path(tempfile.mkdtemp(prefix="goflux-sweep-test-"))
     flock = fcntl.flock
     swept_meanwhile: list[bool] = []
-    calls: list[int] = []
 
     def sweep_first(fd: int, operation: int) -> None:
-        calls.append(fd)
-        if len(calls) == 1:  # the claim's first lock (the sweep's own go straight through)
+        if not operation & fcntl.LOCK_NB:  # the claim's (the sweep's own do not wait)
             _abandoned.sweep("goflux-sweep-test-", b"no-such-program")
             swept_meanwhile.append(not directory.exists())
         flock(fd, operation)
 
+    def no_hard_links(source: object, target: object) -> None:
+        raise PermissionError(errno.EPERM, "hard links refused here", str(target))
+
     monkeypatch.setattr(_abandoned.fcntl, "flock", sweep_first)
+    if not hard_links:
+        monkeypatch.setattr(_abandoned.os, "link", no_hard_links)
     try:
         fd = _abandoned.claim(directory)
         monkeypatch.undo()
         assert fd is not None
         assert swept_meanwhile == [False]
-        assert directory.is_dir()
+        assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE]
+        assert not lockable(directory / LOCK_FILE)
+        os.close(fd)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_an_owner_that_died_making_its_lock_file_leaves_nothing_for_long() -> None:
+    # Killed before its lock file appeared, an owner leaves only its staging file,
+    # which names its pid: swept once that process is gone, spared while it lives.
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead_pid = int(dead.stdout)
+    directories = {
+        pid: Path(tempfile.mkdtemp(prefix="goflux-sweep-test-")) for pid in (dead_pid, os.getpid())
+    }
+    try:
+        for pid, directory in directories.items():
+            (directory / f"{LOCK_FILE}.{pid}.123").write_text("")
+        _abandoned.sweep("goflux-sweep-test-", b"no-such-program")
+        assert not directories[dead_pid].exists()
+        assert directories[os.getpid()].is_dir()
+    finally:
+        for directory in directories.values():
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_directory_is_claimed_once() -> None:
+    directory = Path(tempfile.mkdtemp(prefix="goflux-sweep-test-"))
+    try:
+        fd = _abandoned.claim(directory)
+        assert fd is not None
+        with pytest.raises(FileExistsError, match="claimed already"):
+            _abandoned.claim(directory)
+        assert sorted(p.name for p in directory.iterdir()) == [LOCK_FILE]
         assert not lockable(directory / LOCK_FILE)
         os.close(fd)
     finally:
