@@ -11,14 +11,17 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.protocol.command import pub_cmd
 
-from goflux import _wire
+from goflux import BytesCodec, _wire
 from goflux._headers import Headers
 from goflux._message import received
 from goflux.testing import NatsServer
-from goflux.transports import _natspy
+from goflux.transports import _natspy, jetstream
+from goflux.transports import nats as goflux_nats
 from goflux.transports._natspy import flush
+from tests.conftest import STREAM
 
 
 async def test_a_cancelled_flush_leaves_the_connection_reading(nats_server: NatsServer) -> None:
@@ -383,3 +386,99 @@ async def test_a_queued_publish_over_max_payload_is_left_to_nats_py(
     assert nc._pending == []
     assert _natspy.write_publish(nc, "fits", b"x" * nc.max_payload)
     await nc.close()
+
+
+# ----------------------------------------------------------- widened reads
+
+BIG = 64 * 1024
+BURST = 48  # 3 MiB: more than the socket holds before the reader catches up
+
+
+async def largest_read(reader: Client, publisher: Client, subject: str) -> int:
+    """The largest chunk ``reader``'s parser got while ``BURST`` 64 KB messages came.
+
+    They are stored first and fetched in one pull (a burst core NATS could drop parts
+    of on a busy machine: a nats-server drops core messages to a client that falls
+    behind a fast producer). Each arrives whole and in order.
+    """
+    pub_js = publisher.jetstream()
+    await jetstream.ensure_stream(pub_js, name="BIG", subjects=["big.>"], storage="memory")
+    for i in range(BURST):
+        await pub_js.publish(subject, b"%05d" % i + b"x" * (BIG - 5))
+    pull = await reader.jetstream().pull_subscribe(subject, stream="BIG")
+    chunks: list[int] = []
+    parse = reader._ps.parse
+
+    async def counted(data: bytes = b"") -> None:
+        chunks.append(len(data))
+        await parse(data)
+
+    reader._ps.parse = counted
+    try:
+        got = await pull.fetch(BURST, timeout=10)
+    finally:
+        reader._ps.parse = parse
+        await pull.unsubscribe()
+    assert [int(msg.data[:5]) for msg in got] == list(range(BURST))
+    assert {len(msg.data) for msg in got} == {BIG}
+    return max(chunks)
+
+
+async def test_a_goflux_subscriber_s_connection_reads_large_messages_in_large_chunks(
+    nats_server: NatsServer,
+) -> None:
+    # nats-py reads 32 KiB at a time; a connection goflux subscribes on reads up to
+    # 256 KiB (what has come), and another user's subscription still gets every message.
+    plain, widened, publisher = [await nats.connect(nats_server.url) for _ in range(3)]
+    try:
+        assert await largest_read(plain, publisher, "big.plain") <= 32 * 1024
+        goflux_nats.Subscriber(widened, BytesCodec())  # core NATS: widens at once
+        assert await largest_read(widened, publisher, "big.widened") > 64 * 1024
+        # (and the stream reader buffers up to twice that before it pauses the socket)
+        assert widened._transport._io_reader._limit == _natspy.READ_SIZE
+        assert await largest_read(plain, publisher, "big.plain") <= 32 * 1024  # untouched
+    finally:
+        for client in (plain, widened, publisher):
+            await client.close()
+
+
+async def test_a_jetstream_subscription_widens_its_connection_s_reads(js: JetStreamContext) -> None:
+    nc = _natspy.connection(js)
+    publisher = await nats.connect(nc.connected_url.geturl())
+    subscriber = jetstream.Subscriber(js, BytesCodec(), stream=STREAM)
+    try:
+        assert await largest_read(nc, publisher, "big.before") <= 32 * 1024
+        async with await subscriber.start("orders.>", lambda message: asyncio.sleep(0)):
+            assert await largest_read(nc, publisher, "big.after") > 64 * 1024
+    finally:
+        await publisher.close()
+
+
+@pytest.mark.slow  # a server restart
+async def test_widened_reads_outlast_a_reconnect() -> None:
+    # The transport nats-py makes after a reconnect is widened as its read loop starts.
+    with NatsServer() as server:
+        back = [asyncio.Event(), asyncio.Event()]
+
+        async def connect(index: int) -> Client:
+            async def reconnected() -> None:
+                back[index].set()
+
+            return await nats.connect(
+                server.url, reconnected_cb=reconnected, reconnect_time_wait=0.1
+            )
+
+        nc, publisher = await connect(0), await connect(1)
+        try:
+            _natspy.widen_reads(nc)
+            _natspy.widen_reads(nc)  # (once is enough: a second time changes nothing)
+            assert await largest_read(nc, publisher, "big.first") > 64 * 1024
+            await server.restart()
+            await asyncio.wait_for(asyncio.gather(*(event.wait() for event in back)), 20)
+            assert nc.stats["reconnects"] == 1
+            assert await largest_read(nc, publisher, "big.again") > 64 * 1024
+            # (nats-py connects the same transport again, with a new stream reader)
+            assert nc._transport._io_reader._limit == _natspy.READ_SIZE
+        finally:
+            await nc.close()
+            await publisher.close()

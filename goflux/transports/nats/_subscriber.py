@@ -20,7 +20,7 @@ from goflux._otel.scopes import ProcessScopes
 from goflux._otel.telemetry import Telemetry
 from goflux._subjects import is_wildcard
 from goflux._wire import read_headers
-from goflux.transports._natspy import keep_header_lines
+from goflux.transports._natspy import keep_header_lines, widen_reads
 from goflux.transports.nats._subscription import (
     DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_PENDING_BYTES,
@@ -146,6 +146,7 @@ class Subscriber(SubscriberLifecycle["NatsSubscription[T]"], Streaming[T], Gener
         )
         self._nc = nc
         keep_header_lines(nc)  # Message.wire_headers keeps repeated lines
+        widen_reads(nc)  # large messages in fewer reads (see widen_reads)
         self._codec = codec
         self._tel = Telemetry.or_default(telemetry)
         super().__init__()
