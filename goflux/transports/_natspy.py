@@ -559,12 +559,20 @@ def widen_reads(nc: Client) -> None:
         return
 
     async def wide_read_loop() -> None:
-        _widen(getattr(nc, "_transport", None))  # connected again: a new stream reader
+        _widen_safely(getattr(nc, "_transport", None))  # connected again: a new reader
         await read_loop()
 
-    _widen(getattr(nc, "_transport", None))
+    _widen_safely(getattr(nc, "_transport", None))
     nc._read_loop = wide_read_loop  # type: ignore[method-assign]
     nc._goflux_wide_reads = True  # type: ignore[attr-defined]
+
+
+def _widen_safely(transport: object) -> None:
+    """:func:`_widen`, or nothing where it fails: the read loop must start either way."""
+    try:
+        _widen(transport)
+    except Exception:
+        logger.debug("left the connection's reads at nats-py's size", exc_info=True)
 
 
 def _widen(transport: object) -> None:

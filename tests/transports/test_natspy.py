@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import signal
+from collections.abc import Awaitable
 
 import nats
 import pytest
@@ -424,6 +425,21 @@ async def largest_read(reader: Client, publisher: Client, subject: str) -> int:
     return max(chunks)
 
 
+async def reconnecting_pair(server: NatsServer) -> tuple[list[Client], Awaitable[object]]:
+    """Two clients of ``server`` that reconnect at once, and what waits for both to have."""
+    back = [asyncio.Event(), asyncio.Event()]
+    clients = []
+    for event in back:
+
+        async def reconnected(event: asyncio.Event = event) -> None:
+            event.set()
+
+        clients.append(
+            await nats.connect(server.url, reconnected_cb=reconnected, reconnect_time_wait=0.1)
+        )
+    return clients, asyncio.gather(*(event.wait() for event in back))
+
+
 async def test_a_goflux_subscriber_s_connection_reads_large_messages_in_large_chunks(
     nats_server: NatsServer,
 ) -> None:
@@ -458,27 +474,40 @@ async def test_a_jetstream_subscription_widens_its_connection_s_reads(js: JetStr
 async def test_widened_reads_outlast_a_reconnect() -> None:
     # The transport nats-py makes after a reconnect is widened as its read loop starts.
     with NatsServer() as server:
-        back = [asyncio.Event(), asyncio.Event()]
-
-        async def connect(index: int) -> Client:
-            async def reconnected() -> None:
-                back[index].set()
-
-            return await nats.connect(
-                server.url, reconnected_cb=reconnected, reconnect_time_wait=0.1
-            )
-
-        nc, publisher = await connect(0), await connect(1)
+        (nc, publisher), back = await reconnecting_pair(server)
         try:
             _natspy.widen_reads(nc)
             _natspy.widen_reads(nc)  # (once is enough: a second time changes nothing)
             assert await largest_read(nc, publisher, "big.first") > 64 * 1024
             await server.restart()
-            await asyncio.wait_for(asyncio.gather(*(event.wait() for event in back)), 20)
+            await asyncio.wait_for(back, 20)
             assert nc.stats["reconnects"] == 1
             assert await largest_read(nc, publisher, "big.again") > 64 * 1024
             # (nats-py connects the same transport again, with a new stream reader)
             assert nc._transport._io_reader._limit == _natspy.READ_SIZE
+        finally:
+            await nc.close()
+            await publisher.close()
+
+
+@pytest.mark.slow  # a server restart
+async def test_a_transport_that_cannot_be_widened_still_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another nats-py might make a transport this cannot change (say, one with
+    # __slots__): the connection must read as before, now and after a reconnect.
+    def refuse(transport: object) -> None:
+        raise TypeError("this transport cannot be widened")
+
+    monkeypatch.setattr(_natspy, "_widen", refuse)
+    with NatsServer() as server:
+        (nc, publisher), back = await reconnecting_pair(server)
+        try:
+            _natspy.widen_reads(nc)
+            assert await largest_read(nc, publisher, "big.narrow") <= 32 * 1024
+            await server.restart()
+            await asyncio.wait_for(back, 20)
+            assert await largest_read(nc, publisher, "big.again") <= 32 * 1024
         finally:
             await nc.close()
             await publisher.close()
