@@ -542,9 +542,9 @@ def widen_reads(nc: Client) -> None:
     the event loop's selector and put back about once a message. Widened, a read takes
     what has come up to 256 KiB (what asyncio's socket transport receives at a time),
     and the reader buffers up to twice that before it pauses. On two subscribers of
-    64 KB messages sharing a connection this gave about 1.3 times the messages a
-    second at two thirds of the client CPU a message; with 100 B and 1 KB messages it
-    changed nothing measurable.
+    64 KB messages sharing a connection this gave 1.2-1.4 times the messages a second
+    at 0.6-0.8 of the client CPU a message; with 100 B and 1 KB messages it changed
+    nothing measurable.
 
     Done on ``nc`` (once; a no-op where nats-py's or asyncio's internals are not as
     expected): the current transport at once, and again as each reconnect's read loop
