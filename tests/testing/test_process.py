@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import signal
@@ -30,7 +29,7 @@ from goflux.testing._process import (
     startup_timeout,
 )
 from goflux.testing._spark import _Jvm
-from tests.testing.test_server import alive
+from tests.testing.test_server import alive, lockable
 
 
 def python(code: str) -> list[str]:
@@ -195,16 +194,9 @@ def naming(directory: str) -> list[int]:
 def wait_until_unlocked(lock_file: Path, timeout: float = 10.0) -> None:
     """Return once nobody holds ``lock_file``'s flock (the owner and all it forked are gone)."""
     deadline = time.monotonic() + timeout
-    while True:
-        fd = os.open(lock_file, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{lock_file} still locked after {timeout} s") from None
-        finally:
-            os.close(fd)  # (closing releases the lock taken for the look)
+    while not lockable(lock_file):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{lock_file} still locked after {timeout} s")
         time.sleep(0.001)
 
 

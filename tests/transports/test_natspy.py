@@ -23,6 +23,7 @@ from goflux.transports import _natspy, jetstream
 from goflux.transports import nats as goflux_nats
 from goflux.transports._natspy import flush
 from tests.conftest import STREAM
+from tests.helpers import Inbox
 
 
 async def test_a_cancelled_flush_leaves_the_connection_reading(nats_server: NatsServer) -> None:
@@ -464,7 +465,7 @@ async def test_a_jetstream_subscription_widens_its_connection_s_reads(js: JetStr
     subscriber = jetstream.Subscriber(js, BytesCodec(), stream=STREAM)
     try:
         assert await largest_read(nc, publisher, "big.before") <= 32 * 1024
-        async with await subscriber.start("orders.>", lambda message: asyncio.sleep(0)):
+        async with await subscriber.start("orders.>", Inbox[bytes]()):
             assert await largest_read(nc, publisher, "big.after") > 64 * 1024
     finally:
         await publisher.close()
