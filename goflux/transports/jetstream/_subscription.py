@@ -625,11 +625,18 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             # A stream's hand-off waits on the stream's consumer, not on a handler: its
             # time is back-pressure, not a pace to size the pulls by.
             paced = self._holder is None
+            window, streak = self._engine.window, 0  # (streak: see _let_the_loop_run)
             # Through a drain too, what was received is worked off (or handed to a stream).
             while not self._draining or ready:
                 if not ready:
+                    streak = 0
                     await self._idle_until_woken()
                     continue
+                if streak >= window.threshold:
+                    streak = 0
+                    await self._let_the_loop_run()
+                    continue
+                streak += 1
                 countdown -= 1
                 if countdown or not paced:
                     await self._process(ready.popleft())
@@ -644,6 +651,24 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         await self._process(acker)
         self._engine.window.paced(loop.time() - started)
 
+    async def _let_the_loop_run(self) -> None:
+        """Send what the messages handled so far freed, and let the event loop run once.
+
+        Handlers that return without waiting on anything run back to back in one step
+        of the event loop, and nothing reaches the socket before the step ends: a read
+        of a few hundred small messages (a subscriber's connection reads up to 256 KiB
+        at a time) was handled whole before its first ack, or the pull request its
+        freed room allows, was sent. The server, its requests used up, sat idle while
+        the client worked, then the client waited on the server. So a worker that has
+        handled a pull's worth of messages (the window's threshold) since it last
+        waited gives their room back and lets the loop run once: nats-py's writer sends
+        their acks, the pull engine its request, and the server delivers the next
+        messages while the rest are handled. Two subscribers of 100 B messages on one
+        durable: 1.13-1.18 times the messages a second, and less spread between runs.
+        """
+        self._acks.flush()
+        await asyncio.sleep(0)
+
     async def _idle_until_woken(self) -> None:
         """Wait as an idle worker until :meth:`_wake` wakes this one.
 
@@ -656,7 +681,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         self._idle.append(waiter)
         await waiter
 
-    async def _work_inline(self) -> None:  # noqa: PLR0915 - inline on purpose (docstring)
+    async def _work_inline(self) -> None:  # noqa: PLR0912, PLR0915 - inline on purpose (docstring)
         """``_work`` for a handler acked when it returns, or of a consumer without acks.
 
         While telemetry records nothing, each message runs inline here: what
@@ -682,14 +707,21 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         raw_headers: bytes | Mapping[str, str] | None = None
         headers: Headers | None = None
         message_id: str | None = None
+        streak = 0  # messages handled since the worker last let the loop run
         while not self._draining or ready:
             if not ready:
                 # Nothing of the last message (up to max_payload of bytes, its headers
                 # and decoded value) is held while waiting, however long that takes.
                 acker = message = payload = data = raw_headers = headers = message_id = None
+                streak = 0
                 await self._idle_until_woken()
                 inline, countdown = not tel.active, 1 if window.held_by_pace else countdown
                 continue
+            if streak >= window.threshold:
+                streak = 0
+                await self._let_the_loop_run()
+                continue
+            streak += 1
             acker = ready.popleft()
             countdown -= 1
             if not countdown:
@@ -734,7 +766,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
             if message.settled is None and not acks.ack(acker, message, not ready):
                 await self._auto_ack_slowly(message, acker)
 
-    async def _work_guarded(self, guard: PoisonGuard) -> None:
+    async def _work_guarded(self, guard: PoisonGuard) -> None:  # noqa: PLR0915 - one loop (docstring)
         """``_work`` in a ``goflux run`` worker: what runs is kept where the supervisor sees it.
 
         A message's reply subject stays in the loop's in-flight slot while its handler
@@ -749,15 +781,22 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         ready = self._ready
         countdown = 1  # every _RECHECK-th message is timed (the pull window's pace)
         acker: JetStreamAcker | None = None
+        window, streak = self._engine.window, 0  # (streak: see _let_the_loop_run)
         try:
             while not self._draining or ready:
                 if not ready:
                     acker = None  # (its bytes are not held while waiting)
+                    streak = 0
                     await self._idle_until_woken()
                     continue
                 if guard.gate is not None:
                     await guard.passage()
                     continue
+                if streak >= window.threshold:
+                    streak = 0
+                    await self._let_the_loop_run()
+                    continue
+                streak += 1
                 acker = ready.popleft()
                 if acker.num_delivered > 1 and await self._suspected(acker, guard, slot):
                     continue

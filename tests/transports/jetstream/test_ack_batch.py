@@ -3,12 +3,16 @@
 A subscription writes each auto-ack of a loop step into one block in nats-py's buffer
 (:class:`~goflux.transports.jetstream._ack_batch.AckBatch`) and counts them and frees
 their room after the step: never held while a handler waits, never lost by a close or
-while the connection is down, the room freed once.
+while the connection is down, the room freed once; and a step never runs on past a
+pull's worth of messages with their acks and the pull request held back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from typing import Any
 
 import nats
 import pytest
@@ -286,3 +290,150 @@ async def test_a_message_alone_in_its_step_gives_its_room_back_before_its_worker
         await wait_for_state(js, subscription.consumer, (0, 20))
     await sub.close()
     assert subscription.handled == 20
+
+
+class ConsumerWatch:
+    """The server's view of one consumer, asked for from a thread on its own connection.
+
+    The test's event loop stands still while a handler's step runs (and while the test
+    holds it up), so the server is asked from a thread of its own, over and over.
+    """
+
+    def __init__(self, url: str, consumer: str) -> None:
+        self.acked = 0  # the ack floor's consumer sequence
+        self.delivered = 0  # the last consumer sequence delivered
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(url, consumer), daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str, consumer: str) -> None:
+        try:
+            asyncio.run(self._poll(url, consumer))
+        except BaseException as exc:  # noqa: BLE001 - re-raised by stop()
+            self._error = exc
+            with self._changed:
+                self._changed.notify_all()
+
+    async def _poll(self, url: str, consumer: str) -> None:
+        nc = await nats.connect(url)
+        try:
+            js = nc.jetstream()
+            while not self._stop.is_set():
+                info = await js.consumer_info(STREAM, consumer)
+                with self._changed:
+                    self.acked = info.ack_floor.consumer_seq or 0
+                    self.delivered = info.delivered.consumer_seq or 0
+                    self._changed.notify_all()
+                await asyncio.sleep(0.002)  # the poll's pace (nothing waits on it)
+        finally:
+            await nc.close()
+
+    def wait_delivered(self, count: int, timeout: float = 10.0) -> None:
+        """Block (the calling thread: the test's loop) until ``count`` were delivered.
+
+        Raises:
+            TimeoutError: Not within ``timeout`` seconds, or the watch failed.
+        """
+        with self._changed:
+            if not self._changed.wait_for(
+                lambda: self.delivered >= count or self._error is not None, timeout
+            ):
+                raise TimeoutError(f"{self.delivered} of {count} delivered")
+        if self._error is not None:
+            raise TimeoutError("the consumer watch failed") from self._error
+
+    def stop(self) -> None:
+        """End the thread; raise what it failed with, if anything."""
+        self._stop.set()
+        self._thread.join(10)
+        if self._error is not None:
+            raise self._error
+
+
+def busy(seconds: float) -> None:
+    """A handler's work that never waits (CPU, in its step)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["auto-ack", "manual-ack", "ordered"])
+async def test_a_long_step_sends_its_acks_and_next_pull_before_it_ends(
+    js: JetStreamContext, nats_server: NatsServer, mode: str
+) -> None:
+    # The loop is held up (after 100 messages) until the server has sent all the
+    # subscription asked for: those then arrive in one read, a backlog of a few hundred
+    # small messages that a worker whose handler never waits handles in one step. After
+    # each pull's worth of them (the window's threshold) it lets the loop run once, so
+    # their acks and the next pull request reach the server while the rest are handled;
+    # held to the end of the step, the server would sit idle meanwhile. (Auto-acked,
+    # the handler runs inline in the worker's loop; acked by hand, through _process.)
+    ordered = mode == "ordered"
+    pub = jetstream.Publisher(js, CODEC)
+    await pub.publish_many(jetstream.Outgoing("orders.a", order(n)) for n in range(2000))
+    if not ordered:
+        await jetstream.ensure_consumer(js, stream=STREAM, name="long", filter_subject="orders.>")
+    loop = asyncio.get_running_loop()
+    handled = 0
+    armed = False  # the subscription and its watch are there: hold the loop up next
+    held_up: list[BaseException] = []  # why the hold-up failed, if it did
+    # At the hold-up: messages handled, the last of the backlog, the window's threshold.
+    held_up_after = backlog_end = threshold = 0
+    at_end: tuple[int, int] | None = None  # (acked, delivered) seen at the backlog's last
+    done = asyncio.Event()
+
+    def hold_up() -> None:
+        nonlocal held_up_after, backlog_end, threshold
+        # (White-box: what the engine asked for and has not received yet.)
+        engine = subscription._engine
+        held_up_after = handled
+        backlog_end = handled + len(subscription._ready) + engine._requested
+        threshold = engine.window.threshold
+        try:
+            watch.wait_delivered(backlog_end)
+        except BaseException as exc:  # noqa: BLE001 - a loop callback's: failed below
+            held_up.append(exc)
+
+    async def handle(msg: Message[Order]) -> None:
+        nonlocal handled, armed, at_end
+        handled += 1
+        if armed and handled >= 100:
+            armed = False
+            loop.call_soon(hold_up)
+        elif held_up_after < handled <= backlog_end:
+            busy(0.001)
+            if handled == backlog_end:
+                at_end = (watch.acked, watch.delivered)
+        if mode == "manual-ack":
+            await msg.ack()
+        if handled == 2000:
+            done.set()
+
+    settings: dict[str, Any] = {"ordered": True} if ordered else {"consumer": "long"}
+    sub = jetstream.Subscriber(
+        js, CODEC, stream=STREAM, manual_ack=mode == "manual-ack", **settings
+    )
+    subscription = await sub.start("orders.>", handle)
+    watch = ConsumerWatch(nats_server.url, subscription.consumer)
+    armed = True
+    try:
+        async with asyncio.timeout(30):
+            await done.wait()
+    finally:
+        watch.stop()
+        await sub.close()
+    assert not held_up, f"the hold-up failed: {held_up[0]!r}"
+    seen = (
+        f"held up after {held_up_after}, backlog to {backlog_end}, threshold {threshold}; "
+        f"at its end (acked, delivered): {at_end}"
+    )
+    # The hold-up, scheduled at message 100, runs once the worker lets the loop run: a
+    # step that ran on through all that had come would leave no backlog behind it.
+    assert backlog_end - held_up_after > 2 * threshold, seen  # (room for a pull's round)
+    assert at_end is not None, seen
+    acked, delivered = at_end
+    assert delivered > backlog_end, f"no pull request went out during the step ({seen})"
+    if not ordered:
+        assert acked >= held_up_after + threshold, f"no ack went out during the step ({seen})"
