@@ -8,7 +8,9 @@ each ack of the step adds its PUB command to that block at once (so the ack is i
 nats-py's buffer, where a close or a reconnect still sends it, the moment the message
 reads acknowledged). Right after the step, :meth:`AckBatch.flush` counts the acks
 and gives their in-flight room back to the pull engine in one call. A consumer
-without acks (ordered) gives its room back the same way.
+without acks (ordered) gives its room back the same way. A step is cut short after a
+pull's worth of messages: the worker flushes and lets the loop run once, so a long
+backlog's acks and the next pull go out while the rest is handled.
 
 A worker about to wait for its next message says so (``deferred``): it calls
 :meth:`AckBatch.flush` itself before it waits, so no callback is scheduled for the
