@@ -675,7 +675,7 @@ class JetStreamSubscription(StopOnExit, Generic[T]):
         waited gives their room back, queues the pull request that room allows behind
         their acks, and lets the loop run once: nats-py's writer sends both in one
         write, and the server delivers the next messages while the rest are handled.
-        Two subscribers of 100 B messages on one durable: 1.13-1.21 times the
+        Two subscribers of 100 B messages on one durable: 1.12-1.21 times the
         messages a second, and less spread between runs. A shorter step (a small
         window of quick handlers) is left whole: cut, it would send a pull request
         for every message or two.
